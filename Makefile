@@ -1,0 +1,74 @@
+# orderpay developer commands. `make help` lists them.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.ONESHELL:
+.DEFAULT_GOAL := help
+
+PG_HOST ?= 127.0.0.1
+PG_PORT ?= 5432
+export DATABASE_URL ?= postgres://postgres@$(PG_HOST):$(PG_PORT)/orderpay
+export ORDERPAY_LISTEN ?= 127.0.0.1:8080
+BIN := target/debug/orderpay
+
+.PHONY: help
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+.PHONY: db
+db: ## make sure a PostgreSQL answers at PG_HOST:PG_PORT, starting the local cluster if needed
+	@if pg_isready -q -h $(PG_HOST) -p $(PG_PORT) 2>/dev/null; then exit 0; fi
+	if command -v pg_ctlcluster >/dev/null && ls /etc/postgresql/ >/dev/null 2>&1; then
+	  version=$$(ls /etc/postgresql | sort -V | tail -1)
+	  echo "no PostgreSQL at $(PG_HOST):$(PG_PORT); starting the local cluster $$version/main"
+	  pg_ctlcluster --skip-systemctl-redirect $$version main start || pg_ctlcluster $$version main start
+	  for _ in $$(seq 1 30); do pg_isready -q -h $(PG_HOST) -p $(PG_PORT) && exit 0; sleep 1; done
+	fi
+	echo "No PostgreSQL answers at $(PG_HOST):$(PG_PORT) and none could be started here." >&2
+	echo "Install one (Debian/Ubuntu: apt install postgresql; macOS: brew install postgresql@15)," >&2
+	echo "allow the user in DATABASE_URL to connect, or point DATABASE_URL at a running server." >&2
+	exit 1
+
+.PHONY: build
+build: ## build the orderpay binary (debug)
+	cargo build --bin orderpay
+
+.PHONY: run
+run: db build ## run the service against the local PostgreSQL with a fresh demo account
+	key=$$($(BIN) accounts create demo 2>/dev/null)
+	base="http://$(ORDERPAY_LISTEN)"
+	cat <<-MSG
+
+	  orderpay is starting on $$base (Ctrl-C stops it). Demo account API key:
+
+	    export KEY=$$key
+
+	  Create an order (run it twice: the second answer is the stored one, Idempotent-Replayed: true):
+
+	    curl -si $$base/orders -H "Authorization: Bearer \$$KEY" \\
+	      -H 'Idempotency-Key: order-demo-1' -H 'Content-Type: application/json' \\
+	      -d '{"currency":"USD","items":[{"sku":"tee","quantity":2,"unit_price":"19.99"}]}'
+
+	  List orders:   curl -s $$base/orders -H "Authorization: Bearer \$$KEY"
+	  The API spec:  curl -s $$base/openapi.yaml
+
+	MSG
+	exec $(BIN) serve
+
+.PHONY: test
+test: db ## run every test against the local PostgreSQL (one database per test)
+	if cargo nextest --version >/dev/null 2>&1; then
+	  cargo nextest run --workspace --all-targets --no-fail-fast
+	else
+	  cargo test --workspace --no-fail-fast
+	fi
+
+.PHONY: lint
+lint: ## rustfmt check and clippy with warnings denied
+	cargo fmt --all -- --check
+	cargo clippy --all-targets -- -D warnings
+
+.PHONY: clean-test-dbs
+clean-test-dbs: db ## drop databases left by interrupted test runs
+	psql -h $(PG_HOST) -p $(PG_PORT) -U postgres -Atc \
+	  "SELECT datname FROM pg_database WHERE datname LIKE 'orderpay\_test\_%'" |
+	while read -r name; do psql -h $(PG_HOST) -p $(PG_PORT) -U postgres -qc "DROP DATABASE \"$$name\" WITH (FORCE)"; done

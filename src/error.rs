@@ -1,0 +1,269 @@
+//! The one error type of the HTTP API and its single mapping to `application/problem+json`
+//! (RFC 9457).
+//!
+//! Every failure a client can see is an [`ApiError`] variant; each variant's doc names its status
+//! and its stable problem `type`. Internal causes (database errors, bugs) are logged here and never
+//! sent to the client. The same rendering is used when a final business outcome (such as
+//! `invalid-state`) is stored with an idempotency key and replayed later.
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+use crate::idempotency::StoredResponse;
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// One field that failed validation, named by its JSON path (`items[0].quantity`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(field: impl Into<String>, message: impl ToString) -> Self {
+        FieldError { field: field.into(), message: message.to_string() }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400 `malformed-json`: the body is not well-formed JSON. Nothing is stored, so the client
+    /// may fix the body and reuse its idempotency key.
+    #[error("the request body is not valid JSON: {0}")]
+    MalformedJson(String),
+
+    /// 415 `unsupported-media-type`: a body that is not `application/json`.
+    #[error("the request body must be application/json")]
+    UnsupportedMediaType,
+
+    /// 413 `payload-too-large`: the body is over the limit.
+    #[error("the request body is larger than {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+
+    /// 422 `validation-failed`: well-formed JSON that does not describe a valid request; every
+    /// failing field is listed in `errors`.
+    #[error("the request is invalid")]
+    Validation(Vec<FieldError>),
+
+    /// 400 `invalid-parameter`: a query-string parameter is malformed or out of range.
+    #[error("{0}")]
+    InvalidParameter(String),
+
+    /// 401 `unauthorized`: no API key, or one that matches no account.
+    #[error("{0}")]
+    Unauthorized(&'static str),
+
+    /// 404 `not-found`: no such resource in the caller's account (another account's resource is
+    /// indistinguishable from a missing one).
+    #[error("no such {resource}: {id}")]
+    NotFound { resource: &'static str, id: String },
+
+    /// 404 `route-not-found`: no endpoint at this path.
+    #[error("no endpoint at {path}")]
+    RouteNotFound { path: String },
+
+    /// 405 `method-not-allowed`, with the `Allow` header.
+    #[error("method not allowed here; allowed: {allowed}")]
+    MethodNotAllowed { allowed: &'static str },
+
+    /// 400 `idempotency-key-invalid`: the `Idempotency-Key` header is malformed.
+    #[error("{0}")]
+    InvalidIdempotencyKey(&'static str),
+
+    /// 400 `idempotency-key-missing`: the endpoint requires an `Idempotency-Key`.
+    #[error("this endpoint requires an Idempotency-Key header")]
+    IdempotencyKeyMissing,
+
+    /// 422 `idempotency-key-reused`: the key was first used for a different method, route or
+    /// body. Nothing was executed.
+    #[error("{0}")]
+    IdempotencyKeyReused(String),
+
+    /// 409 `idempotency-key-in-use`: the first request with this key is still running; retry
+    /// after `Retry-After` seconds.
+    #[error("a request with this Idempotency-Key is still being processed")]
+    IdempotencyKeyInUse { retry_after_secs: u64, resource_id: Option<Uuid> },
+
+    /// 409 `invalid-state`: the resource's current state does not allow the action.
+    #[error("{resource} {id} is {current}; it cannot be {action}")]
+    InvalidState { resource: &'static str, id: Uuid, current: String, action: &'static str },
+
+    /// 503 `service-unavailable`: a dependency (the database) is unreachable; retry later.
+    #[error("the service is temporarily unavailable")]
+    Unavailable(#[source] anyhow::Error),
+
+    /// 500 `internal-error`: a bug or an unexpected failure. The cause is logged, not returned.
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+}
+
+impl ApiError {
+    /// The stable problem `type` (a relative URI reference that names the problem; clients match
+    /// on it) and its title. Details may change wording; these do not.
+    pub fn problem_type(&self) -> &'static str {
+        self.kind().0
+    }
+
+    fn kind(&self) -> (&'static str, &'static str) {
+        match self {
+            ApiError::MalformedJson(_) => ("malformed-json", "Malformed JSON"),
+            ApiError::UnsupportedMediaType => ("unsupported-media-type", "Unsupported media type"),
+            ApiError::PayloadTooLarge { .. } => ("payload-too-large", "Payload too large"),
+            ApiError::Validation(_) => ("validation-failed", "Validation failed"),
+            ApiError::InvalidParameter(_) => ("invalid-parameter", "Invalid parameter"),
+            ApiError::Unauthorized(_) => ("unauthorized", "Unauthorized"),
+            ApiError::NotFound { .. } => ("not-found", "Not found"),
+            ApiError::RouteNotFound { .. } => ("route-not-found", "Route not found"),
+            ApiError::MethodNotAllowed { .. } => ("method-not-allowed", "Method not allowed"),
+            ApiError::InvalidIdempotencyKey(_) => ("idempotency-key-invalid", "Invalid Idempotency-Key"),
+            ApiError::IdempotencyKeyMissing => ("idempotency-key-missing", "Idempotency-Key missing"),
+            ApiError::IdempotencyKeyReused(_) => ("idempotency-key-reused", "Idempotency-Key reused"),
+            ApiError::IdempotencyKeyInUse { .. } => ("idempotency-key-in-use", "Idempotency-Key in use"),
+            ApiError::InvalidState { .. } => ("invalid-state", "Invalid state"),
+            ApiError::Unavailable(_) => ("service-unavailable", "Service unavailable"),
+            ApiError::Internal(_) => ("internal-error", "Internal error"),
+        }
+    }
+
+    /// Problem-specific members beside the standard ones.
+    fn extensions(&self, members: &mut Map<String, Value>) {
+        match self {
+            ApiError::Validation(errors) => {
+                members.insert("errors".into(), json!(errors));
+            }
+            ApiError::IdempotencyKeyInUse { resource_id: Some(id), .. } => {
+                members.insert("resource_id".into(), json!(id));
+            }
+            ApiError::InvalidState { id, current, .. } => {
+                members.insert("resource_id".into(), json!(id));
+                members.insert("current_state".into(), json!(current));
+            }
+            _ => {}
+        }
+    }
+
+    /// The problem document, serialised. Also what the idempotency store keeps for final
+    /// business outcomes.
+    pub fn problem_body(&self) -> Vec<u8> {
+        let status = self.status_code();
+        let mut members = Map::new();
+        let (problem_type, title) = self.kind();
+        members.insert("type".into(), json!(problem_type));
+        members.insert("title".into(), json!(title));
+        members.insert("status".into(), json!(status.as_u16()));
+        members.insert("detail".into(), json!(self.to_string()));
+        self.extensions(&mut members);
+        serde_json::to_vec(&members).unwrap_or_default()
+    }
+
+    /// This error as a response that can be stored with an idempotency key and replayed.
+    pub fn to_stored_response(&self) -> StoredResponse {
+        StoredResponse {
+            status: self.status_code().as_u16(),
+            headers: vec![(header::CONTENT_TYPE.to_string(), PROBLEM_JSON.to_owned())],
+            body: self.problem_body(),
+        }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::MalformedJson(_)
+            | ApiError::InvalidParameter(_)
+            | ApiError::InvalidIdempotencyKey(_)
+            | ApiError::IdempotencyKeyMissing => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::NotFound { .. } | ApiError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::IdempotencyKeyInUse { .. } | ApiError::InvalidState { .. } => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Validation(_) | ApiError::IdempotencyKeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        match self {
+            ApiError::Internal(cause) => tracing::error!(error = ?cause, "internal error"),
+            ApiError::Unavailable(cause) => {
+                tracing::warn!(error = ?cause, "dependency unavailable")
+            }
+            _ => {}
+        }
+        let mut response = HttpResponse::build(self.status_code());
+        response.insert_header((header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON)));
+        match self {
+            ApiError::Unauthorized(_) => {
+                response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
+            }
+            ApiError::MethodNotAllowed { allowed } => {
+                response.insert_header((header::ALLOW, *allowed));
+            }
+            ApiError::IdempotencyKeyInUse { retry_after_secs, .. } => {
+                response.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));
+            }
+            ApiError::Unavailable(_) => {
+                response.insert_header((header::RETRY_AFTER, "1"));
+            }
+            _ => {}
+        }
+        response.body(self.problem_body())
+    }
+}
+
+/// Database errors: a lost connection is the database being away (503, retry later); anything
+/// else is unexpected (500).
+impl From<diesel::result::Error> for ApiError {
+    fn from(error: diesel::result::Error) -> Self {
+        use diesel::result::{DatabaseErrorKind, Error};
+        match error {
+            Error::DatabaseError(DatabaseErrorKind::ClosedConnection, _) => {
+                ApiError::Unavailable(error.into())
+            }
+            other => ApiError::Internal(other.into()),
+        }
+    }
+}
+
+/// Pool errors: no connection within the acquire timeout, or none could be opened.
+impl From<crate::db::PoolRunError> for ApiError {
+    fn from(error: crate::db::PoolRunError) -> Self {
+        ApiError::Unavailable(anyhow::anyhow!("database pool: {error}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn problem_documents_carry_type_title_status_detail() {
+        let error = ApiError::InvalidState {
+            resource: "order",
+            id: Uuid::nil(),
+            current: "paid".into(),
+            action: "cancelled",
+        };
+        let body: Value = serde_json::from_slice(&error.problem_body()).unwrap();
+        assert_eq!(body["type"], "invalid-state");
+        assert_eq!(body["status"], 409);
+        assert_eq!(body["current_state"], "paid");
+        assert_eq!(body["detail"], format!("order {} is paid; it cannot be cancelled", Uuid::nil()));
+    }
+
+    #[test]
+    fn internal_causes_stay_out_of_the_body() {
+        let error = ApiError::Internal(anyhow::anyhow!("password=hunter2 relation does not exist"));
+        let body = String::from_utf8(error.problem_body()).unwrap();
+        assert!(!body.contains("hunter2"), "{body}");
+        assert!(body.contains("internal-error"));
+    }
+}

@@ -1,0 +1,48 @@
+//! Authentication: `Authorization: Bearer sk_...` to the account it belongs to.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use actix_web::dev::Payload;
+use actix_web::http::header::AUTHORIZATION;
+use actix_web::{FromRequest, HttpRequest, web};
+
+use crate::accounts::{self, Account};
+use crate::app::AppState;
+use crate::error::ApiError;
+
+/// The authenticated caller. Every query a handler makes is scoped by `account.id`.
+#[derive(Debug, Clone)]
+pub struct Authenticated(pub Account);
+
+impl FromRequest for Authenticated {
+    type Error = ApiError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, ApiError>>>>;
+
+    fn from_request(request: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let state = request.app_data::<web::Data<AppState>>().cloned();
+        let token = bearer_token(request).map(str::to_owned);
+        Box::pin(async move {
+            let state = state.ok_or_else(|| ApiError::Internal(anyhow::anyhow!("no AppState")))?;
+            let token = token?;
+            let mut conn = state.pool.get().await?;
+            accounts::find_by_api_key(&mut conn, &token)
+                .await?
+                .map(Authenticated)
+                .ok_or(ApiError::Unauthorized("the API key is not valid"))
+        })
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive).
+fn bearer_token(request: &HttpRequest) -> Result<&str, ApiError> {
+    let missing = ApiError::Unauthorized("send your API key as Authorization: Bearer sk_...");
+    let value = request.headers().get(AUTHORIZATION).ok_or(missing)?;
+    let value = value.to_str().map_err(|_| ApiError::Unauthorized("the API key is not valid"))?;
+    match value.split_once(' ') {
+        Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() => {
+            Ok(token.trim())
+        }
+        _ => Err(ApiError::Unauthorized("send your API key as Authorization: Bearer sk_...")),
+    }
+}

@@ -1,0 +1,40 @@
+//! Liveness, readiness and the published API description.
+
+use std::time::Duration;
+
+use actix_web::{HttpResponse, web};
+use diesel_async::RunQueryDsl;
+use serde_json::json;
+
+use crate::app::AppState;
+use crate::error::ApiError;
+
+/// The OpenAPI document, compiled in so the binary always serves the spec it implements.
+pub const OPENAPI_YAML: &str = include_str!("../../openapi.yaml");
+
+/// `GET /healthz`: the process is up and serving.
+pub async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(json!({ "status": "ok" }))
+}
+
+/// `GET /readyz`: the database answers; 503 otherwise, so a load balancer stops sending traffic.
+pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let check = async {
+        let mut conn = state.pool.get().await?;
+        diesel::sql_query("SELECT 1").execute(&mut conn).await?;
+        Ok::<_, ApiError>(())
+    };
+    match tokio::time::timeout(Duration::from_secs(2), check).await {
+        Ok(Ok(())) => Ok(HttpResponse::Ok().json(json!({ "status": "ready" }))),
+        Ok(Err(ApiError::Internal(cause) | ApiError::Unavailable(cause))) => {
+            Err(ApiError::Unavailable(cause))
+        }
+        Ok(Err(other)) => Err(other),
+        Err(_elapsed) => Err(ApiError::Unavailable(anyhow::anyhow!("database check timed out"))),
+    }
+}
+
+/// `GET /openapi.yaml`
+pub async fn openapi() -> HttpResponse {
+    HttpResponse::Ok().content_type("application/yaml").body(OPENAPI_YAML)
+}

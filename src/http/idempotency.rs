@@ -1,0 +1,94 @@
+//! The `Idempotency-Key` request header and how keyed answers go back to the client.
+
+use std::future::{Ready, ready};
+
+use actix_web::dev::Payload;
+use actix_web::http::StatusCode;
+use actix_web::http::header::HeaderName;
+use actix_web::{FromRequest, HttpRequest, HttpResponse};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::error::ApiError;
+use crate::idempotency::{Execution, Fingerprint, IdempotencyKey, KeyError, KeyedRequest};
+
+pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
+
+/// The parsed `Idempotency-Key` header, if the request carried one. A malformed key is refused
+/// (400) before anything runs or is stored.
+#[derive(Debug, Clone)]
+pub struct IdempotencyHeader(pub Option<IdempotencyKey>);
+
+impl FromRequest for IdempotencyHeader {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, ApiError>>;
+
+    fn from_request(request: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let mut values = request.headers().get_all(IDEMPOTENCY_KEY);
+        let result = match (values.next(), values.next()) {
+            (None, _) => Ok(IdempotencyHeader(None)),
+            (Some(_), Some(_)) => {
+                Err(ApiError::InvalidIdempotencyKey("send one Idempotency-Key header, not several"))
+            }
+            (Some(value), None) => IdempotencyKey::parse(value.as_bytes())
+                .map(|key| IdempotencyHeader(Some(key)))
+                .map_err(|error| ApiError::InvalidIdempotencyKey(key_error_message(error))),
+        };
+        ready(result)
+    }
+}
+
+fn key_error_message(error: KeyError) -> &'static str {
+    match error {
+        KeyError::Empty => "the Idempotency-Key header is empty",
+        KeyError::TooLong => "the Idempotency-Key header is longer than 255 characters",
+        KeyError::InvalidCharacter => {
+            "the Idempotency-Key header may only contain printable ASCII characters (0x21-0x7E)"
+        }
+        KeyError::MalformedQuotedString => "the Idempotency-Key header is a malformed quoted string",
+    }
+}
+
+impl IdempotencyHeader {
+    /// Binds the key (if any) to this request: account, method, route and body fingerprint.
+    /// `required` refuses a request without a key (400 `idempotency-key-missing`).
+    pub fn bind(
+        &self,
+        account_id: Uuid,
+        request: &HttpRequest,
+        body: Option<&Value>,
+        required: bool,
+    ) -> Result<Option<KeyedRequest>, ApiError> {
+        let Some(key) = &self.0 else {
+            return if required { Err(ApiError::IdempotencyKeyMissing) } else { Ok(None) };
+        };
+        let method = request.method().as_str();
+        let route = request.path();
+        Ok(Some(KeyedRequest {
+            account_id,
+            key: key.clone(),
+            method: method.to_owned(),
+            route: route.to_owned(),
+            fingerprint: Fingerprint::of_request(method, route, body),
+        }))
+    }
+}
+
+/// The HTTP answer for an executed or replayed operation: the stored status, headers and body,
+/// plus `Idempotent-Replayed: true` on a replay. (The key itself is echoed by middleware.)
+pub fn respond(execution: Execution) -> HttpResponse {
+    let replayed = execution.is_replay();
+    let stored = match execution {
+        Execution::Executed(response) | Execution::Replayed(response) => response,
+    };
+    let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut response = HttpResponse::build(status);
+    for (name, value) in &stored.headers {
+        response.insert_header((name.as_str(), value.as_str()));
+    }
+    if replayed {
+        response.insert_header((IDEMPOTENT_REPLAYED, "true"));
+    }
+    response.body(stored.body)
+}

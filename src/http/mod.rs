@@ -1,0 +1,113 @@
+//! The HTTP surface: the only module that knows actix-web. Routes, extractors (authentication,
+//! `Idempotency-Key`, JSON bodies), request DTOs and response representations. Handlers turn
+//! requests into domain calls and domain results into responses; they never build SQL.
+
+pub mod auth;
+pub mod body;
+pub mod health;
+pub mod idempotency;
+pub mod orders;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::StatusCode;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::middleware::{ErrorHandlerResponse, Next};
+use actix_web::{HttpRequest, HttpResponse, Resource, web};
+use serde_json::json;
+
+use crate::error::{ApiError, PROBLEM_JSON};
+
+/// Registers every route. Each resource answers an unsupported method with 405 and `Allow`.
+pub fn routes(config: &mut web::ServiceConfig) {
+    config
+        .service(resource("/orders", "GET, POST").post(orders::create).get(orders::list))
+        .service(resource("/orders/{id}", "GET").get(orders::get))
+        .service(resource("/orders/{id}/cancel", "POST").post(orders::cancel))
+        .service(resource("/healthz", "GET").get(health::healthz))
+        .service(resource("/readyz", "GET").get(health::readyz))
+        .service(resource("/openapi.yaml", "GET").get(health::openapi));
+}
+
+/// A resource whose unsupported methods answer 405 `method-not-allowed` with `Allow: allowed`.
+fn resource(path: &str, allowed: &'static str) -> Resource {
+    web::resource(path).default_service(web::to(move || async move {
+        Err::<HttpResponse, _>(ApiError::MethodNotAllowed { allowed })
+    }))
+}
+
+/// The app's default service: no route matched.
+pub async fn route_not_found(request: HttpRequest) -> Result<HttpResponse, ApiError> {
+    Err(ApiError::RouteNotFound { path: request.path().to_owned() })
+}
+
+/// Echoes the request's `Idempotency-Key` on every response to a request that carried one,
+/// whether it succeeded, was replayed or failed.
+pub async fn echo_idempotency_key(
+    request: ServiceRequest,
+    next: Next<impl MessageBody>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let key = request.headers().get(idempotency::IDEMPOTENCY_KEY).cloned();
+    let mut response = next.call(request).await?;
+    if let Some(key) = key {
+        response.headers_mut().insert(idempotency::IDEMPOTENCY_KEY, key);
+    }
+    Ok(response)
+}
+
+/// Turns any error response that is not already problem+json (actix's own: a failed extractor,
+/// a timeout) into one, so that every error a client sees has the same shape.
+pub fn problem_for_foreign_errors<B>(
+    response: ServiceResponse<B>,
+) -> actix_web::Result<ErrorHandlerResponse<B>> {
+    let is_problem = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|value| value.as_bytes() == PROBLEM_JSON.as_bytes());
+    if is_problem {
+        return Ok(ErrorHandlerResponse::Response(response.map_into_left_body()));
+    }
+    let status = response.status();
+    if let Some(error) = response.response().error()
+        && status.is_server_error()
+    {
+        tracing::error!(error = %error, %status, "unhandled error");
+    }
+    let (request, old) = response.into_parts();
+    let mut problem = HttpResponse::build(status);
+    for (name, value) in old.headers() {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            problem.append_header((name.clone(), value.clone()));
+        }
+    }
+    let body = foreign_problem_body(status);
+    problem.insert_header((header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON)));
+    let response = ServiceResponse::new(request, problem.body(body)).map_into_right_body::<B>();
+    Ok(ErrorHandlerResponse::Response(response))
+}
+
+fn foreign_problem_body(status: StatusCode) -> Vec<u8> {
+    let problem_type = match status {
+        StatusCode::BAD_REQUEST => "bad-request",
+        StatusCode::NOT_FOUND => "route-not-found",
+        StatusCode::METHOD_NOT_ALLOWED => "method-not-allowed",
+        StatusCode::REQUEST_TIMEOUT => "request-timeout",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload-too-large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported-media-type",
+        status if status.is_server_error() => "internal-error",
+        _ => "about:blank",
+    };
+    let title = status.canonical_reason().unwrap_or("Error");
+    let detail = if status.is_server_error() {
+        "the server failed to handle the request".to_owned()
+    } else {
+        format!("the request could not be handled: {title}")
+    };
+    serde_json::to_vec(&json!({
+        "type": problem_type,
+        "title": title,
+        "status": status.as_u16(),
+        "detail": detail,
+    }))
+    .unwrap_or_default()
+}

@@ -1,0 +1,335 @@
+//! `/orders`: request DTOs, their validation, the order representation and the handlers.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+use validator::{Validate, ValidationError, ValidationErrors, ValidationErrorsKind};
+
+use super::auth::Authenticated;
+use super::body::{self, JsonBody, OptionalJsonBody};
+use super::idempotency::{IdempotencyHeader, respond};
+use crate::app::AppState;
+use crate::error::{ApiError, FieldError};
+use crate::idempotency::StoredResponse;
+use crate::money::{Amount, Currency};
+use crate::orders::{LineItem, Metadata, NewLineItem, NewOrder, Order, PlaceError, Quantity, Sku, service};
+
+/// `POST /orders` body.
+#[derive(Debug, Deserialize, Validate)]
+#[serde(deny_unknown_fields)]
+pub struct CreateOrderRequest {
+    currency: String,
+    #[validate(length(min = 1, max = 100, message = "must list 1 to 100 items"), nested)]
+    items: Vec<OrderItemRequest>,
+    #[validate(
+        length(min = 1, max = 255, message = "must be 1 to 255 characters"),
+        custom(function = "no_control_characters")
+    )]
+    customer_id: Option<String>,
+    #[validate(custom(function = "valid_metadata"))]
+    metadata: Option<BTreeMap<String, String>>,
+}
+
+// Serialize: validator's `length` check on the parent list records the value it measured.
+#[derive(Debug, Deserialize, Serialize, Validate)]
+#[serde(deny_unknown_fields)]
+pub struct OrderItemRequest {
+    #[validate(length(min = 1, max = 64, message = "must be 1 to 64 characters"))]
+    sku: String,
+    #[validate(range(min = 1, max = 10000, message = "must be 1 to 10000"))]
+    quantity: i64,
+    /// A decimal string (`"12.50"`) or a JSON number, taken as its exact text.
+    unit_price: Value,
+}
+
+/// `POST /orders/{id}/cancel` body: nothing, or an empty object.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelOrderRequest {}
+
+/// `GET /orders` query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListOrdersQuery {
+    limit: Option<String>,
+    starting_after: Option<String>,
+}
+
+fn no_control_characters(text: &str) -> Result<(), ValidationError> {
+    if text.chars().any(char::is_control) {
+        return Err(message("must not contain control characters"));
+    }
+    Ok(())
+}
+
+/// Metadata limits, as Stripe's: at most 50 keys, keys 1 to 40 characters, values up to 500.
+fn valid_metadata(metadata: &BTreeMap<String, String>) -> Result<(), ValidationError> {
+    if metadata.len() > 50 {
+        return Err(message("must have at most 50 keys"));
+    }
+    for (key, value) in metadata {
+        if !(1..=40).contains(&key.chars().count()) {
+            return Err(message("keys must be 1 to 40 characters"));
+        }
+        if value.chars().count() > 500 {
+            return Err(message("values must be at most 500 characters"));
+        }
+        if key.contains('\0') || value.contains('\0') {
+            return Err(message("must not contain NUL characters"));
+        }
+    }
+    Ok(())
+}
+
+fn message(text: &'static str) -> ValidationError {
+    ValidationError::new("invalid").with_message(Cow::Borrowed(text))
+}
+
+/// validator's nested error tree as a flat list of `path: message`, sorted by path.
+fn flatten(errors: &ValidationErrors, prefix: &str, out: &mut Vec<FieldError>) {
+    for (field, kind) in errors.errors() {
+        let path = if prefix.is_empty() { field.to_string() } else { format!("{prefix}.{field}") };
+        match kind {
+            ValidationErrorsKind::Field(field_errors) => {
+                for error in field_errors {
+                    let text = error.message.clone().unwrap_or(Cow::Borrowed("is invalid"));
+                    out.push(FieldError::new(path.clone(), text));
+                }
+            }
+            ValidationErrorsKind::Struct(nested) => flatten(nested, &path, out),
+            ValidationErrorsKind::List(items) => {
+                for (index, nested) in items {
+                    flatten(nested, &format!("{path}[{index}]"), out);
+                }
+            }
+        }
+    }
+}
+
+/// The text of a money field: a string as is, a number as its exact JSON text.
+fn decimal_text(value: &Value) -> Option<Cow<'_, str>> {
+    match value {
+        Value::String(text) => Some(Cow::Borrowed(text)),
+        Value::Number(number) => Some(Cow::Owned(number.to_string())),
+        _ => None,
+    }
+}
+
+/// Parses a `POST /orders` body into a valid [`NewOrder`], reporting every invalid field at once.
+fn parse_new_order(body: Value) -> Result<NewOrder, ApiError> {
+    let request: CreateOrderRequest = body::deserialize(body)?;
+    let mut errors = Vec::new();
+    if let Err(validation) = request.validate() {
+        flatten(&validation, "", &mut errors);
+    }
+    let currency = Currency::parse(&request.currency)
+        .map_err(|error| errors.push(FieldError::new("currency", error)))
+        .ok();
+    let mut items = Vec::with_capacity(request.items.len());
+    for (index, item) in request.items.iter().enumerate() {
+        let field = |name: &str| format!("items[{index}].{name}");
+        let sku = Sku::parse(&item.sku).map_err(|e| errors.push(FieldError::new(field("sku"), e)));
+        let quantity = u32::try_from(item.quantity)
+            .map_err(|_| "must be 1 to 10000")
+            .and_then(Quantity::new)
+            .map_err(|e| errors.push(FieldError::new(field("quantity"), e)));
+        let unit_price = match (decimal_text(&item.unit_price), currency) {
+            (None, _) => Err("must be a decimal string such as \"12.50\"".to_owned()),
+            (Some(text), Some(currency)) => Amount::parse(&text, currency).map_err(|e| e.to_string()),
+            // Without a valid currency the price's precision cannot be checked; the currency
+            // error is already reported.
+            (Some(_), None) => Err(String::new()),
+        }
+        .map_err(|message| {
+            if !message.is_empty() {
+                errors.push(FieldError::new(field("unit_price"), message));
+            }
+        });
+        if let (Ok(sku), Ok(quantity), Ok(unit_price)) = (sku, quantity, unit_price) {
+            items.push(NewLineItem { sku, quantity, unit_price });
+        }
+    }
+    errors.sort_by(|a, b| a.field.cmp(&b.field));
+    errors.dedup();
+    match currency {
+        Some(currency) if errors.is_empty() => Ok(NewOrder {
+            currency,
+            items,
+            customer_id: request.customer_id,
+            metadata: request.metadata.unwrap_or_default(),
+        }),
+        _ => Err(ApiError::Validation(errors)),
+    }
+}
+
+fn place_error(error: PlaceError) -> ApiError {
+    let field = match &error {
+        PlaceError::LineAmount { line, .. } => format!("items[{line}].unit_price"),
+        PlaceError::Total(_) => "items".to_owned(),
+    };
+    ApiError::Validation(vec![FieldError::new(field, error)])
+}
+
+/// The public representation of an order.
+#[derive(Serialize)]
+struct OrderResource<'a> {
+    id: Uuid,
+    object: &'static str,
+    status: &'static str,
+    currency: &'static str,
+    total_amount: Amount,
+    items: Vec<ItemResource<'a>>,
+    customer_id: Option<&'a str>,
+    metadata: &'a Metadata,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+#[derive(Serialize)]
+struct ItemResource<'a> {
+    sku: &'a str,
+    quantity: u32,
+    unit_price: Amount,
+    amount: Amount,
+}
+
+impl<'a> From<&'a Order> for OrderResource<'a> {
+    fn from(order: &'a Order) -> Self {
+        OrderResource {
+            id: order.id,
+            object: "order",
+            status: order.status.as_str(),
+            currency: order.currency.code(),
+            total_amount: order.total_amount,
+            items: order.items.iter().map(ItemResource::from).collect(),
+            customer_id: order.customer_id.as_deref(),
+            metadata: &order.metadata,
+            created_at: order.created_at,
+            updated_at: order.updated_at,
+        }
+    }
+}
+
+impl<'a> From<&'a LineItem> for ItemResource<'a> {
+    fn from(item: &'a LineItem) -> Self {
+        ItemResource {
+            sku: item.sku.as_str(),
+            quantity: item.quantity.get(),
+            unit_price: item.unit_price,
+            amount: item.amount,
+        }
+    }
+}
+
+fn json_bytes(value: &impl Serialize) -> Vec<u8> {
+    // Serialising our own plain structs cannot fail.
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+fn order_response(status: StatusCode, order: &Order) -> StoredResponse {
+    StoredResponse::json(status.as_u16(), json_bytes(&OrderResource::from(order)))
+}
+
+fn parse_order_id(raw: &str) -> Result<Uuid, ApiError> {
+    // A malformed id names no order: the same 404 as an unknown one.
+    Uuid::try_parse(raw).map_err(|_| ApiError::NotFound { resource: "order", id: raw.to_owned() })
+}
+
+/// `POST /orders`
+pub async fn create(
+    state: web::Data<AppState>,
+    Authenticated(account): Authenticated,
+    key: IdempotencyHeader,
+    request: HttpRequest,
+    JsonBody(body): JsonBody,
+) -> Result<HttpResponse, ApiError> {
+    let settings = &state.settings;
+    let keyed = key.bind(account.id, &request, Some(&body), settings.require_idempotency_key)?;
+    let new_order = parse_new_order(body)?;
+    let order = Order::place(account.id, new_order, Utc::now()).map_err(place_error)?;
+    let response =
+        order_response(StatusCode::CREATED, &order).with_header("location", format!("/orders/{}", order.id));
+    let execution =
+        service::create(&state.pool, &order, keyed.as_ref(), &response, settings.idempotency_retention)
+            .await?;
+    Ok(respond(execution))
+}
+
+/// `GET /orders/{id}`
+pub async fn get(
+    state: web::Data<AppState>,
+    Authenticated(account): Authenticated,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let order = service::get(&state.pool, account.id, parse_order_id(&id)?).await?;
+    Ok(HttpResponse::Ok().json(OrderResource::from(&order)))
+}
+
+/// `GET /orders?limit=&starting_after=`
+pub async fn list(
+    state: web::Data<AppState>,
+    Authenticated(account): Authenticated,
+    request: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let query = web::Query::<ListOrdersQuery>::from_query(request.query_string())
+        .map_err(|error| ApiError::InvalidParameter(format!("invalid query string: {error}")))?
+        .into_inner();
+    let limit = match query.limit.as_deref() {
+        None => 10,
+        Some(text) => text
+            .parse::<i64>()
+            .ok()
+            .filter(|limit| (1..=100).contains(limit))
+            .ok_or_else(|| ApiError::InvalidParameter("limit must be an integer from 1 to 100".into()))?,
+    };
+    let starting_after = query
+        .starting_after
+        .as_deref()
+        .map(|text| {
+            Uuid::try_parse(text)
+                .map_err(|_| ApiError::InvalidParameter("starting_after must be an order id".into()))
+        })
+        .transpose()?;
+    let (orders, has_more) = service::list(&state.pool, account.id, limit, starting_after).await?;
+    #[derive(Serialize)]
+    struct Page<'a> {
+        object: &'static str,
+        data: Vec<OrderResource<'a>>,
+        has_more: bool,
+    }
+    let page = Page { object: "list", data: orders.iter().map(OrderResource::from).collect(), has_more };
+    Ok(HttpResponse::Ok().json(page))
+}
+
+/// `POST /orders/{id}/cancel`
+pub async fn cancel(
+    state: web::Data<AppState>,
+    Authenticated(account): Authenticated,
+    key: IdempotencyHeader,
+    request: HttpRequest,
+    id: web::Path<String>,
+    OptionalJsonBody(body): OptionalJsonBody,
+) -> Result<HttpResponse, ApiError> {
+    let settings = &state.settings;
+    let order_id = parse_order_id(&id)?;
+    let keyed = key.bind(account.id, &request, body.as_ref(), settings.require_idempotency_key)?;
+    if let Some(body) = body {
+        let CancelOrderRequest {} = body::deserialize(body)?;
+    }
+    let execution = service::cancel(
+        &state.pool,
+        account.id,
+        order_id,
+        keyed.as_ref(),
+        settings.idempotency_retention,
+        |order| order_response(StatusCode::OK, order),
+    )
+    .await?;
+    Ok(respond(execution))
+}

@@ -1,0 +1,14 @@
+//! orderpay: orders and payments over HTTP where every write is safe to retry.
+//!
+//! See README.md for the API and ../shared/design/ for the design this crate implements.
+
+pub mod accounts;
+pub mod app;
+pub mod config;
+pub mod db;
+pub mod error;
+pub mod http;
+pub mod idempotency;
+pub mod money;
+pub mod orders;
+pub mod telemetry;

@@ -1,0 +1,240 @@
+//! Order persistence: the only code that knows the `orders` and `order_items` tables.
+//!
+//! Every query is scoped by `account_id`. Status changes are guarded UPDATEs
+//! (`WHERE status = 'pending_payment'`), so two racing writers cannot both apply a transition.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::result::Error as DbError;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use rust_decimal::Decimal;
+use uuid::Uuid;
+
+use super::{LineItem, Metadata, Order, OrderStatus, Quantity, Sku};
+use crate::db::schema::{order_items, orders};
+use crate::money::{Amount, Currency};
+
+#[derive(Insertable)]
+#[diesel(table_name = orders)]
+struct NewOrderRow<'a> {
+    account_id: Uuid,
+    id: Uuid,
+    status: &'a str,
+    currency: &'a str,
+    total_amount: Decimal,
+    customer_id: Option<&'a str>,
+    metadata: serde_json::Value,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = order_items)]
+struct NewItemRow<'a> {
+    account_id: Uuid,
+    order_id: Uuid,
+    line_number: i16,
+    sku: &'a str,
+    quantity: i32,
+    unit_price: Decimal,
+    amount: Decimal,
+}
+
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = orders)]
+#[diesel(check_for_backend(diesel::pg::Pg))]
+struct OrderRow {
+    account_id: Uuid,
+    id: Uuid,
+    status: String,
+    currency: String,
+    total_amount: Decimal,
+    customer_id: Option<String>,
+    metadata: serde_json::Value,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = order_items)]
+#[diesel(check_for_backend(diesel::pg::Pg))]
+struct ItemRow {
+    order_id: Uuid,
+    sku: String,
+    quantity: i32,
+    unit_price: Decimal,
+    amount: Decimal,
+}
+
+/// A row that does not decode into a valid order is a bug or tampering, never client input.
+fn corrupt(what: impl Into<String>) -> DbError {
+    DbError::DeserializationError(what.into().into())
+}
+
+impl OrderRow {
+    fn into_order(self, items: Vec<ItemRow>) -> QueryResult<Order> {
+        let currency =
+            Currency::parse(&self.currency).map_err(|e| corrupt(format!("order currency: {e}")))?;
+        let amount = |value: Decimal| {
+            Amount::from_decimal(value, currency).map_err(|e| corrupt(format!("order amount: {e}")))
+        };
+        let items = items
+            .into_iter()
+            .map(|item| {
+                Ok(LineItem {
+                    sku: Sku::parse(&item.sku).map_err(corrupt)?,
+                    quantity: u32::try_from(item.quantity)
+                        .ok()
+                        .and_then(|q| Quantity::new(q).ok())
+                        .ok_or_else(|| corrupt("order item quantity"))?,
+                    unit_price: amount(item.unit_price)?,
+                    amount: amount(item.amount)?,
+                })
+            })
+            .collect::<QueryResult<Vec<_>>>()?;
+        Ok(Order {
+            id: self.id,
+            account_id: self.account_id,
+            status: OrderStatus::parse(&self.status).ok_or_else(|| corrupt("order status"))?,
+            currency,
+            total_amount: amount(self.total_amount)?,
+            customer_id: self.customer_id,
+            metadata: serde_json::from_value::<Metadata>(self.metadata)
+                .map_err(|e| corrupt(format!("order metadata: {e}")))?,
+            items,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        })
+    }
+}
+
+/// Inserts an order and its items.
+pub async fn insert(conn: &mut AsyncPgConnection, order: &Order) -> QueryResult<()> {
+    let metadata = serde_json::to_value(&order.metadata).map_err(|e| corrupt(e.to_string()))?;
+    diesel::insert_into(orders::table)
+        .values(NewOrderRow {
+            account_id: order.account_id,
+            id: order.id,
+            status: order.status.as_str(),
+            currency: order.currency.code(),
+            total_amount: order.total_amount.value(),
+            customer_id: order.customer_id.as_deref(),
+            metadata,
+            created_at: order.created_at,
+            updated_at: order.updated_at,
+        })
+        .execute(conn)
+        .await?;
+    let items: Vec<NewItemRow> = order
+        .items
+        .iter()
+        .enumerate()
+        .map(|(line, item)| NewItemRow {
+            account_id: order.account_id,
+            order_id: order.id,
+            // At most 100 lines: validated before an order exists.
+            line_number: line as i16,
+            sku: item.sku.as_str(),
+            quantity: item.quantity.get() as i32,
+            unit_price: item.unit_price.value(),
+            amount: item.amount.value(),
+        })
+        .collect();
+    diesel::insert_into(order_items::table).values(&items).execute(conn).await?;
+    Ok(())
+}
+
+async fn load_items(
+    conn: &mut AsyncPgConnection,
+    account_id: Uuid,
+    order_ids: &[Uuid],
+) -> QueryResult<HashMap<Uuid, Vec<ItemRow>>> {
+    let rows: Vec<ItemRow> = order_items::table
+        .filter(order_items::account_id.eq(account_id))
+        .filter(order_items::order_id.eq_any(order_ids))
+        .order((order_items::order_id, order_items::line_number))
+        .select(ItemRow::as_select())
+        .load(conn)
+        .await?;
+    let mut by_order: HashMap<Uuid, Vec<ItemRow>> = HashMap::with_capacity(order_ids.len());
+    for row in rows {
+        by_order.entry(row.order_id).or_default().push(row);
+    }
+    Ok(by_order)
+}
+
+/// One order of the account, with its items.
+pub async fn find(conn: &mut AsyncPgConnection, account_id: Uuid, id: Uuid) -> QueryResult<Option<Order>> {
+    let row: Option<OrderRow> =
+        orders::table.find((account_id, id)).select(OrderRow::as_select()).first(conn).await.optional()?;
+    let Some(row) = row else { return Ok(None) };
+    let mut items = load_items(conn, account_id, &[id]).await?;
+    row.into_order(items.remove(&id).unwrap_or_default()).map(Some)
+}
+
+/// A page of the account's orders, newest first (UUIDv7 ids sort by creation time), strictly
+/// older than `starting_after` when given. Returns the page and whether more follow.
+pub async fn list(
+    conn: &mut AsyncPgConnection,
+    account_id: Uuid,
+    limit: i64,
+    starting_after: Option<Uuid>,
+) -> QueryResult<(Vec<Order>, bool)> {
+    let mut query = orders::table.filter(orders::account_id.eq(account_id)).into_boxed();
+    if let Some(cursor) = starting_after {
+        query = query.filter(orders::id.lt(cursor));
+    }
+    let mut rows: Vec<OrderRow> =
+        query.order(orders::id.desc()).limit(limit + 1).select(OrderRow::as_select()).load(conn).await?;
+    let has_more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    let ids: Vec<Uuid> = rows.iter().map(|row| row.id).collect();
+    let mut items = load_items(conn, account_id, &ids).await?;
+    let orders = rows
+        .into_iter()
+        .map(|row| {
+            let order_items = items.remove(&row.id).unwrap_or_default();
+            row.into_order(order_items)
+        })
+        .collect::<QueryResult<Vec<_>>>()?;
+    Ok((orders, has_more))
+}
+
+/// Locks the order row for the rest of the transaction and returns its status: the one place
+/// where a status change and the checks that precede it are serialised.
+pub async fn lock_status(
+    conn: &mut AsyncPgConnection,
+    account_id: Uuid,
+    id: Uuid,
+) -> QueryResult<Option<OrderStatus>> {
+    let status: Option<String> = orders::table
+        .find((account_id, id))
+        .select(orders::status)
+        .for_update()
+        .first(conn)
+        .await
+        .optional()?;
+    status.map(|status| OrderStatus::parse(&status).ok_or_else(|| corrupt("order status"))).transpose()
+}
+
+/// Moves an order from `from` to `to` if, and only if, it is still in `from`. Returns whether
+/// this call made the change.
+pub async fn transition(
+    conn: &mut AsyncPgConnection,
+    account_id: Uuid,
+    id: Uuid,
+    from: OrderStatus,
+    to: OrderStatus,
+    now: DateTime<Utc>,
+) -> QueryResult<bool> {
+    let updated = diesel::update(orders::table)
+        .filter(orders::account_id.eq(account_id))
+        .filter(orders::id.eq(id))
+        .filter(orders::status.eq(from.as_str()))
+        .set((orders::status.eq(to.as_str()), orders::updated_at.eq(now)))
+        .execute(conn)
+        .await?;
+    Ok(updated == 1)
+}

@@ -1,0 +1,103 @@
+//! Order use cases, each one database transaction: the order writes and the idempotency record
+//! commit together or not at all (the product's central invariant).
+
+use std::time::Duration;
+
+use chrono::Utc;
+use diesel_async::AsyncConnection;
+use uuid::Uuid;
+
+use super::{Order, OrderStatus, repository};
+use crate::db::Pool;
+use crate::error::ApiError;
+use crate::idempotency::store::{self, Claim, ClaimAs};
+use crate::idempotency::{Execution, KeyedRequest, StoredResponse};
+
+/// Stores a placed order. `response` is its answer, rendered before the transaction (every field
+/// is known once the order is placed), so with a key the key row is written already completed:
+/// claim, order and items, no follow-up update.
+pub async fn create(
+    pool: &Pool,
+    order: &Order,
+    keyed: Option<&KeyedRequest>,
+    response: &StoredResponse,
+    retention: Duration,
+) -> Result<Execution, ApiError> {
+    let mut conn = pool.get().await?;
+    conn.transaction(async |conn| {
+        if let Some(request) = keyed {
+            let claim_as = ClaimAs::Completed { response, resource_id: Some(order.id) };
+            if let Claim::Existing(record) =
+                store::claim(conn, request, claim_as, retention, Utc::now()).await?
+            {
+                return store::replay_local(&record, request, Utc::now());
+            }
+        }
+        repository::insert(conn, order).await?;
+        Ok(Execution::Executed(response.clone()))
+    })
+    .await
+}
+
+/// Cancels a `pending_payment` order. Any other state is a final answer too (409
+/// `invalid-state`, stored with the key); an unknown order is a 404 and is not stored.
+pub async fn cancel(
+    pool: &Pool,
+    account_id: Uuid,
+    order_id: Uuid,
+    keyed: Option<&KeyedRequest>,
+    retention: Duration,
+    render: impl Fn(&Order) -> StoredResponse + Send + Sync,
+) -> Result<Execution, ApiError> {
+    let mut conn = pool.get().await?;
+    conn.transaction(async |conn| {
+        if let Some(request) = keyed {
+            let claim_as = ClaimAs::InProgress { lease: None, resource_id: Some(order_id) };
+            if let Claim::Existing(record) =
+                store::claim(conn, request, claim_as, retention, Utc::now()).await?
+            {
+                return store::replay_local(&record, request, Utc::now());
+            }
+        }
+        let not_found = || ApiError::NotFound { resource: "order", id: order_id.to_string() };
+        let status = repository::lock_status(conn, account_id, order_id).await?.ok_or_else(not_found)?;
+        let response = if status == OrderStatus::PendingPayment {
+            let now = Utc::now();
+            repository::transition(conn, account_id, order_id, status, OrderStatus::Cancelled, now).await?;
+            let order = repository::find(conn, account_id, order_id).await?.ok_or_else(not_found)?;
+            render(&order)
+        } else {
+            ApiError::InvalidState {
+                resource: "order",
+                id: order_id,
+                current: status.to_string(),
+                action: "cancelled",
+            }
+            .to_stored_response()
+        };
+        if let Some(request) = keyed {
+            store::complete(conn, request, &response, Some(order_id)).await?;
+        }
+        Ok(Execution::Executed(response))
+    })
+    .await
+}
+
+/// One order of the account.
+pub async fn get(pool: &Pool, account_id: Uuid, order_id: Uuid) -> Result<Order, ApiError> {
+    let mut conn = pool.get().await?;
+    repository::find(&mut conn, account_id, order_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound { resource: "order", id: order_id.to_string() })
+}
+
+/// A page of the account's orders, newest first.
+pub async fn list(
+    pool: &Pool,
+    account_id: Uuid,
+    limit: i64,
+    starting_after: Option<Uuid>,
+) -> Result<(Vec<Order>, bool), ApiError> {
+    let mut conn = pool.get().await?;
+    Ok(repository::list(&mut conn, account_id, limit, starting_after).await?)
+}

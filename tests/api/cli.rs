@@ -1,0 +1,50 @@
+//! The `orderpay` binary's own commands.
+
+use std::process::Command;
+
+use crate::helpers::spawn_app;
+
+const BIN: &str = env!("CARGO_BIN_EXE_orderpay");
+
+#[tokio::test]
+async fn accounts_create_prints_the_key_once_and_stores_only_its_hash() {
+    let app = spawn_app().await;
+    let output = Command::new(BIN)
+        .args(["accounts", "create", "cli shop"])
+        .env("DATABASE_URL", &app.database_url)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("orderpay runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let key = String::from_utf8(output.stdout).unwrap().trim().to_owned();
+    assert!(key.starts_with("sk_") && key.len() == 67, "{key}");
+    assert!(!String::from_utf8_lossy(&output.stderr).contains(&key), "the key is printed once");
+
+    let with_key_hash = app
+        .count(&format!(
+            "SELECT count(*) AS count FROM accounts WHERE name = 'cli shop' AND api_key_hash = sha256('{key}'::bytea)"
+        ))
+        .await;
+    assert_eq!(with_key_hash, 1);
+    let response = app.client.get(app.url("/orders")).bearer_auth(&key).send().await.unwrap();
+    assert_eq!(response.status(), 200, "the printed key authenticates");
+}
+
+#[test]
+fn serve_help_lists_every_setting() {
+    let output = Command::new(BIN).args(["serve", "--help"]).output().expect("orderpay runs");
+    let help = String::from_utf8(output.stdout).unwrap();
+    for variable in [
+        "DATABASE_URL",
+        "ORDERPAY_LISTEN",
+        "ORDERPAY_DB_POOL_SIZE",
+        "ORDERPAY_DB_ACQUIRE_TIMEOUT_MS",
+        "ORDERPAY_WORKERS",
+        "ORDERPAY_REQUIRE_IDEMPOTENCY_KEY",
+        "ORDERPAY_IDEMPOTENCY_TTL_SECS",
+        "ORDERPAY_SWEEP_INTERVAL_MS",
+        "ORDERPAY_SWEEP_BATCH_SIZE",
+    ] {
+        assert!(help.contains(variable), "{variable} missing from:\n{help}");
+    }
+}

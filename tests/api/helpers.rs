@@ -1,0 +1,253 @@
+//! `spawn_app()` and the helpers every test uses.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use diesel::sql_types::BigInt;
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use orderpay::app::Application;
+use orderpay::config::{ApiSettings, Settings};
+use orderpay::db::DatabaseConfig;
+use orderpay::idempotency::sweeper::SweeperConfig;
+use reqwest::{Method, RequestBuilder, Response};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+/// Test databases are named `orderpay_test_<unix seconds>_<id>`; ones older than this were left
+/// by a crashed run and are dropped when the next test starts.
+const STALE_AFTER_SECS: u64 = 3600;
+
+/// The server the tests use: `TEST_DATABASE_URL`, else `DATABASE_URL`, else the local default.
+/// Only its host, port and credentials matter; every test makes its own database there.
+pub fn server_url() -> String {
+    std::env::var("TEST_DATABASE_URL")
+        .or_else(|_| std::env::var("DATABASE_URL"))
+        .unwrap_or_else(|_| orderpay::config::DEFAULT_DATABASE_URL.to_owned())
+}
+
+fn url_with_database(name: &str) -> String {
+    let mut url = url::Url::parse(&server_url()).expect("database URL");
+    url.set_path(&format!("/{name}"));
+    url.to_string()
+}
+
+pub struct TestApp {
+    pub address: String,
+    pub client: reqwest::Client,
+    pub api_key: String,
+    pub account_id: Uuid,
+    pub database_url: String,
+    database_name: String,
+    server: actix_web::dev::ServerHandle,
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+/// Spawns the app with settings adjusted by `configure`.
+pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
+    if std::env::var("TEST_LOG").is_ok() {
+        orderpay::telemetry::init();
+    }
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let database_name = format!("orderpay_test_{now}_{}", Uuid::now_v7().simple());
+    drop_stale_databases(now).await;
+    let database_url = url_with_database(&database_name);
+    let mut settings = Settings {
+        database: DatabaseConfig {
+            url: database_url.clone(),
+            pool_size: 4,
+            acquire_timeout: Duration::from_secs(5),
+        },
+        listen: "127.0.0.1:0".to_owned(),
+        workers: 2,
+        api: ApiSettings {
+            require_idempotency_key: false,
+            idempotency_retention: Duration::from_secs(86_400),
+        },
+        sweeper: SweeperConfig { interval: Duration::from_secs(3600), batch_size: 1000 },
+    };
+    configure(&mut settings);
+    let app = Application::build(settings).await.expect("the app builds");
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let server = app.server_handle();
+    tokio::spawn(app.run_until_stopped());
+
+    let mut test_app = TestApp {
+        address,
+        client: reqwest::Client::new(),
+        api_key: String::new(),
+        account_id: Uuid::nil(),
+        database_url,
+        database_name,
+        server,
+    };
+    let (account_id, api_key) = test_app.create_account("test account").await;
+    test_app.account_id = account_id;
+    test_app.api_key = api_key;
+    test_app
+}
+
+async fn drop_stale_databases(now: u64) {
+    let Ok(mut admin) = AsyncPgConnection::establish(&url_with_database("postgres")).await else {
+        return;
+    };
+    #[derive(diesel::QueryableByName)]
+    struct Name {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        datname: String,
+    }
+    let names: Vec<Name> =
+        diesel::sql_query("SELECT datname FROM pg_database WHERE datname LIKE 'orderpay\\_test\\_%'")
+            .load(&mut admin)
+            .await
+            .unwrap_or_default();
+    for Name { datname } in names {
+        let created: Option<u64> = datname.split('_').nth(2).and_then(|s| s.parse().ok());
+        if created.is_some_and(|created| created + STALE_AFTER_SECS < now) {
+            let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS \"{datname}\" WITH (FORCE)"))
+                .execute(&mut admin)
+                .await;
+        }
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        // The stop command is sent when `stop` is called; its completion is not awaited here.
+        drop(self.server.stop(false));
+        // Drop the database from a thread of its own: Drop cannot await, and the test's runtime
+        // may be shutting down.
+        let name = self.database_name.clone();
+        let admin_url = url_with_database("postgres");
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+            runtime.block_on(async move {
+                let mut admin = AsyncPgConnection::establish(&admin_url).await.ok()?;
+                diesel::sql_query(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                    .execute(&mut admin)
+                    .await
+                    .ok()
+            })
+        })
+        .join();
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.address, path)
+    }
+
+    /// A request authenticated as the test account.
+    pub fn request(&self, method: Method, path: &str) -> RequestBuilder {
+        self.client.request(method, self.url(path)).bearer_auth(&self.api_key)
+    }
+
+    pub async fn post_order(&self, body: &Value, key: Option<&str>) -> Response {
+        self.post_order_as(&self.api_key, body, key).await
+    }
+
+    pub async fn post_order_as(&self, api_key: &str, body: &Value, key: Option<&str>) -> Response {
+        let mut request = self.client.post(self.url("/orders")).bearer_auth(api_key).json(body);
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        request.send().await.expect("POST /orders")
+    }
+
+    /// POST /orders with a raw body, as sent.
+    pub async fn post_order_raw(&self, body: &str, key: Option<&str>) -> Response {
+        let mut request = self
+            .request(Method::POST, "/orders")
+            .header("Content-Type", "application/json")
+            .body(body.to_owned());
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        request.send().await.expect("POST /orders")
+    }
+
+    pub async fn get_order(&self, id: &str) -> Response {
+        self.request(Method::GET, &format!("/orders/{id}")).send().await.expect("GET /orders/{id}")
+    }
+
+    pub async fn cancel_order(&self, id: &str, key: Option<&str>) -> Response {
+        let mut request = self.request(Method::POST, &format!("/orders/{id}/cancel"));
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        request.send().await.expect("POST /orders/{id}/cancel")
+    }
+
+    /// Creates another account in this test's database; returns its id and API key.
+    pub async fn create_account(&self, name: &str) -> (Uuid, String) {
+        let mut conn = self.db().await;
+        let (account, key) = orderpay::accounts::create(&mut conn, name).await.expect("account");
+        (account.id, key.reveal().to_owned())
+    }
+
+    /// A direct connection to this test's database, for checking what was stored.
+    pub async fn db(&self) -> AsyncPgConnection {
+        AsyncPgConnection::establish(&self.database_url).await.expect("test database")
+    }
+
+    pub async fn count(&self, sql: &str) -> i64 {
+        #[derive(diesel::QueryableByName)]
+        struct Count {
+            #[diesel(sql_type = BigInt)]
+            count: i64,
+        }
+        let mut conn = self.db().await;
+        diesel::sql_query(sql).get_result::<Count>(&mut conn).await.expect(sql).count
+    }
+
+    pub async fn execute(&self, sql: &str) {
+        let mut conn = self.db().await;
+        diesel::sql_query(sql).execute(&mut conn).await.expect(sql);
+    }
+
+    pub async fn orders_stored(&self) -> i64 {
+        self.count("SELECT count(*) AS count FROM orders").await
+    }
+
+    pub async fn keys_stored(&self) -> i64 {
+        self.count("SELECT count(*) AS count FROM idempotency_keys").await
+    }
+}
+
+/// A valid order body.
+pub fn order_body() -> Value {
+    json!({
+        "currency": "USD",
+        "items": [
+            { "sku": "tee-black-m", "quantity": 2, "unit_price": "19.99" },
+            { "sku": "mug", "quantity": 1, "unit_price": "8.50" }
+        ],
+        "customer_id": "cus_123",
+        "metadata": { "channel": "ios" }
+    })
+}
+
+/// A fresh idempotency key.
+pub fn new_key() -> String {
+    Uuid::now_v7().to_string()
+}
+
+/// The response's JSON body (panics on anything else).
+pub async fn json(response: Response) -> Value {
+    let text = response.text().await.expect("body");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// Asserts a problem+json response with the given status and type; returns its body.
+pub async fn assert_problem(response: Response, status: u16, problem_type: &str) -> Value {
+    assert_eq!(response.status().as_u16(), status, "status for {problem_type}");
+    let content_type = response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned());
+    assert_eq!(content_type.as_deref(), Some("application/problem+json"));
+    let body = json(response).await;
+    assert_eq!(body["type"], problem_type, "{body}");
+    assert_eq!(body["status"], status, "{body}");
+    assert!(body["title"].is_string() && body["detail"].is_string(), "{body}");
+    body
+}

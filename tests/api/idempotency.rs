@@ -1,0 +1,298 @@
+//! The idempotency contract of IDEMPOTENCY.md, line by line, as it applies to orders.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use futures::future::join_all;
+use serde_json::json;
+
+use crate::helpers::{assert_problem, json, new_key, order_body, spawn_app, spawn_app_with};
+
+#[tokio::test]
+async fn a_replay_returns_the_stored_answer_and_says_so() {
+    let app = spawn_app().await;
+    let key = new_key();
+    let first = app.post_order(&order_body(), Some(&key)).await;
+    assert_eq!(first.status(), 201);
+    assert_eq!(first.headers()["idempotency-key"], key.as_str());
+    assert!(first.headers().get("idempotent-replayed").is_none());
+    let first_location = first.headers()["location"].clone();
+    let first_body = first.text().await.unwrap();
+
+    let replay = app.post_order(&order_body(), Some(&key)).await;
+    assert_eq!(replay.status(), 201);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.headers()["idempotency-key"], key.as_str());
+    assert_eq!(replay.headers()["location"], first_location);
+    assert_eq!(replay.headers()["content-type"], "application/json");
+    assert_eq!(replay.text().await.unwrap(), first_body, "byte-identical body");
+    assert_eq!(app.orders_stored().await, 1);
+    assert_eq!(app.keys_stored().await, 1);
+}
+
+#[tokio::test]
+async fn a_reserialised_body_is_the_same_request() {
+    let app = spawn_app().await;
+    let key = new_key();
+    let compact = r#"{"currency":"USD","items":[{"sku":"a","quantity":1,"unit_price":"2.50"}],"metadata":{"x":"1","y":"2"}}"#;
+    let reordered = "{ \"metadata\": {\"y\":\"2\", \"x\":\"1\"},\n  \"items\": [ {\"unit_price\": \"2.50\", \"sku\": \"\\u0061\", \"quantity\": 1} ],\n  \"currency\": \"USD\" }";
+    let first = json(app.post_order_raw(compact, Some(&key)).await).await;
+    let replay = app.post_order_raw(reordered, Some(&key)).await;
+    assert_eq!(replay.status(), 201);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(json(replay).await["id"], first["id"]);
+    assert_eq!(app.orders_stored().await, 1);
+}
+
+#[tokio::test]
+async fn the_quoted_form_is_the_same_key() {
+    let app = spawn_app().await;
+    let key = new_key();
+    let first = json(app.post_order(&order_body(), Some(&key)).await).await;
+    let quoted = format!("\"{key}\"");
+    let replay = app.post_order(&order_body(), Some(&quoted)).await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.headers()["idempotency-key"], quoted.as_str());
+    assert_eq!(json(replay).await["id"], first["id"]);
+    assert_eq!(app.orders_stored().await, 1);
+}
+
+#[tokio::test]
+async fn the_same_key_with_another_body_is_refused_and_runs_nothing() {
+    let app = spawn_app().await;
+    let key = new_key();
+    assert_eq!(app.post_order(&order_body(), Some(&key)).await.status(), 201);
+    let mut other = order_body();
+    other["items"][0]["quantity"] = json!(3);
+    let refused = app.post_order(&other, Some(&key)).await;
+    assert_eq!(refused.headers()["idempotency-key"], key.as_str());
+    assert_problem(refused, 422, "idempotency-key-reused").await;
+    assert_eq!(app.orders_stored().await, 1);
+
+    // Numbers keep their exact text: 19.99 and 19.990 are different requests.
+    let number_key = new_key();
+    let mut as_number = order_body();
+    as_number["items"][0]["unit_price"] = serde_json::from_str("19.99").unwrap();
+    assert_eq!(app.post_order(&as_number, Some(&number_key)).await.status(), 201);
+    as_number["items"][0]["unit_price"] = serde_json::from_str("19.990").unwrap();
+    assert_problem(app.post_order(&as_number, Some(&number_key)).await, 422, "idempotency-key-reused").await;
+    assert_eq!(app.orders_stored().await, 2);
+}
+
+#[tokio::test]
+async fn the_same_key_on_another_route_is_refused() {
+    let app = spawn_app().await;
+    let key = new_key();
+    let order = json(app.post_order(&order_body(), Some(&key)).await).await;
+    let refused = app.cancel_order(order["id"].as_str().unwrap(), Some(&key)).await;
+    let problem = assert_problem(refused, 422, "idempotency-key-reused").await;
+    assert!(problem["detail"].as_str().unwrap().contains("POST /orders"), "{problem}");
+    assert_eq!(json(app.get_order(order["id"].as_str().unwrap()).await).await["status"], "pending_payment");
+}
+
+#[tokio::test]
+async fn twenty_concurrent_copies_create_one_order() {
+    let app = spawn_app().await;
+    let key = new_key();
+    let body = order_body();
+    let responses = join_all((0..20).map(|_| app.post_order(&body, Some(&key)))).await;
+    let mut ids = HashSet::new();
+    let mut replays = 0;
+    for response in responses {
+        assert_eq!(response.status(), 201);
+        replays += usize::from(response.headers().contains_key("idempotent-replayed"));
+        ids.insert(json(response).await["id"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(ids.len(), 1, "one order id for every copy");
+    assert_eq!(replays, 19, "one execution, nineteen replays");
+    assert_eq!(app.orders_stored().await, 1);
+    assert_eq!(app.keys_stored().await, 1);
+}
+
+#[tokio::test]
+async fn fifty_keys_with_four_interleaved_copies_each_make_fifty_orders() {
+    let app = spawn_app().await;
+    let keys: Vec<String> = (0..50).map(|_| new_key()).collect();
+    let body = order_body();
+    // Round-robin: key 0, key 1, ..., key 49, key 0, ... so copies of a key interleave.
+    let (app, body) = (&app, &body);
+    let requests = (0..4).flat_map(|_| keys.iter()).map(|key| async move {
+        let response = app.post_order(body, Some(key)).await;
+        assert_eq!(response.status(), 201);
+        (key.clone(), json(response).await["id"].as_str().unwrap().to_owned())
+    });
+    let results = join_all(requests).await;
+    let mut id_per_key = std::collections::HashMap::new();
+    for (key, id) in results {
+        let first = id_per_key.entry(key).or_insert_with(|| id.clone());
+        assert_eq!(*first, id, "every copy of a key gets the same order");
+    }
+    assert_eq!(id_per_key.len(), 50);
+    assert_eq!(app.orders_stored().await, 50);
+    assert_eq!(app.keys_stored().await, 50);
+}
+
+#[tokio::test]
+async fn keys_are_scoped_by_account() {
+    let app = spawn_app().await;
+    let (_, other_key) = app.create_account("other").await;
+    let key = new_key();
+    let mine = app.post_order(&order_body(), Some(&key)).await;
+    let theirs = app.post_order_as(&other_key, &order_body(), Some(&key)).await;
+    assert_eq!(mine.status(), 201);
+    assert_eq!(theirs.status(), 201);
+    assert!(theirs.headers().get("idempotent-replayed").is_none(), "no cross-account replay");
+    let (mine, theirs) = (json(mine).await, json(theirs).await);
+    assert_ne!(mine["id"], theirs["id"]);
+    assert_eq!(app.orders_stored().await, 2);
+    // The other account's retry replays its own order, not ours.
+    let retry = json(app.post_order_as(&other_key, &order_body(), Some(&key)).await).await;
+    assert_eq!(retry["id"], theirs["id"]);
+}
+
+#[tokio::test]
+async fn malformed_keys_are_400_and_255_characters_are_fine() {
+    let app = spawn_app().await;
+    let too_long = "k".repeat(256);
+    for bad in ["", too_long.as_str(), "has space", "\"unterminated", "\"\""] {
+        let response = app.post_order(&order_body(), Some(bad)).await;
+        assert_problem(response, 400, "idempotency-key-invalid").await;
+    }
+    // Non-ASCII bytes in the header value.
+    let response = app
+        .request(reqwest::Method::POST, "/orders")
+        .header("Idempotency-Key", reqwest::header::HeaderValue::from_bytes("clé".as_bytes()).unwrap())
+        .json(&order_body())
+        .send()
+        .await
+        .unwrap();
+    assert_problem(response, 400, "idempotency-key-invalid").await;
+    assert_eq!(app.orders_stored().await, 0);
+    assert_eq!(app.keys_stored().await, 0);
+
+    let longest = "k".repeat(255);
+    assert_eq!(app.post_order(&order_body(), Some(&longest)).await.status(), 201);
+}
+
+#[tokio::test]
+async fn without_a_key_each_request_runs() {
+    let app = spawn_app().await;
+    assert_eq!(app.post_order(&order_body(), None).await.status(), 201);
+    assert_eq!(app.post_order(&order_body(), None).await.status(), 201);
+    assert_eq!(app.orders_stored().await, 2);
+    assert_eq!(app.keys_stored().await, 0);
+}
+
+#[tokio::test]
+async fn a_key_can_be_required() {
+    let app = spawn_app_with(|settings| settings.api.require_idempotency_key = true).await;
+    assert_problem(app.post_order(&order_body(), None).await, 400, "idempotency-key-missing").await;
+    assert_eq!(app.orders_stored().await, 0);
+    assert_eq!(app.post_order(&order_body(), Some(&new_key())).await.status(), 201);
+}
+
+#[tokio::test]
+async fn a_validation_failure_is_not_stored_so_the_fixed_body_runs_with_the_same_key() {
+    let app = spawn_app().await;
+    let key = new_key();
+    let mut broken = order_body();
+    broken["currency"] = json!("XYZ");
+    assert_problem(app.post_order(&broken, Some(&key)).await, 422, "validation-failed").await;
+    assert_problem(app.post_order_raw("{not json", Some(&key)).await, 400, "malformed-json").await;
+    assert_eq!(app.keys_stored().await, 0);
+    let fixed = app.post_order(&order_body(), Some(&key)).await;
+    assert_eq!(fixed.status(), 201);
+    assert!(fixed.headers().get("idempotent-replayed").is_none());
+}
+
+#[tokio::test]
+async fn a_failure_inside_the_transaction_leaves_nothing_and_releases_the_key() {
+    let app = spawn_app().await;
+    // A real failure in the middle of the transaction: the key row and the order are already
+    // inserted when the items insert raises.
+    app.execute(
+        "CREATE FUNCTION fail_items() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$",
+    )
+    .await;
+    app.execute(
+        "CREATE TRIGGER fail_items BEFORE INSERT ON order_items FOR EACH ROW EXECUTE FUNCTION fail_items()",
+    )
+    .await;
+    let key = new_key();
+    let failed = app.post_order(&order_body(), Some(&key)).await;
+    let problem = assert_problem(failed, 500, "internal-error").await;
+    assert!(!problem.to_string().contains("injected"), "internal causes are not returned: {problem}");
+    assert_eq!(app.orders_stored().await, 0);
+    assert_eq!(app.keys_stored().await, 0);
+
+    app.execute("DROP TRIGGER fail_items ON order_items").await;
+    let retried = app.post_order(&order_body(), Some(&key)).await;
+    assert_eq!(retried.status(), 201, "the retry runs again");
+    assert!(retried.headers().get("idempotent-replayed").is_none());
+    assert_eq!(app.orders_stored().await, 1);
+}
+
+#[tokio::test]
+async fn the_sweeper_deletes_expired_keys_which_then_run_as_new() {
+    let app = spawn_app_with(|settings| settings.sweeper.interval = Duration::from_millis(100)).await;
+    let key = new_key();
+    let first = json(app.post_order(&order_body(), Some(&key)).await).await;
+    let kept = new_key();
+    assert_eq!(app.post_order(&order_body(), Some(&kept)).await.status(), 201);
+    app.execute(&format!(
+        "UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE key = '{key}'"
+    ))
+    .await;
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while app.keys_stored().await != 1 {
+        assert!(tokio::time::Instant::now() < deadline, "the sweeper did not delete the expired key");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let remaining =
+        app.count(&format!("SELECT count(*) AS count FROM idempotency_keys WHERE key = '{kept}'")).await;
+    assert_eq!(remaining, 1, "unexpired keys stay");
+
+    // The expired key is new again: another body runs instead of being refused.
+    let mut other = order_body();
+    other["currency"] = json!("EUR");
+    let again = app.post_order(&other, Some(&key)).await;
+    assert_eq!(again.status(), 201);
+    assert_ne!(json(again).await["id"], first["id"]);
+    assert_eq!(app.orders_stored().await, 3);
+}
+
+#[tokio::test]
+async fn an_expired_key_not_yet_swept_is_treated_as_new() {
+    let app = spawn_app().await;
+    let key = new_key();
+    let first = json(app.post_order(&order_body(), Some(&key)).await).await;
+    app.execute("UPDATE idempotency_keys SET expires_at = now() - interval '1 second'").await;
+    let again = app.post_order(&order_body(), Some(&key)).await;
+    assert_eq!(again.status(), 201);
+    assert!(again.headers().get("idempotent-replayed").is_none());
+    assert_ne!(json(again).await["id"], first["id"]);
+    assert_eq!(app.keys_stored().await, 1);
+}
+
+#[tokio::test]
+async fn stored_records_hold_no_credentials() {
+    let app = spawn_app().await;
+    app.post_order(&order_body(), Some(&new_key())).await;
+    let leaks = app
+        .count(&format!(
+            "SELECT count(*) AS count FROM idempotency_keys \
+             WHERE position('{}' in convert_from(response_body, 'UTF8') || response_headers::text) > 0",
+            app.api_key
+        ))
+        .await;
+    assert_eq!(leaks, 0);
+    let key_in_accounts = app
+        .count(&format!(
+            "SELECT count(*) AS count FROM accounts WHERE position('{}' in name || encode(api_key_hash, 'escape')) > 0",
+            app.api_key
+        ))
+        .await;
+    assert_eq!(key_in_accounts, 0, "only the hash of an API key is stored");
+}

@@ -1,0 +1,9 @@
+//! Integration tests: the real HTTP app on port 0 against a real PostgreSQL, one fresh database
+//! per test so that tests run in parallel and never see each other's rows.
+
+mod helpers;
+
+mod cli;
+mod errors;
+mod idempotency;
+mod orders;
