@@ -8,6 +8,8 @@ PG_HOST ?= 127.0.0.1
 PG_PORT ?= 5432
 export DATABASE_URL ?= postgres://postgres@$(PG_HOST):$(PG_PORT)/orderpay
 export ORDERPAY_LISTEN ?= 127.0.0.1:8080
+export MOCK_PROVIDER_LISTEN ?= 127.0.0.1:8081
+export ORDERPAY_PROVIDER_URL ?= http://$(MOCK_PROVIDER_LISTEN)
 BIN := target/debug/orderpay
 
 .PHONY: help
@@ -33,26 +35,34 @@ build: ## build the orderpay binary (debug)
 	cargo build --bin orderpay
 
 .PHONY: run
-run: db build ## run the service against the local PostgreSQL with a fresh demo account
-	key=$$($(BIN) accounts create demo 2>/dev/null)
+run: db build ## run the mock provider and the service against the local PostgreSQL, with a demo account
+	@key=$$($(BIN) accounts create demo 2>/dev/null)
 	base="http://$(ORDERPAY_LISTEN)"
 	cat <<-MSG
 
-	  orderpay is starting on $$base (Ctrl-C stops it). Demo account API key:
+	  orderpay is starting on $$base, the mock payment provider on http://$(MOCK_PROVIDER_LISTEN).
+	  Ctrl-C stops both. Demo account API key (shown this once):
 
 	    export KEY=$$key
 
-	  Create an order (run it twice: the second answer is the stored one, Idempotent-Replayed: true):
+	  1. Create an order and keep its id:
 
-	    curl -si $$base/orders -H "Authorization: Bearer \$$KEY" \\
-	      -H 'Idempotency-Key: order-demo-1' -H 'Content-Type: application/json' \\
-	      -d '{"currency":"USD","items":[{"sku":"tee","quantity":2,"unit_price":"19.99"}]}'
+	    ORDER=\$$(curl -s $$base/orders -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-order-1' -d '{"currency":"USD","items":[{"sku":"tee","quantity":2,"unit_price":"19.99"}]}' | sed -E 's/^[{]"id":"([^"]+)".*/\1/'); echo \$$ORDER
 
-	  List orders:   curl -s $$base/orders -H "Authorization: Bearer \$$KEY"
-	  The API spec:  curl -s $$base/openapi.yaml
+	  2. Pay it (pm_card_ok succeeds; try pm_card_declined, pm_provider_timeout, pm_provider_pending on other orders):
+
+	    curl -si $$base/payments -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-pay-1' -d "{\"order_id\":\"\$$ORDER\",\"payment_method\":\"pm_card_ok\"}"
+
+	  3. Replay: run step 2 again. The same answer with Idempotent-Replayed: true, and still one charge:
+
+	    curl -s http://$(MOCK_PROVIDER_LISTEN)/_admin/charges
+
+	  The API description: $$base/openapi.yaml
 
 	MSG
-	exec $(BIN) serve
+	$(BIN) mock-provider & mock=$$!
+	trap 'kill $$mock 2>/dev/null || true' EXIT
+	$(BIN) serve
 
 .PHONY: test
 test: db ## run every test against the local PostgreSQL (one database per test)

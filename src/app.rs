@@ -14,11 +14,17 @@ use crate::config::{ApiSettings, Settings};
 use crate::db::{self, Pool};
 use crate::http;
 use crate::idempotency::sweeper;
+use crate::payments::service::PaymentContext;
+use crate::provider::PaymentProvider;
+use crate::provider::client::HttpProvider;
+use crate::reconciliation;
 
 /// Per-worker state handed to every handler.
 pub struct AppState {
     pub pool: Pool,
     pub settings: Arc<ApiSettings>,
+    /// The same pool, with the provider: what payment use cases need.
+    pub payments: PaymentContext,
 }
 
 /// A bound, running-on-await orderpay: HTTP server plus background tasks.
@@ -39,13 +45,23 @@ impl Application {
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
         let port = listener.local_addr()?.port();
 
+        let provider: Arc<dyn PaymentProvider> =
+            Arc::new(HttpProvider::new(&settings.provider.url, settings.provider.timeout)?);
         let database = settings.database.clone();
         let api = Arc::new(settings.api.clone());
+        let payment_settings = settings.payments;
+        let worker_provider = provider.clone();
         let workers = settings.workers.max(1);
         // One pool per worker, created on that worker's thread (see db::lazy_pool).
         let pool_per_worker = (database.pool_size / workers as u32).max(1);
         let server = HttpServer::new(move || {
-            let state = AppState { pool: db::lazy_pool(&database, pool_per_worker), settings: api.clone() };
+            let pool = db::lazy_pool(&database, pool_per_worker);
+            let payments = PaymentContext {
+                pool: pool.clone(),
+                provider: worker_provider.clone(),
+                settings: payment_settings,
+            };
+            let state = AppState { pool, settings: api.clone(), payments };
             App::new()
                 .app_data(web::Data::new(state))
                 .wrap(ErrorHandlers::new().default_handler(http::problem_for_foreign_errors))
@@ -59,7 +75,12 @@ impl Application {
 
         let (shutdown, shutdown_signal) = watch::channel(false);
         let background_pool = db::lazy_pool(&settings.database, 2);
-        let background = vec![tokio::spawn(sweeper::run(background_pool, settings.sweeper, shutdown_signal))];
+        let reconciler_context =
+            PaymentContext { pool: background_pool.clone(), provider, settings: settings.payments };
+        let background = vec![
+            tokio::spawn(sweeper::run(background_pool, settings.sweeper, shutdown_signal.clone())),
+            tokio::spawn(reconciliation::run(reconciler_context, settings.reconciler, shutdown_signal)),
+        ];
         tracing::info!(port, workers, "orderpay listening on {}", settings.listen);
         Ok(Application { port, server, shutdown, background })
     }

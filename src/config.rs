@@ -4,7 +4,12 @@
 //! Variables read here: `DATABASE_URL`, `ORDERPAY_DB_POOL_SIZE`, `ORDERPAY_DB_ACQUIRE_TIMEOUT_MS`,
 //! `ORDERPAY_LISTEN`, `ORDERPAY_WORKERS`, `ORDERPAY_REQUIRE_IDEMPOTENCY_KEY`,
 //! `ORDERPAY_IDEMPOTENCY_TTL_SECS`, `ORDERPAY_SWEEP_INTERVAL_MS`, `ORDERPAY_SWEEP_BATCH_SIZE`,
-//! and, for logging (see telemetry.rs), `ORDERPAY_LOG_FORMAT` and `RUST_LOG`.
+//! `ORDERPAY_PROVIDER_URL`, `ORDERPAY_PROVIDER_TIMEOUT_MS`, `ORDERPAY_PAYMENT_LEASE_MS`,
+//! `ORDERPAY_RECONCILE_INTERVAL_MS`, `ORDERPAY_RECONCILE_BATCH_SIZE`,
+//! `ORDERPAY_RECONCILE_MAX_ATTEMPTS`, `ORDERPAY_RECONCILE_BACKOFF_BASE_MS`,
+//! `ORDERPAY_RECONCILE_BACKOFF_CAP_MS`; for the mock provider `MOCK_PROVIDER_LISTEN`,
+//! `MOCK_PROVIDER_TIMEOUT_HOLD_MS`, `MOCK_PROVIDER_SETTLE_MS`; and, for logging (see
+//! telemetry.rs), `ORDERPAY_LOG_FORMAT` and `RUST_LOG`.
 
 use std::time::Duration;
 
@@ -12,6 +17,9 @@ use clap::{ArgAction, Args};
 
 use crate::db::DatabaseConfig;
 use crate::idempotency::sweeper::SweeperConfig;
+use crate::payments::service::PaymentSettings;
+use crate::provider::mock::MockSettings;
+use crate::reconciliation::ReconcilerConfig;
 
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/orderpay";
 
@@ -42,9 +50,115 @@ impl DatabaseArgs {
 }
 
 #[derive(Debug, Clone, Args)]
+pub struct ProviderArgs {
+    /// Base URL of the payment provider (the mock provider by default).
+    #[arg(long, env = "ORDERPAY_PROVIDER_URL", default_value = "http://127.0.0.1:8081")]
+    pub provider_url: String,
+
+    /// How long a provider call may take before its outcome counts as unknown (202).
+    #[arg(long, env = "ORDERPAY_PROVIDER_TIMEOUT_MS", default_value_t = 5_000)]
+    pub provider_timeout_ms: u64,
+}
+
+impl ProviderArgs {
+    pub fn config(&self) -> ProviderConfig {
+        ProviderConfig {
+            url: self.provider_url.clone(),
+            timeout: Duration::from_millis(self.provider_timeout_ms),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ProviderConfig {
+    pub url: String,
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReconcileArgs {
+    /// How often the reconciler looks for payments to settle.
+    #[arg(long, env = "ORDERPAY_RECONCILE_INTERVAL_MS", default_value_t = 5_000)]
+    pub reconcile_interval_ms: u64,
+
+    /// Payments claimed per reconciler pass.
+    #[arg(long, env = "ORDERPAY_RECONCILE_BATCH_SIZE", default_value_t = 50)]
+    pub reconcile_batch_size: i64,
+
+    /// Provider checks before a payment whose outcome stays unknown is failed.
+    #[arg(long, env = "ORDERPAY_RECONCILE_MAX_ATTEMPTS", default_value_t = 12)]
+    pub reconcile_max_attempts: i32,
+
+    /// First wait before an unknown outcome is checked again; doubles per check.
+    #[arg(long, env = "ORDERPAY_RECONCILE_BACKOFF_BASE_MS", default_value_t = 1_000)]
+    pub reconcile_backoff_base_ms: u64,
+
+    /// Longest wait between two checks of one payment.
+    #[arg(long, env = "ORDERPAY_RECONCILE_BACKOFF_CAP_MS", default_value_t = 300_000)]
+    pub reconcile_backoff_cap_ms: u64,
+}
+
+impl ReconcileArgs {
+    pub fn config(&self, provider: &ProviderConfig) -> anyhow::Result<ReconcilerConfig> {
+        anyhow::ensure!(self.reconcile_batch_size >= 1, "ORDERPAY_RECONCILE_BATCH_SIZE must be at least 1");
+        anyhow::ensure!(
+            self.reconcile_max_attempts >= 1,
+            "ORDERPAY_RECONCILE_MAX_ATTEMPTS must be at least 1"
+        );
+        anyhow::ensure!(self.reconcile_interval_ms >= 1, "ORDERPAY_RECONCILE_INTERVAL_MS must be at least 1");
+        Ok(ReconcilerConfig {
+            interval: Duration::from_millis(self.reconcile_interval_ms),
+            batch_size: self.reconcile_batch_size,
+            max_attempts: self.reconcile_max_attempts,
+            backoff_base: Duration::from_millis(self.reconcile_backoff_base_ms),
+            backoff_cap: Duration::from_millis(
+                self.reconcile_backoff_cap_ms.max(self.reconcile_backoff_base_ms),
+            ),
+            claim_for: claim_for(provider.timeout),
+        })
+    }
+}
+
+/// A reconciler's claim covers a lookup and a re-sent charge, each up to the provider timeout.
+pub fn claim_for(provider_timeout: Duration) -> Duration {
+    provider_timeout * 2 + Duration::from_secs(5)
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct MockProviderArgs {
+    /// Address the mock payment provider listens on.
+    #[arg(long, env = "MOCK_PROVIDER_LISTEN", default_value = "127.0.0.1:8081")]
+    pub listen: String,
+
+    /// How long `pm_provider_timeout` charges (and timeout faults) hold their answer.
+    #[arg(long, env = "MOCK_PROVIDER_TIMEOUT_HOLD_MS", default_value_t = 30_000)]
+    pub timeout_hold_ms: u64,
+
+    /// How long `pm_provider_pending` charges stay pending before they succeed.
+    #[arg(long, env = "MOCK_PROVIDER_SETTLE_MS", default_value_t = 3_000)]
+    pub settle_ms: u64,
+}
+
+impl MockProviderArgs {
+    pub fn settings(&self) -> MockSettings {
+        MockSettings {
+            listen: self.listen.clone(),
+            timeout_hold: Duration::from_millis(self.timeout_hold_ms),
+            settle_after: Duration::from_millis(self.settle_ms),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
+
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+
+    #[command(flatten)]
+    pub reconcile: ReconcileArgs,
 
     /// Address the HTTP API listens on.
     #[arg(long, env = "ORDERPAY_LISTEN", default_value = "127.0.0.1:8080")]
@@ -69,6 +183,11 @@ pub struct ServeArgs {
     /// Rows the sweeper deletes per statement.
     #[arg(long, env = "ORDERPAY_SWEEP_BATCH_SIZE", default_value_t = 1_000)]
     pub sweep_batch_size: i64,
+
+    /// How long a payment request owns its key while it calls the provider; a retry after that
+    /// takes the payment over. Must exceed the provider timeout.
+    #[arg(long, env = "ORDERPAY_PAYMENT_LEASE_MS", default_value_t = 15_000)]
+    pub payment_lease_ms: u64,
 }
 
 /// What the API needs at request time.
@@ -86,6 +205,9 @@ pub struct Settings {
     pub workers: usize,
     pub api: ApiSettings,
     pub sweeper: SweeperConfig,
+    pub provider: ProviderConfig,
+    pub payments: PaymentSettings,
+    pub reconciler: ReconcilerConfig,
 }
 
 impl ServeArgs {
@@ -93,6 +215,13 @@ impl ServeArgs {
         anyhow::ensure!(self.database.db_pool_size >= 1, "ORDERPAY_DB_POOL_SIZE must be at least 1");
         anyhow::ensure!(self.sweep_batch_size >= 1, "ORDERPAY_SWEEP_BATCH_SIZE must be at least 1");
         anyhow::ensure!(self.sweep_interval_ms >= 1, "ORDERPAY_SWEEP_INTERVAL_MS must be at least 1");
+        let provider = self.provider.config();
+        anyhow::ensure!(
+            self.payment_lease_ms > self.provider.provider_timeout_ms,
+            "ORDERPAY_PAYMENT_LEASE_MS must be longer than ORDERPAY_PROVIDER_TIMEOUT_MS"
+        );
+        let reconciler = self.reconcile.config(&provider)?;
+        let retention = Duration::from_secs(self.idempotency_ttl_secs);
         let workers = self
             .workers
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
@@ -103,12 +232,19 @@ impl ServeArgs {
             workers,
             api: ApiSettings {
                 require_idempotency_key: self.require_idempotency_key,
-                idempotency_retention: Duration::from_secs(self.idempotency_ttl_secs),
+                idempotency_retention: retention,
             },
             sweeper: SweeperConfig {
                 interval: Duration::from_millis(self.sweep_interval_ms),
                 batch_size: self.sweep_batch_size,
             },
+            provider,
+            payments: PaymentSettings {
+                lease: Duration::from_millis(self.payment_lease_ms),
+                retention,
+                recheck_after: reconciler.backoff_base,
+            },
+            reconciler,
         })
     }
 }

@@ -93,6 +93,21 @@ pub enum ApiError {
     #[error("{resource} {id} is {current}; it cannot be {action}")]
     InvalidState { resource: &'static str, id: Uuid, current: String, action: &'static str },
 
+    /// 402 `payment-declined`: the provider declined the payment; nothing was charged. A final
+    /// answer, stored with the key. The order can be paid again with a new key.
+    #[error("the payment was declined: {message}")]
+    PaymentDeclined { payment_id: Uuid, code: String, message: String },
+
+    /// 402 `payment-failed`: the payment's outcome could not be established and orderpay gave up
+    /// on it (see the reconciler). A final answer, stored with the key.
+    #[error("the payment failed: {reason}")]
+    PaymentFailed { payment_id: Uuid, reason: String },
+
+    /// 409 `payment-in-progress`: another payment of this order has an unknown outcome; retry
+    /// after `Retry-After` seconds. Not stored.
+    #[error("order {order_id} has a payment in progress ({payment_id}); retry when it is settled")]
+    PaymentInProgress { order_id: Uuid, payment_id: Uuid },
+
     /// 503 `service-unavailable`: a dependency (the database) is unreachable; retry later.
     #[error("the service is temporarily unavailable")]
     Unavailable(#[source] anyhow::Error),
@@ -125,6 +140,9 @@ impl ApiError {
             ApiError::IdempotencyKeyReused(_) => ("idempotency-key-reused", "Idempotency-Key reused"),
             ApiError::IdempotencyKeyInUse { .. } => ("idempotency-key-in-use", "Idempotency-Key in use"),
             ApiError::InvalidState { .. } => ("invalid-state", "Invalid state"),
+            ApiError::PaymentDeclined { .. } => ("payment-declined", "Payment declined"),
+            ApiError::PaymentFailed { .. } => ("payment-failed", "Payment failed"),
+            ApiError::PaymentInProgress { .. } => ("payment-in-progress", "Payment in progress"),
             ApiError::Unavailable(_) => ("service-unavailable", "Service unavailable"),
             ApiError::Internal(_) => ("internal-error", "Internal error"),
         }
@@ -138,6 +156,16 @@ impl ApiError {
             }
             ApiError::IdempotencyKeyInUse { resource_id: Some(id), .. } => {
                 members.insert("resource_id".into(), json!(id));
+            }
+            ApiError::PaymentDeclined { payment_id, code, .. } => {
+                members.insert("payment_id".into(), json!(payment_id));
+                members.insert("decline_code".into(), json!(code));
+            }
+            ApiError::PaymentFailed { payment_id, .. } => {
+                members.insert("payment_id".into(), json!(payment_id));
+            }
+            ApiError::PaymentInProgress { payment_id, .. } => {
+                members.insert("payment_id".into(), json!(payment_id));
             }
             ApiError::InvalidState { id, current, .. } => {
                 members.insert("resource_id".into(), json!(id));
@@ -181,7 +209,10 @@ impl ResponseError for ApiError {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::NotFound { .. } | ApiError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::IdempotencyKeyInUse { .. } | ApiError::InvalidState { .. } => StatusCode::CONFLICT,
+            ApiError::IdempotencyKeyInUse { .. }
+            | ApiError::InvalidState { .. }
+            | ApiError::PaymentInProgress { .. } => StatusCode::CONFLICT,
+            ApiError::PaymentDeclined { .. } | ApiError::PaymentFailed { .. } => StatusCode::PAYMENT_REQUIRED,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Validation(_) | ApiError::IdempotencyKeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
@@ -210,7 +241,7 @@ impl ResponseError for ApiError {
             ApiError::IdempotencyKeyInUse { retry_after_secs, .. } => {
                 response.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));
             }
-            ApiError::Unavailable(_) => {
+            ApiError::Unavailable(_) | ApiError::PaymentInProgress { .. } => {
                 response.insert_header((header::RETRY_AFTER, "1"));
             }
             _ => {}

@@ -4,6 +4,8 @@
 
 pub mod accounts;
 pub mod app;
+pub mod background;
+pub mod clock;
 pub mod config;
 pub mod db;
 pub mod error;
@@ -11,4 +13,7 @@ pub mod http;
 pub mod idempotency;
 pub mod money;
 pub mod orders;
+pub mod payments;
+pub mod provider;
+pub mod reconciliation;
 pub mod telemetry;

@@ -3,9 +3,15 @@
 use clap::{Parser, Subcommand};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use orderpay::app::Application;
-use orderpay::config::{DatabaseArgs, ServeArgs};
-use orderpay::{accounts, db, telemetry};
+use orderpay::config::{DatabaseArgs, MockProviderArgs, ProviderArgs, ReconcileArgs, ServeArgs};
+use orderpay::payments::service::{PaymentContext, PaymentSettings};
+use orderpay::provider::client::HttpProvider;
+use orderpay::provider::mock::MockProvider;
+use orderpay::{accounts, db, reconciliation, telemetry};
 
 #[derive(Parser)]
 #[command(
@@ -24,6 +30,20 @@ enum Command {
     Serve(ServeArgs),
     /// Apply pending database migrations and exit.
     Migrate(DatabaseArgs),
+    /// Run the mock payment provider (state in memory; see PAYMENTS.md for its behaviour).
+    MockProvider(MockProviderArgs),
+    /// Settle payments whose outcome is unknown by asking the provider (`serve` does this too).
+    Reconcile {
+        /// One pass, then exit (prints what it did).
+        #[arg(long)]
+        once: bool,
+        #[command(flatten)]
+        database: DatabaseArgs,
+        #[command(flatten)]
+        provider: ProviderArgs,
+        #[command(flatten)]
+        reconcile: ReconcileArgs,
+    },
     /// Manage accounts.
     Accounts {
         #[command(subcommand)]
@@ -52,6 +72,44 @@ async fn main() -> anyhow::Result<()> {
             db::prepare(&database.database_url).await?;
             eprintln!("database is up to date");
             Ok(())
+        }
+        Command::MockProvider(args) => {
+            let mock = MockProvider::build(args.settings())?;
+            tracing::info!(port = mock.port(), "mock payment provider listening on {}", args.listen);
+            Ok(mock.run_until_stopped().await?)
+        }
+        Command::Reconcile { once, database, provider, reconcile } => {
+            db::prepare(&database.database_url).await?;
+            let provider_config = provider.config();
+            let config = reconcile.config(&provider_config)?;
+            let context = PaymentContext {
+                pool: db::lazy_pool(&database.config(), 2),
+                provider: Arc::new(HttpProvider::new(&provider_config.url, provider_config.timeout)?),
+                // Only `recheck_after` matters outside requests.
+                settings: PaymentSettings {
+                    lease: Duration::ZERO,
+                    retention: Duration::ZERO,
+                    recheck_after: config.backoff_base,
+                },
+            };
+            if once {
+                let report = reconciliation::run_pass(&context, &config).await?;
+                println!(
+                    "claimed={} settled={} redriven={} rescheduled={} gave_up={} errors={}",
+                    report.claimed,
+                    report.settled,
+                    report.redriven,
+                    report.rescheduled,
+                    report.gave_up,
+                    report.errors
+                );
+                return Ok(());
+            }
+            let (stop, stopped) = tokio::sync::watch::channel(false);
+            let task = tokio::spawn(reconciliation::run(context, config, stopped));
+            tokio::signal::ctrl_c().await?;
+            let _ = stop.send(true);
+            Ok(task.await?)
         }
         Command::Accounts { command: AccountsCommand::Create { name, database } } => {
             db::prepare(&database.database_url).await?;

@@ -148,7 +148,7 @@ impl Amount {
     /// `12.5` or `1.25e1`. Signs other than a leading minus, spaces, separators and special
     /// values are refused; the value must be within the currency's minor unit.
     pub fn parse(text: &str, currency: Currency) -> Result<Self, AmountError> {
-        let value = parse_decimal_text(text)?;
+        let value = parse_decimal(text)?;
         Self::from_decimal(value, currency)
     }
 
@@ -212,7 +212,7 @@ impl serde::Serialize for Amount {
 
 /// Strict decimal grammar: `-?digits(.digits)?` with an optional JSON exponent. rust_decimal's
 /// own parser is more lenient (underscores, a leading `+`), which an API must not be.
-fn parse_decimal_text(text: &str) -> Result<Decimal, AmountError> {
+pub fn parse_decimal(text: &str) -> Result<Decimal, AmountError> {
     let (mantissa, exponent) = match text.find(['e', 'E']) {
         Some(at) => (&text[..at], Some(&text[at + 1..])),
         None => (text, None),

@@ -55,4 +55,45 @@ diesel::table! {
     }
 }
 
-diesel::allow_tables_to_appear_in_same_query!(accounts, orders, order_items, idempotency_keys);
+diesel::table! {
+    payments (account_id, id) {
+        account_id -> Uuid,
+        id -> Uuid,
+        order_id -> Uuid,
+        status -> Text,
+        amount -> Numeric,
+        currency -> Text,
+        payment_method -> Text,
+        provider_charge_id -> Nullable<Text>,
+        failure_code -> Nullable<Text>,
+        failure_message -> Nullable<Text>,
+        idempotency_key -> Nullable<Text>,
+        attempts -> Int4,
+        next_check_at -> Nullable<Timestamptz>,
+        last_error -> Nullable<Text>,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    payment_events (account_id, payment_id, id) {
+        account_id -> Uuid,
+        payment_id -> Uuid,
+        id -> Int8,
+        from_status -> Text,
+        to_status -> Text,
+        actor -> Text,
+        detail -> Nullable<Text>,
+        at -> Timestamptz,
+    }
+}
+
+diesel::allow_tables_to_appear_in_same_query!(
+    accounts,
+    orders,
+    order_items,
+    idempotency_keys,
+    payments,
+    payment_events
+);

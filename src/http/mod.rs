@@ -7,6 +7,7 @@ pub mod body;
 pub mod health;
 pub mod idempotency;
 pub mod orders;
+pub mod payments;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -24,6 +25,8 @@ pub fn routes(config: &mut web::ServiceConfig) {
         .service(resource("/orders", "GET, POST").post(orders::create).get(orders::list))
         .service(resource("/orders/{id}", "GET").get(orders::get))
         .service(resource("/orders/{id}/cancel", "POST").post(orders::cancel))
+        .service(resource("/payments", "POST").post(payments::create))
+        .service(resource("/payments/{id}", "GET").get(payments::get))
         .service(resource("/healthz", "GET").get(health::healthz))
         .service(resource("/readyz", "GET").get(health::readyz))
         .service(resource("/openapi.yaml", "GET").get(health::openapi));
@@ -34,6 +37,11 @@ fn resource(path: &str, allowed: &'static str) -> Resource {
     web::resource(path).default_service(web::to(move || async move {
         Err::<HttpResponse, _>(ApiError::MethodNotAllowed { allowed })
     }))
+}
+
+/// A resource id from the path. A malformed id names no resource: the same 404 as an unknown one.
+pub fn parse_id(resource: &'static str, raw: &str) -> Result<uuid::Uuid, ApiError> {
+    uuid::Uuid::try_parse(raw).map_err(|_| ApiError::NotFound { resource, id: raw.to_owned() })
 }
 
 /// The app's default service: no route matched.

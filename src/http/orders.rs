@@ -113,7 +113,7 @@ fn flatten(errors: &ValidationErrors, prefix: &str, out: &mut Vec<FieldError>) {
 }
 
 /// The text of a money field: a string as is, a number as its exact JSON text.
-fn decimal_text(value: &Value) -> Option<Cow<'_, str>> {
+pub(super) fn decimal_text(value: &Value) -> Option<Cow<'_, str>> {
     match value {
         Value::String(text) => Some(Cow::Borrowed(text)),
         Value::Number(number) => Some(Cow::Owned(number.to_string())),
@@ -236,11 +236,6 @@ fn order_response(status: StatusCode, order: &Order) -> StoredResponse {
     StoredResponse::json(status.as_u16(), json_bytes(&OrderResource::from(order)))
 }
 
-fn parse_order_id(raw: &str) -> Result<Uuid, ApiError> {
-    // A malformed id names no order: the same 404 as an unknown one.
-    Uuid::try_parse(raw).map_err(|_| ApiError::NotFound { resource: "order", id: raw.to_owned() })
-}
-
 /// `POST /orders`
 pub async fn create(
     state: web::Data<AppState>,
@@ -267,7 +262,7 @@ pub async fn get(
     Authenticated(account): Authenticated,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let order = service::get(&state.pool, account.id, parse_order_id(&id)?).await?;
+    let order = service::get(&state.pool, account.id, super::parse_id("order", &id)?).await?;
     Ok(HttpResponse::Ok().json(OrderResource::from(&order)))
 }
 
@@ -317,7 +312,7 @@ pub async fn cancel(
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<HttpResponse, ApiError> {
     let settings = &state.settings;
-    let order_id = parse_order_id(&id)?;
+    let order_id = super::parse_id("order", &id)?;
     let keyed = key.bind(account.id, &request, body.as_ref(), settings.require_idempotency_key)?;
     if let Some(body) = body {
         let CancelOrderRequest {} = body::deserialize(body)?;

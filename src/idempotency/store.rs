@@ -13,11 +13,14 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use super::{KeyedRequest, StoredResponse};
+use crate::clock::after;
 use crate::db::schema::idempotency_keys;
 use crate::error::ApiError;
 
 const IN_PROGRESS: &str = "in_progress";
 const COMPLETED: &str = "completed";
+/// The recovery point of a key whose answer is stored.
+const FINISHED: &str = "finished";
 
 /// The state a claimed key starts in.
 #[derive(Debug, Clone, Copy)]
@@ -27,8 +30,9 @@ pub enum ClaimAs<'a> {
     Completed { response: &'a StoredResponse, resource_id: Option<Uuid> },
     /// The answer is only known after the operation; call [`complete`] in the same transaction.
     /// A multi-step operation passes a lease so that another request can tell a live owner from
-    /// a crashed one.
-    InProgress { lease: Option<Duration>, resource_id: Option<Uuid> },
+    /// a crashed one, and the recovery point a successor resumes from if this transaction
+    /// commits before the answer is known.
+    InProgress { lease: Option<Duration>, resource_id: Option<Uuid>, recovery_point: &'static str },
 }
 
 /// The outcome of trying to claim a key.
@@ -128,6 +132,7 @@ struct NewKeyRow<'a> {
     fingerprint: &'a [u8],
     state: &'a str,
     locked_until: Option<DateTime<Utc>>,
+    recovery_point: &'a str,
     resource_id: Option<Uuid>,
     response_status: Option<i16>,
     response_headers: Option<serde_json::Value>,
@@ -142,10 +147,6 @@ fn headers_json(response: &StoredResponse) -> serde_json::Value {
     )
 }
 
-fn after(now: DateTime<Utc>, duration: Duration) -> DateTime<Utc> {
-    now + chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX)
-}
-
 /// Claims `request`'s key inside the caller's transaction.
 ///
 /// If another transaction holds an uncommitted row for the key, this waits for it to finish.
@@ -157,10 +158,12 @@ pub async fn claim(
     retention: Duration,
     now: DateTime<Utc>,
 ) -> QueryResult<Claim> {
-    let (state, locked_until, resource_id, response) = match claim_as {
-        ClaimAs::Completed { response, resource_id } => (COMPLETED, None, resource_id, Some(response)),
-        ClaimAs::InProgress { lease, resource_id } => {
-            (IN_PROGRESS, lease.map(|lease| after(now, lease)), resource_id, None)
+    let (state, locked_until, resource_id, response, recovery_point) = match claim_as {
+        ClaimAs::Completed { response, resource_id } => {
+            (COMPLETED, None, resource_id, Some(response), FINISHED)
+        }
+        ClaimAs::InProgress { lease, resource_id, recovery_point } => {
+            (IN_PROGRESS, lease.map(|lease| after(now, lease)), resource_id, None, recovery_point)
         }
     };
     let row = NewKeyRow {
@@ -171,6 +174,7 @@ pub async fn claim(
         fingerprint: request.fingerprint.as_bytes(),
         state,
         locked_until,
+        recovery_point,
         resource_id,
         response_status: response.map(|r| r.status as i16),
         response_headers: response.map(headers_json),
@@ -222,21 +226,23 @@ pub async fn find(
         .optional()
 }
 
-/// Stores the final answer for a key claimed in progress, in the caller's transaction.
+/// Stores the final answer for a key that is in progress, in the caller's transaction. Returns
+/// whether it did: `false` when the key row is gone (swept) or already completed.
 pub async fn complete(
     conn: &mut AsyncPgConnection,
-    request: &KeyedRequest,
+    account_id: Uuid,
+    key: &str,
     response: &StoredResponse,
     resource_id: Option<Uuid>,
-) -> QueryResult<()> {
+) -> QueryResult<bool> {
     let updated = diesel::update(idempotency_keys::table)
-        .filter(idempotency_keys::account_id.eq(request.account_id))
-        .filter(idempotency_keys::key.eq(request.key.as_str()))
+        .filter(idempotency_keys::account_id.eq(account_id))
+        .filter(idempotency_keys::key.eq(key))
         .filter(idempotency_keys::state.eq(IN_PROGRESS))
         .set((
             idempotency_keys::state.eq(COMPLETED),
             idempotency_keys::locked_until.eq(None::<DateTime<Utc>>),
-            idempotency_keys::recovery_point.eq("finished"),
+            idempotency_keys::recovery_point.eq(FINISHED),
             idempotency_keys::resource_id.eq(resource_id),
             idempotency_keys::response_status.eq(Some(response.status as i16)),
             idempotency_keys::response_headers.eq(Some(headers_json(response))),
@@ -244,7 +250,40 @@ pub async fn complete(
         ))
         .execute(conn)
         .await?;
-    if updated == 1 { Ok(()) } else { Err(diesel::result::Error::NotFound) }
+    Ok(updated == 1)
+}
+
+/// Takes over an in-progress key whose lease has run out (or was released): an atomic
+/// compare-and-set, so of two retries racing for an abandoned key exactly one wins. Returns
+/// whether this caller now holds the lease.
+pub async fn take_over(
+    conn: &mut AsyncPgConnection,
+    account_id: Uuid,
+    key: &str,
+    lease: Duration,
+    now: DateTime<Utc>,
+) -> QueryResult<bool> {
+    let updated = diesel::update(idempotency_keys::table)
+        .filter(idempotency_keys::account_id.eq(account_id))
+        .filter(idempotency_keys::key.eq(key))
+        .filter(idempotency_keys::state.eq(IN_PROGRESS))
+        .filter(idempotency_keys::locked_until.is_null().or(idempotency_keys::locked_until.le(now)))
+        .set(idempotency_keys::locked_until.eq(Some(after(now, lease))))
+        .execute(conn)
+        .await?;
+    Ok(updated == 1)
+}
+
+/// Gives up the lease on an in-progress key (the outcome is unknown; a retry may take it over).
+pub async fn release_lease(conn: &mut AsyncPgConnection, account_id: Uuid, key: &str) -> QueryResult<()> {
+    diesel::update(idempotency_keys::table)
+        .filter(idempotency_keys::account_id.eq(account_id))
+        .filter(idempotency_keys::key.eq(key))
+        .filter(idempotency_keys::state.eq(IN_PROGRESS))
+        .set(idempotency_keys::locked_until.eq(None::<DateTime<Utc>>))
+        .execute(conn)
+        .await?;
+    Ok(())
 }
 
 /// Deletes up to `batch_size` rows past their retention whose lease (if any) has run out, oldest

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use tokio::sync::watch;
 
+use crate::background::{Shutdown, every};
 use crate::db::Pool;
 
 #[derive(Debug, Clone, Copy)]
@@ -14,39 +14,31 @@ pub struct SweeperConfig {
     pub batch_size: i64,
 }
 
-/// One sweep: deletes expired rows batch by batch until a batch comes back short. Returns how
-/// many rows were deleted in all.
-pub async fn sweep_once(pool: &Pool, batch_size: i64) -> anyhow::Result<u64> {
+/// Deletes one batch of expired rows; returns how many.
+pub async fn sweep_batch(pool: &Pool, batch_size: i64) -> anyhow::Result<usize> {
     let mut conn = pool.get().await?;
-    let mut deleted = 0_u64;
-    loop {
-        let batch = super::store::delete_expired(&mut conn, batch_size, Utc::now()).await?;
-        deleted += batch as u64;
-        if (batch as i64) < batch_size {
-            return Ok(deleted);
-        }
-        // Let other work on this runtime go between batches.
-        tokio::task::yield_now().await;
-    }
+    Ok(super::store::delete_expired(&mut conn, batch_size, Utc::now()).await?)
 }
 
-/// Runs [`sweep_once`] every `interval` until `shutdown` turns true. Errors (the database away)
-/// are logged and the next round tries again.
-pub async fn run(pool: Pool, config: SweeperConfig, mut shutdown: watch::Receiver<bool>) {
-    let mut ticker = tokio::time::interval(config.interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
-            _ = shutdown.changed() => {}
+/// Sweeps every `interval`, batch after batch while batches come back full, until `shutdown`.
+/// Errors (the database away) are logged and the next round tries again.
+pub async fn run(pool: Pool, config: SweeperConfig, shutdown: Shutdown) {
+    every(config.interval, shutdown, || {
+        let pool = pool.clone();
+        async move {
+            match sweep_batch(&pool, config.batch_size).await {
+                Ok(deleted) => {
+                    if deleted > 0 {
+                        tracing::info!(deleted, "swept expired idempotency keys");
+                    }
+                    deleted as i64 == config.batch_size
+                }
+                Err(error) => {
+                    tracing::warn!(error = ?error, "idempotency sweep failed");
+                    false
+                }
+            }
         }
-        if *shutdown.borrow() {
-            return;
-        }
-        match sweep_once(&pool, config.batch_size).await {
-            Ok(0) => {}
-            Ok(deleted) => tracing::info!(deleted, "swept expired idempotency keys"),
-            Err(error) => tracing::warn!(error = ?error, "idempotency sweep failed"),
-        }
-    }
+    })
+    .await
 }

@@ -202,21 +202,34 @@ pub async fn list(
     Ok((orders, has_more))
 }
 
-/// Locks the order row for the rest of the transaction and returns its status: the one place
-/// where a status change and the checks that precede it are serialised.
-pub async fn lock_status(
+/// What a status change needs to know about an order, read under its row lock.
+#[derive(Debug, Clone, Copy)]
+pub struct LockedOrder {
+    pub status: OrderStatus,
+    pub total_amount: Amount,
+}
+
+/// Locks the order row for the rest of the transaction (`FOR UPDATE`) and returns its status and
+/// total: the one place where a status change and the checks before it are serialised.
+pub async fn lock(
     conn: &mut AsyncPgConnection,
     account_id: Uuid,
     id: Uuid,
-) -> QueryResult<Option<OrderStatus>> {
-    let status: Option<String> = orders::table
+) -> QueryResult<Option<LockedOrder>> {
+    let row: Option<(String, String, Decimal)> = orders::table
         .find((account_id, id))
-        .select(orders::status)
+        .select((orders::status, orders::currency, orders::total_amount))
         .for_update()
         .first(conn)
         .await
         .optional()?;
-    status.map(|status| OrderStatus::parse(&status).ok_or_else(|| corrupt("order status"))).transpose()
+    let Some((status, currency, total)) = row else { return Ok(None) };
+    let currency = Currency::parse(&currency).map_err(|e| corrupt(format!("order currency: {e}")))?;
+    Ok(Some(LockedOrder {
+        status: OrderStatus::parse(&status).ok_or_else(|| corrupt("order status"))?,
+        total_amount: Amount::from_decimal(total, currency)
+            .map_err(|e| corrupt(format!("order total: {e}")))?,
+    }))
 }
 
 /// Moves an order from `from` to `to` if, and only if, it is still in `from`. Returns whether

@@ -12,6 +12,7 @@ use crate::db::Pool;
 use crate::error::ApiError;
 use crate::idempotency::store::{self, Claim, ClaimAs};
 use crate::idempotency::{Execution, KeyedRequest, StoredResponse};
+use crate::payments;
 
 /// Stores a placed order. `response` is its answer, rendered before the transaction (every field
 /// is known once the order is placed), so with a key the key row is written already completed:
@@ -40,7 +41,9 @@ pub async fn create(
 }
 
 /// Cancels a `pending_payment` order. Any other state is a final answer too (409
-/// `invalid-state`, stored with the key); an unknown order is a 404 and is not stored.
+/// `invalid-state`, stored with the key); an unknown order is a 404 and is not stored. An order
+/// with a payment in flight is refused (409 `payment-in-progress`, not stored): the order row lock
+/// taken here and by a payment's phase 1 orders the two.
 pub async fn cancel(
     pool: &Pool,
     account_id: Uuid,
@@ -52,7 +55,8 @@ pub async fn cancel(
     let mut conn = pool.get().await?;
     conn.transaction(async |conn| {
         if let Some(request) = keyed {
-            let claim_as = ClaimAs::InProgress { lease: None, resource_id: Some(order_id) };
+            let claim_as =
+                ClaimAs::InProgress { lease: None, resource_id: Some(order_id), recovery_point: "started" };
             if let Claim::Existing(record) =
                 store::claim(conn, request, claim_as, retention, Utc::now()).await?
             {
@@ -60,7 +64,14 @@ pub async fn cancel(
             }
         }
         let not_found = || ApiError::NotFound { resource: "order", id: order_id.to_string() };
-        let status = repository::lock_status(conn, account_id, order_id).await?.ok_or_else(not_found)?;
+        let status = repository::lock(conn, account_id, order_id).await?.ok_or_else(not_found)?.status;
+        if status == OrderStatus::PendingPayment
+            && let Some(payment_id) =
+                payments::repository::processing_for_order(conn, account_id, order_id).await?
+        {
+            // Its outcome is unknown: the customer may have been charged. Not a final answer.
+            return Err(ApiError::PaymentInProgress { order_id, payment_id });
+        }
         let response = if status == OrderStatus::PendingPayment {
             let now = Utc::now();
             repository::transition(conn, account_id, order_id, status, OrderStatus::Cancelled, now).await?;
@@ -75,8 +86,10 @@ pub async fn cancel(
             }
             .to_stored_response()
         };
-        if let Some(request) = keyed {
-            store::complete(conn, request, &response, Some(order_id)).await?;
+        if let Some(request) = keyed
+            && !store::complete(conn, account_id, request.key.as_str(), &response, Some(order_id)).await?
+        {
+            return Err(ApiError::Internal(anyhow::anyhow!("the claimed key vanished")));
         }
         Ok(Execution::Executed(response))
     })

@@ -4,7 +4,7 @@ use std::process::Command;
 
 use crate::helpers::spawn_app;
 
-const BIN: &str = env!("CARGO_BIN_EXE_orderpay");
+use crate::process::BIN;
 
 #[tokio::test]
 async fn accounts_create_prints_the_key_once_and_stores_only_its_hash() {
@@ -31,6 +31,15 @@ async fn accounts_create_prints_the_key_once_and_stores_only_its_hash() {
 }
 
 #[test]
+fn the_mock_provider_lists_its_settings() {
+    let output = Command::new(BIN).args(["mock-provider", "--help"]).output().expect("orderpay runs");
+    let help = String::from_utf8(output.stdout).unwrap();
+    for variable in ["MOCK_PROVIDER_LISTEN", "MOCK_PROVIDER_TIMEOUT_HOLD_MS", "MOCK_PROVIDER_SETTLE_MS"] {
+        assert!(help.contains(variable), "{variable} missing from:\n{help}");
+    }
+}
+
+#[test]
 fn serve_help_lists_every_setting() {
     let output = Command::new(BIN).args(["serve", "--help"]).output().expect("orderpay runs");
     let help = String::from_utf8(output.stdout).unwrap();
@@ -44,6 +53,14 @@ fn serve_help_lists_every_setting() {
         "ORDERPAY_IDEMPOTENCY_TTL_SECS",
         "ORDERPAY_SWEEP_INTERVAL_MS",
         "ORDERPAY_SWEEP_BATCH_SIZE",
+        "ORDERPAY_PROVIDER_URL",
+        "ORDERPAY_PROVIDER_TIMEOUT_MS",
+        "ORDERPAY_PAYMENT_LEASE_MS",
+        "ORDERPAY_RECONCILE_INTERVAL_MS",
+        "ORDERPAY_RECONCILE_BATCH_SIZE",
+        "ORDERPAY_RECONCILE_MAX_ATTEMPTS",
+        "ORDERPAY_RECONCILE_BACKOFF_BASE_MS",
+        "ORDERPAY_RECONCILE_BACKOFF_CAP_MS",
     ] {
         assert!(help.contains(variable), "{variable} missing from:\n{help}");
     }

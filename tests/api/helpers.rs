@@ -5,9 +5,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use diesel::sql_types::BigInt;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use orderpay::app::Application;
-use orderpay::config::{ApiSettings, Settings};
+use orderpay::config::{ApiSettings, ProviderConfig, Settings, claim_for};
 use orderpay::db::DatabaseConfig;
 use orderpay::idempotency::sweeper::SweeperConfig;
+use orderpay::payments::service::{PaymentContext, PaymentSettings};
+use orderpay::provider::client::HttpProvider;
+use orderpay::provider::mock::{MockProvider, MockSettings};
+use orderpay::reconciliation::{PassReport, ReconcilerConfig};
 use reqwest::{Method, RequestBuilder, Response};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -36,16 +40,68 @@ pub struct TestApp {
     pub api_key: String,
     pub account_id: Uuid,
     pub database_url: String,
+    pub settings: Settings,
+    pub provider: TestProvider,
     database_name: String,
     server: actix_web::dev::ServerHandle,
 }
 
-pub async fn spawn_app() -> TestApp {
-    spawn_app_with(|_| {}).await
+/// This test's mock payment provider, a real HTTP server.
+pub struct TestProvider {
+    pub address: String,
+    client: reqwest::Client,
+    server: actix_web::dev::ServerHandle,
 }
 
-/// Spawns the app with settings adjusted by `configure`.
-pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
+impl Drop for TestProvider {
+    fn drop(&mut self) {
+        drop(self.server.stop(false));
+    }
+}
+
+/// Mock provider settings for tests: timeouts hold 3 s, pending charges settle after 300 ms.
+pub fn test_mock_settings() -> MockSettings {
+    MockSettings {
+        listen: "127.0.0.1:0".to_owned(),
+        timeout_hold: Duration::from_secs(3),
+        settle_after: Duration::from_millis(300),
+    }
+}
+
+pub async fn spawn_mock_provider(settings: MockSettings) -> TestProvider {
+    let mock = MockProvider::build(settings).expect("the mock provider builds");
+    let address = format!("http://127.0.0.1:{}", mock.port());
+    let server = mock.server_handle();
+    tokio::spawn(mock.run_until_stopped());
+    TestProvider { address, client: http_client(), server }
+}
+
+impl TestProvider {
+    /// Every charge the provider holds (`GET /_admin/charges`).
+    pub async fn charges(&self) -> Vec<Value> {
+        let response = self.client.get(format!("{}/_admin/charges", self.address)).send().await.unwrap();
+        json(response).await["data"].as_array().unwrap().clone()
+    }
+
+    /// Charges made with the downstream key of `payment_id`.
+    pub async fn charges_for(&self, payment_id: &str) -> Vec<Value> {
+        let key = format!("orderpay_pay_{payment_id}");
+        self.charges().await.into_iter().filter(|charge| charge["idempotency_key"] == key.as_str()).collect()
+    }
+
+    pub async fn set_faults(&self, faults: Value) {
+        let response =
+            self.client.post(format!("{}/_admin/faults", self.address)).json(&faults).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+    }
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_, _| {}).await
+}
+
+/// Spawns the app (and its own mock provider) with settings adjusted by `configure`.
+pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings, &mut MockSettings)) -> TestApp {
     if std::env::var("TEST_LOG").is_ok() {
         orderpay::telemetry::init();
     }
@@ -66,19 +122,41 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings)) -> TestApp {
             idempotency_retention: Duration::from_secs(86_400),
         },
         sweeper: SweeperConfig { interval: Duration::from_secs(3600), batch_size: 1000 },
+        provider: ProviderConfig { url: String::new(), timeout: Duration::from_secs(1) },
+        payments: PaymentSettings {
+            lease: Duration::from_secs(2),
+            retention: Duration::from_secs(86_400),
+            recheck_after: Duration::from_millis(50),
+        },
+        // Off unless a test turns it on: tests run passes themselves to control their timing.
+        reconciler: ReconcilerConfig {
+            interval: Duration::from_secs(3600),
+            batch_size: 50,
+            max_attempts: 5,
+            backoff_base: Duration::from_millis(50),
+            backoff_cap: Duration::from_millis(200),
+            claim_for: claim_for(Duration::from_secs(1)),
+        },
     };
-    configure(&mut settings);
-    let app = Application::build(settings).await.expect("the app builds");
+    let mut mock_settings = test_mock_settings();
+    configure(&mut settings, &mut mock_settings);
+    let provider = spawn_mock_provider(mock_settings).await;
+    if settings.provider.url.is_empty() {
+        settings.provider.url = provider.address.clone();
+    }
+    let app = Application::build(settings.clone()).await.expect("the app builds");
     let address = format!("http://127.0.0.1:{}", app.port());
     let server = app.server_handle();
     tokio::spawn(app.run_until_stopped());
 
     let mut test_app = TestApp {
         address,
-        client: reqwest::Client::new(),
+        client: http_client(),
         api_key: String::new(),
         account_id: Uuid::nil(),
         database_url,
+        settings,
+        provider,
         database_name,
         server,
     };
@@ -207,6 +285,53 @@ impl TestApp {
         diesel::sql_query(sql).execute(&mut conn).await.expect(sql);
     }
 
+    /// One reconciler pass, as `orderpay reconcile --once` runs it.
+    pub async fn reconcile_once(&self) -> PassReport {
+        let context = PaymentContext {
+            pool: orderpay::db::lazy_pool(&self.settings.database, 2),
+            provider: std::sync::Arc::new(
+                HttpProvider::new(&self.settings.provider.url, self.settings.provider.timeout).unwrap(),
+            ),
+            settings: self.settings.payments,
+        };
+        orderpay::reconciliation::run_pass(&context, &self.settings.reconciler)
+            .await
+            .expect("reconciler pass")
+    }
+
+    pub async fn create_order(&self) -> Value {
+        let response = self.post_order(&order_body(), None).await;
+        assert_eq!(response.status(), 201);
+        json(response).await
+    }
+
+    pub async fn pay(&self, order_id: &str, payment_method: &str, key: &str) -> Response {
+        self.pay_with(&json!({ "order_id": order_id, "payment_method": payment_method }), key).await
+    }
+
+    pub async fn pay_with(&self, body: &Value, key: &str) -> Response {
+        self.request(Method::POST, "/payments")
+            .header("Idempotency-Key", key)
+            .json(body)
+            .send()
+            .await
+            .expect("POST /payments")
+    }
+
+    pub async fn get_payment(&self, id: &str) -> Value {
+        let response = self.request(Method::GET, &format!("/payments/{id}")).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        json(response).await
+    }
+
+    pub async fn order_status(&self, id: &str) -> String {
+        json(self.get_order(id).await).await["status"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn payments_stored(&self) -> i64 {
+        self.count("SELECT count(*) AS count FROM payments").await
+    }
+
     pub async fn orders_stored(&self) -> i64 {
         self.count("SELECT count(*) AS count FROM orders").await
     }
@@ -214,6 +339,13 @@ impl TestApp {
     pub async fn keys_stored(&self) -> i64 {
         self.count("SELECT count(*) AS count FROM idempotency_keys").await
     }
+}
+
+/// An HTTP client for the tests (reqwest is built with rustls, whose crypto provider orderpay
+/// installs once per process).
+pub fn http_client() -> reqwest::Client {
+    orderpay::provider::client::install_crypto_provider();
+    reqwest::Client::new()
 }
 
 /// A valid order body.

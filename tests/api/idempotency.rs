@@ -185,7 +185,7 @@ async fn without_a_key_each_request_runs() {
 
 #[tokio::test]
 async fn a_key_can_be_required() {
-    let app = spawn_app_with(|settings| settings.api.require_idempotency_key = true).await;
+    let app = spawn_app_with(|settings, _| settings.api.require_idempotency_key = true).await;
     assert_problem(app.post_order(&order_body(), None).await, 400, "idempotency-key-missing").await;
     assert_eq!(app.orders_stored().await, 0);
     assert_eq!(app.post_order(&order_body(), Some(&new_key())).await.status(), 201);
@@ -235,7 +235,7 @@ async fn a_failure_inside_the_transaction_leaves_nothing_and_releases_the_key() 
 
 #[tokio::test]
 async fn the_sweeper_deletes_expired_keys_which_then_run_as_new() {
-    let app = spawn_app_with(|settings| settings.sweeper.interval = Duration::from_millis(100)).await;
+    let app = spawn_app_with(|settings, _| settings.sweeper.interval = Duration::from_millis(100)).await;
     let key = new_key();
     let first = json(app.post_order(&order_body(), Some(&key)).await).await;
     let kept = new_key();

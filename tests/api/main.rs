@@ -2,8 +2,11 @@
 //! per test so that tests run in parallel and never see each other's rows.
 
 mod helpers;
+mod process;
 
 mod cli;
 mod errors;
+mod failure_windows;
 mod idempotency;
 mod orders;
+mod payments;

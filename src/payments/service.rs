@@ -1,0 +1,348 @@
+//! The two-phase payment of IDEMPOTENCY.md and PAYMENTS.md.
+//!
+//! Phase 1 (one transaction): claim the key in progress with a lease, lock the order, insert the
+//! payment `processing`. Then the provider call, outside any transaction, with the payment's
+//! downstream key. Phase 2 (one transaction): the payment's outcome, the order's status and the
+//! stored answer for the key, together. An unknown outcome leaves the payment `processing` and the
+//! key in progress with its lease released, and answers 202; a retry (taking the key over) or the
+//! reconciler finishes it, re-driving the same charge.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+use rust_decimal::Decimal;
+use uuid::Uuid;
+
+use super::representation::final_response;
+use super::{Actor, Outcome, Payment, PaymentMethod, PaymentStatus, Settlement, outcome_of, repository};
+use crate::clock::after;
+use crate::db::Pool;
+use crate::error::{ApiError, FieldError};
+use crate::idempotency::store::{self, Claim, ClaimAs, Existing, KeyRecord};
+use crate::idempotency::{Execution, KeyedRequest, StoredResponse};
+use crate::orders::{self, OrderStatus};
+use crate::provider::PaymentProvider;
+
+/// The failure code of a payment the reconciler gave up on.
+pub const GAVE_UP_CODE: &str = "reconciliation_gave_up";
+
+/// The recovery point of a payment's key once phase 1 committed: the payment exists, and
+/// resuming means asking the provider about its downstream key.
+const PAYMENT_CREATED: &str = "payment_created";
+
+#[derive(Debug, Clone, Copy)]
+pub struct PaymentSettings {
+    /// How long a request owns a key while it calls the provider. Longer than the provider
+    /// timeout, so a live request is never taken over.
+    pub lease: Duration,
+    /// How long idempotency keys are kept.
+    pub retention: Duration,
+    /// When an unknown outcome is first checked again.
+    pub recheck_after: Duration,
+}
+
+/// What a payment use case needs: the database, the provider, the settings.
+#[derive(Clone)]
+pub struct PaymentContext {
+    pub pool: Pool,
+    pub provider: Arc<dyn PaymentProvider>,
+    pub settings: PaymentSettings,
+}
+
+/// A parsed, valid `POST /payments`.
+#[derive(Debug, Clone)]
+pub struct PayCommand {
+    pub order_id: Uuid,
+    pub payment_method: PaymentMethod,
+    /// If given, must equal the order's total.
+    pub amount: Option<Decimal>,
+}
+
+/// How a payment request ends.
+#[derive(Debug)]
+pub enum PayResult {
+    /// A final answer: executed now (and stored with the key) or replayed.
+    Answered(Execution),
+    /// The outcome is not known yet (202); not stored, the key stays in progress.
+    Processing(Box<Payment>),
+}
+
+/// Whether the provider has certainly never seen this payment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriveMode {
+    /// Straight after phase 1: create the charge.
+    FirstCall,
+    /// A takeover or the reconciler: look the charge up by its downstream key first, and re-send
+    /// it (same key) only if the provider never received it.
+    Redrive,
+}
+
+enum Start {
+    Answered(Execution),
+    Drive(Box<Payment>, DriveMode),
+}
+
+/// `POST /payments`.
+pub async fn pay(
+    context: &PaymentContext,
+    account_id: Uuid,
+    keyed: &KeyedRequest,
+    command: &PayCommand,
+) -> Result<PayResult, ApiError> {
+    let (payment, mode) = match phase_one(context, account_id, keyed, command).await? {
+        Start::Answered(execution) => return Ok(PayResult::Answered(execution)),
+        Start::Drive(payment, mode) => (payment, mode),
+    };
+    // The provider call and phase 2 run in a task of their own: if the client goes away, actix
+    // drops this request's future, but the outcome must still be recorded (STACK_NOTES pitfall 7).
+    let context = context.clone();
+    tokio::spawn(async move {
+        let (outcome, _) = ask_provider(context.provider.as_ref(), &payment, mode).await;
+        record(&context, &payment, outcome).await
+    })
+    .await
+    .map_err(|error| ApiError::Internal(anyhow::anyhow!("payment task failed: {error}")))?
+}
+
+async fn phase_one(
+    context: &PaymentContext,
+    account_id: Uuid,
+    keyed: &KeyedRequest,
+    command: &PayCommand,
+) -> Result<Start, ApiError> {
+    let settings = context.settings;
+    let mut conn = context.pool.get().await?;
+    conn.transaction(async |conn| {
+        let now = Utc::now();
+        let payment_id = Uuid::now_v7();
+        let claim_as = ClaimAs::InProgress {
+            lease: Some(settings.lease),
+            resource_id: Some(payment_id),
+            recovery_point: PAYMENT_CREATED,
+        };
+        if let Claim::Existing(record) = store::claim(conn, keyed, claim_as, settings.retention, now).await? {
+            return resume(conn, keyed, &record, settings.lease, now).await;
+        }
+        let order_id = command.order_id;
+        let order = orders::repository::lock(conn, account_id, order_id)
+            .await?
+            .ok_or_else(|| ApiError::NotFound { resource: "order", id: order_id.to_string() })?;
+        if order.status != OrderStatus::PendingPayment {
+            // A final answer: stored with the key, no provider call.
+            let refusal = ApiError::InvalidState {
+                resource: "order",
+                id: order_id,
+                current: order.status.to_string(),
+                action: "paid",
+            };
+            let response = refusal.to_stored_response();
+            store::complete(conn, account_id, keyed.key.as_str(), &response, None).await?;
+            return Ok(Start::Answered(Execution::Executed(response)));
+        }
+        if let Some(amount) = command.amount
+            && amount != order.total_amount.value()
+        {
+            return Err(ApiError::Validation(vec![FieldError::new(
+                "amount",
+                format!("must equal the order's total_amount, {}", order.total_amount),
+            )]));
+        }
+        if let Some(in_flight) = repository::processing_for_order(conn, account_id, order_id).await? {
+            return Err(ApiError::PaymentInProgress { order_id, payment_id: in_flight });
+        }
+        let payment = Payment {
+            id: payment_id,
+            account_id,
+            order_id,
+            status: PaymentStatus::Processing,
+            amount: order.total_amount,
+            payment_method: command.payment_method.as_str().to_owned(),
+            provider_charge_id: None,
+            failure_code: None,
+            failure_message: None,
+            idempotency_key: Some(keyed.key.as_str().to_owned()),
+            attempts: 0,
+            // The reconciler looks only once the lease could have run out.
+            next_check_at: Some(after(now, settings.lease)),
+            last_error: None,
+            created_at: now,
+            updated_at: now,
+        };
+        repository::insert(conn, &payment).await?;
+        Ok(Start::Drive(Box::new(payment), DriveMode::FirstCall))
+    })
+    .await
+}
+
+/// A key seen before: replay it, refuse it, or take over a payment whose owner is gone.
+async fn resume(
+    conn: &mut AsyncPgConnection,
+    keyed: &KeyedRequest,
+    record: &KeyRecord,
+    lease: Duration,
+    now: DateTime<Utc>,
+) -> Result<Start, ApiError> {
+    let (recovery_point, resource_id) = match record.resolve(keyed, now)? {
+        Existing::Replay(response) => return Ok(Start::Answered(Execution::Replayed(response))),
+        Existing::InUse { retry_after, resource_id } => {
+            return Err(ApiError::IdempotencyKeyInUse {
+                retry_after_secs: retry_after.as_secs_f64().ceil().max(1.0) as u64,
+                resource_id,
+            });
+        }
+        Existing::Abandoned { recovery_point, resource_id } => (recovery_point, resource_id),
+    };
+    if !store::take_over(conn, keyed.account_id, keyed.key.as_str(), lease, now).await? {
+        return Err(ApiError::IdempotencyKeyInUse { retry_after_secs: 1, resource_id });
+    }
+    let payment = match resource_id {
+        Some(id) => repository::find(conn, keyed.account_id, id).await?,
+        None => None,
+    };
+    match payment {
+        Some(payment) if payment.status == PaymentStatus::Processing => {
+            tracing::info!(payment_id = %payment.id, %recovery_point, "taking over an abandoned payment");
+            Ok(Start::Drive(Box::new(payment), DriveMode::Redrive))
+        }
+        Some(payment) => {
+            // Settled meanwhile (by the reconciler) without its answer stored for this key.
+            let response = final_response(&payment);
+            store::complete(conn, keyed.account_id, keyed.key.as_str(), &response, Some(payment.id)).await?;
+            Ok(Start::Answered(Execution::Executed(response)))
+        }
+        None => Err(ApiError::Internal(anyhow::anyhow!(
+            "key in progress at {recovery_point} without its payment {resource_id:?}"
+        ))),
+    }
+}
+
+/// Asks the provider about `payment`. Returns the outcome and whether a charge was (re)sent.
+pub async fn ask_provider(
+    provider: &dyn PaymentProvider,
+    payment: &Payment,
+    mode: DriveMode,
+) -> (Outcome, bool) {
+    let request = payment.charge_request();
+    match mode {
+        DriveMode::FirstCall => (outcome_of(provider.create_charge(&request).await), true),
+        DriveMode::Redrive => match provider.find_charge(&request.downstream_key).await {
+            Ok(Some(charge)) => (outcome_of(Ok(charge)), false),
+            // The provider never received it (W1): send it now, with the same key.
+            Ok(None) => (outcome_of(provider.create_charge(&request).await), true),
+            Err(error) => (outcome_of(Err(error)), false),
+        },
+    }
+}
+
+/// Phase 2 for a request: a known outcome is settled and answered; an unknown one leaves the
+/// payment for a retry or the reconciler and answers 202.
+async fn record(
+    context: &PaymentContext,
+    payment: &Payment,
+    outcome: Outcome,
+) -> Result<PayResult, ApiError> {
+    let settlement = match outcome {
+        Outcome::Succeeded { charge_id } => Settlement::Succeeded { charge_id },
+        Outcome::Declined { code, message } => Settlement::Failed { code, message },
+        Outcome::Unknown { reason } => {
+            tracing::warn!(payment_id = %payment.id, %reason, "payment outcome unknown; left processing");
+            let next_check = after(Utc::now(), context.settings.recheck_after);
+            let payment = release(&context.pool, payment, next_check, &reason).await?;
+            return Ok(PayResult::Processing(Box::new(payment)));
+        }
+    };
+    let settled = settle(&context.pool, payment, &settlement, Actor::Request).await?;
+    Ok(PayResult::Answered(Execution::Executed(settled.response)))
+}
+
+/// A settled payment, its final answer, and whether this call applied the transition.
+#[derive(Debug)]
+pub struct Settled {
+    pub payment: Payment,
+    pub response: StoredResponse,
+    pub applied: bool,
+}
+
+/// Phase 2: moves the payment to its terminal state, marks the order paid when it succeeded, and
+/// stores the final answer for the payment's key, in one transaction. Idempotent: if someone
+/// settled the payment first, nothing changes and their result is returned.
+pub async fn settle(
+    pool: &Pool,
+    payment: &Payment,
+    settlement: &Settlement,
+    actor: Actor,
+) -> Result<Settled, ApiError> {
+    let mut conn = pool.get().await?;
+    conn.transaction(async |conn| {
+        let now = Utc::now();
+        let (account_id, id) = (payment.account_id, payment.id);
+        let (settled, applied) = match repository::finish(conn, account_id, id, settlement, actor, now).await? {
+            Some(settled) => {
+                if settled.status == PaymentStatus::Succeeded {
+                    let paid = orders::repository::transition(
+                        conn,
+                        account_id,
+                        settled.order_id,
+                        OrderStatus::PendingPayment,
+                        OrderStatus::Paid,
+                        now,
+                    )
+                    .await?;
+                    if !paid {
+                        // Cannot happen while cancels refuse orders with a payment in flight and
+                        // an order has at most one active payment; if it does, money was taken
+                        // for an order that is not payable, and a person must refund it.
+                        tracing::error!(payment_id = %id, order_id = %settled.order_id,
+                            "payment succeeded for an order that was not pending_payment");
+                    }
+                }
+                (settled, true)
+            }
+            None => {
+                let current = repository::find(conn, account_id, id).await?;
+                (current.ok_or_else(|| ApiError::Internal(anyhow::anyhow!("payment {id} vanished")))?, false)
+            }
+        };
+        let response = final_response(&settled);
+        if let Some(key) = &settled.idempotency_key {
+            store::complete(conn, account_id, key, &response, Some(id)).await?;
+        }
+        if applied {
+            tracing::info!(payment_id = %id, status = %settled.status, actor = actor.as_str(), "payment settled");
+        }
+        Ok(Settled { payment: settled, response, applied })
+    })
+    .await
+}
+
+/// Leaves a `processing` payment for a check at `next_check`, and releases its key's lease so a
+/// retry may take it over at once.
+pub async fn release(
+    pool: &Pool,
+    payment: &Payment,
+    next_check: DateTime<Utc>,
+    reason: &str,
+) -> Result<Payment, ApiError> {
+    let mut conn = pool.get().await?;
+    conn.transaction(async |conn| {
+        let (account_id, id) = (payment.account_id, payment.id);
+        repository::reschedule(conn, account_id, id, next_check, reason, Utc::now()).await?;
+        if let Some(key) = &payment.idempotency_key {
+            store::release_lease(conn, account_id, key).await?;
+        }
+        repository::find(conn, account_id, id)
+            .await?
+            .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("payment {id} vanished")))
+    })
+    .await
+}
+
+/// `GET /payments/{id}`
+pub async fn get(pool: &Pool, account_id: Uuid, payment_id: Uuid) -> Result<Payment, ApiError> {
+    let mut conn = pool.get().await?;
+    repository::find(&mut conn, account_id, payment_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound { resource: "payment", id: payment_id.to_string() })
+}

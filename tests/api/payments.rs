@@ -1,0 +1,361 @@
+//! Payments: each payment method's outcome and its replay, exactly one provider charge per
+//! payment, the order's state, bad input, and concurrent duplicates.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::helpers::{assert_problem, json, new_key, spawn_app, spawn_app_with};
+
+async fn order_id(app: &crate::helpers::TestApp) -> String {
+    app.create_order().await["id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_good_card_pays_the_order_with_one_charge_and_replays() {
+    let app = spawn_app().await;
+    let order = app.create_order().await;
+    let order_id = order["id"].as_str().unwrap();
+    let key = new_key();
+
+    let response = app.pay(order_id, "pm_card_ok", &key).await;
+    assert_eq!(response.status(), 201);
+    let location = response.headers()["location"].to_str().unwrap().to_owned();
+    let body = response.text().await.unwrap();
+    let payment: Value = serde_json::from_str(&body).unwrap();
+    let payment_id = payment["id"].as_str().unwrap();
+    assert_eq!(location, format!("/payments/{payment_id}"));
+    assert_eq!(payment["status"], "succeeded");
+    assert_eq!(payment["order_id"], order_id);
+    assert_eq!(payment["amount"], order["total_amount"]);
+    assert_eq!(payment["currency"], "USD");
+    assert_eq!(app.order_status(order_id).await, "paid");
+    assert_eq!(app.get_payment(payment_id).await, payment);
+
+    let replay = app.pay(order_id, "pm_card_ok", &key).await;
+    assert_eq!(replay.status(), 201);
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.text().await.unwrap(), body);
+
+    let charges = app.provider.charges().await;
+    assert_eq!(charges.len(), 1, "{charges:?}");
+    assert_eq!(charges[0]["idempotency_key"], format!("orderpay_pay_{payment_id}"));
+    assert_eq!(charges[0]["status"], "succeeded");
+    assert_eq!(charges[0]["amount"], order["total_amount"]);
+    assert_eq!(payment["provider_charge_id"], charges[0]["id"]);
+}
+
+#[tokio::test]
+async fn a_decline_is_final_and_stored_and_a_new_key_can_pay() {
+    let app = spawn_app().await;
+    let order_id = order_id(&app).await;
+    let key = new_key();
+
+    let declined = app.pay(&order_id, "pm_card_declined", &key).await;
+    let problem = assert_problem(declined, 402, "payment-declined").await;
+    assert_eq!(problem["decline_code"], "insufficient_funds");
+    let payment_id = problem["payment_id"].as_str().unwrap().to_owned();
+    assert_eq!(app.get_payment(&payment_id).await["status"], "failed");
+    assert_eq!(app.order_status(&order_id).await, "pending_payment");
+
+    let replay = app.pay(&order_id, "pm_card_declined", &key).await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(assert_problem(replay, 402, "payment-declined").await, problem);
+
+    let paid = app.pay(&order_id, "pm_card_ok", &new_key()).await;
+    assert_eq!(paid.status(), 201);
+    assert_eq!(app.order_status(&order_id).await, "paid");
+    let statuses: Vec<Value> = app.provider.charges().await.iter().map(|c| c["status"].clone()).collect();
+    assert_eq!(statuses, [json!("declined"), json!("succeeded")], "one charge per payment, one succeeded");
+}
+
+#[tokio::test]
+async fn a_paid_order_refuses_another_payment_without_calling_the_provider() {
+    let app = spawn_app().await;
+    let order_id = order_id(&app).await;
+    assert_eq!(app.pay(&order_id, "pm_card_ok", &new_key()).await.status(), 201);
+
+    let key = new_key();
+    let refused = assert_problem(app.pay(&order_id, "pm_card_ok", &key).await, 409, "invalid-state").await;
+    assert_eq!(refused["current_state"], "paid");
+    let replay = app.pay(&order_id, "pm_card_ok", &key).await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(assert_problem(replay, 409, "invalid-state").await, refused);
+
+    assert_eq!(app.provider.charges().await.len(), 1, "no second charge");
+    assert_eq!(app.payments_stored().await, 1);
+    // A paid order cannot be cancelled either.
+    assert_problem(app.cancel_order(&order_id, None).await, 409, "invalid-state").await;
+}
+
+#[tokio::test]
+async fn a_cancelled_order_cannot_be_paid() {
+    let app = spawn_app().await;
+    let order_id = order_id(&app).await;
+    assert_eq!(app.cancel_order(&order_id, None).await.status(), 200);
+    let refused =
+        assert_problem(app.pay(&order_id, "pm_card_ok", &new_key()).await, 409, "invalid-state").await;
+    assert_eq!(refused["current_state"], "cancelled");
+    assert!(app.provider.charges().await.is_empty());
+}
+
+#[tokio::test]
+async fn twenty_concurrent_copies_of_a_payment_charge_once() {
+    let app = spawn_app().await;
+    let order_id = order_id(&app).await;
+    let key = new_key();
+    let responses = join_all((0..20).map(|_| app.pay(&order_id, "pm_card_ok", &key))).await;
+    let mut statuses = HashSet::new();
+    let mut payment_ids = HashSet::new();
+    for response in responses {
+        let status = response.status().as_u16();
+        statuses.insert(status);
+        let body = json(response).await;
+        match status {
+            201 => payment_ids.insert(body["id"].as_str().unwrap().to_owned()),
+            409 => {
+                assert_eq!(body["type"], "idempotency-key-in-use", "{body}");
+                payment_ids.insert(body["resource_id"].as_str().unwrap().to_owned())
+            }
+            other => panic!("unexpected {other}: {body}"),
+        };
+    }
+    assert!(statuses.contains(&201), "{statuses:?}");
+    assert_eq!(payment_ids.len(), 1, "every answer names the same payment");
+    assert_eq!(app.provider.charges().await.len(), 1);
+    assert_eq!(app.payments_stored().await, 1);
+    assert_eq!(app.order_status(&order_id).await, "paid");
+}
+
+#[tokio::test]
+async fn a_duplicate_while_the_first_is_at_the_provider_is_told_to_wait() {
+    let app = spawn_app().await;
+    let order_id = order_id(&app).await;
+    let key = new_key();
+    let first = app.pay(&order_id, "pm_provider_timeout", &key);
+    let second = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        app.pay(&order_id, "pm_provider_timeout", &key).await
+    };
+    let (first, second) = tokio::join!(first, second);
+    assert_eq!(first.status(), 202);
+    let retry_after: u64 = second.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=2).contains(&retry_after), "Retry-After {retry_after}");
+    let problem = assert_problem(second, 409, "idempotency-key-in-use").await;
+    assert_eq!(problem["resource_id"], json(first).await["id"]);
+}
+
+#[tokio::test]
+async fn pending_charges_settle_through_the_reconciler_w5() {
+    let app = spawn_app().await;
+    let order_id = order_id(&app).await;
+    let key = new_key();
+    let accepted = app.pay(&order_id, "pm_provider_pending", &key).await;
+    assert_eq!(accepted.status(), 202);
+    let payment = json(accepted).await;
+    let payment_id = payment["id"].as_str().unwrap();
+    assert_eq!(payment["status"], "processing");
+    assert_eq!(app.order_status(&order_id).await, "pending_payment");
+
+    // Still pending at the provider: the reconciler checks and leaves it for later.
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let early = app.reconcile_once().await;
+    assert_eq!((early.claimed, early.settled, early.rescheduled, early.redriven), (1, 0, 1, 0));
+    assert_eq!(app.get_payment(payment_id).await["status"], "processing");
+
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let settled = app.reconcile_once().await;
+    assert_eq!((settled.claimed, settled.settled), (1, 1));
+    assert_eq!(app.get_payment(payment_id).await["status"], "succeeded");
+    assert_eq!(app.order_status(&order_id).await, "paid");
+
+    let retry = app.pay(&order_id, "pm_provider_pending", &key).await;
+    assert_eq!(retry.status(), 201);
+    assert_eq!(retry.headers()["idempotent-replayed"], "true", "the final answer, as a replay");
+    assert_eq!(app.provider.charges_for(payment_id).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_timeout_answers_202_in_time_and_is_settled_later_w3() {
+    let app = spawn_app().await;
+    let order_id = order_id(&app).await;
+    let key = new_key();
+    let started = Instant::now();
+    let accepted = app.pay(&order_id, "pm_provider_timeout", &key).await;
+    let waited = started.elapsed();
+    assert_eq!(accepted.status(), 202);
+    assert!(waited < Duration::from_secs(3), "answered after the provider timeout (1 s), took {waited:?}");
+    let payment_id = json(accepted).await["id"].as_str().unwrap().to_owned();
+    assert_eq!(app.get_payment(&payment_id).await["status"], "processing", "never failed on a guess");
+
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!((pass.settled, pass.redriven), (1, 0), "found at the provider, not charged again");
+    assert_eq!(app.order_status(&order_id).await, "paid");
+    let retry = app.pay(&order_id, "pm_provider_timeout", &key).await;
+    assert_eq!(retry.status(), 201);
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    assert_eq!(json(retry).await["status"], "succeeded");
+    assert_eq!(app.provider.charges_for(&payment_id).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_retry_after_202_resumes_the_payment_itself() {
+    let app = spawn_app().await;
+    let order_id = order_id(&app).await;
+    let key = new_key();
+    assert_eq!(app.pay(&order_id, "pm_provider_pending", &key).await.status(), 202);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The lease was released with the 202: the retry takes the key over and asks the provider.
+    let retry = app.pay(&order_id, "pm_provider_pending", &key).await;
+    assert_eq!(retry.status(), 201);
+    assert!(retry.headers().get("idempotent-replayed").is_none());
+    assert_eq!(app.order_status(&order_id).await, "paid");
+    assert_eq!(app.provider.charges().await.len(), 1);
+}
+
+#[tokio::test]
+async fn provider_5xx_is_never_success_without_a_charge_nor_failure_on_a_guess_w4() {
+    let app = spawn_app().await;
+    let order_id = order_id(&app).await;
+    let key = new_key();
+    let accepted = app.pay(&order_id, "pm_provider_down", &key).await;
+    assert_eq!(accepted.status(), 202);
+    let payment_id = json(accepted).await["id"].as_str().unwrap().to_owned();
+
+    // Below the attempt limit every pass re-sends (the provider never received it) and waits.
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let pass = app.reconcile_once().await;
+        assert_eq!((pass.claimed, pass.redriven, pass.rescheduled, pass.settled), (1, 1, 1, 0));
+        assert_eq!(app.get_payment(&payment_id).await["status"], "processing");
+    }
+    assert!(app.provider.charges().await.is_empty(), "nothing was charged");
+    assert_eq!(app.order_status(&order_id).await, "pending_payment");
+
+    // At the limit the reconciler gives up, explicitly, with a reason.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!(pass.gave_up, 1);
+    let payment = app.get_payment(&payment_id).await;
+    assert_eq!(payment["status"], "failed");
+    assert_eq!(payment["failure_code"], "reconciliation_gave_up");
+    let replay = app.pay(&order_id, "pm_provider_down", &key).await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_problem(replay, 402, "payment-failed").await;
+    assert_eq!(app.order_status(&order_id).await, "pending_payment");
+}
+
+#[tokio::test]
+async fn an_order_with_a_payment_in_flight_is_neither_paid_again_nor_cancelled() {
+    let app = spawn_app().await;
+    let order_id = order_id(&app).await;
+    let accepted = app.pay(&order_id, "pm_provider_pending", &new_key()).await;
+    assert_eq!(accepted.status(), 202);
+    let payment_id = json(accepted).await["id"].clone();
+
+    let second = app.pay(&order_id, "pm_card_ok", &new_key()).await;
+    assert!(second.headers().contains_key("retry-after"));
+    assert_eq!(assert_problem(second, 409, "payment-in-progress").await["payment_id"], payment_id);
+    let cancel = assert_problem(app.cancel_order(&order_id, None).await, 409, "payment-in-progress").await;
+    assert_eq!(cancel["payment_id"], payment_id);
+    assert_eq!(app.provider.charges().await.len(), 1);
+    assert_eq!(app.order_status(&order_id).await, "pending_payment");
+}
+
+#[tokio::test]
+async fn bad_payment_requests_store_nothing_and_charge_nothing() {
+    let app = spawn_app().await;
+    let order_id = order_id(&app).await;
+    let cases = [
+        ("missing order_id", json!({"payment_method": "pm_card_ok"}), "order_id"),
+        ("order_id not a UUID", json!({"order_id": "ord_1", "payment_method": "pm_card_ok"}), "order_id"),
+        ("unknown method", json!({"order_id": order_id, "payment_method": "bitcoin"}), "payment_method"),
+        ("method not a string", json!({"order_id": order_id, "payment_method": 7}), "payment_method"),
+        (
+            "amount mismatch",
+            json!({"order_id": order_id, "payment_method": "pm_card_ok", "amount": "1.00"}),
+            "amount",
+        ),
+        (
+            "amount negative",
+            json!({"order_id": order_id, "payment_method": "pm_card_ok", "amount": "-48.48"}),
+            "amount",
+        ),
+        ("unknown field", json!({"order_id": order_id, "payment_method": "pm_card_ok", "tip": "1"}), "tip"),
+    ];
+    for (name, body, field) in cases {
+        let problem = assert_problem(app.pay_with(&body, &new_key()).await, 422, "validation-failed").await;
+        assert_eq!(problem["errors"][0]["field"], field, "{name}: {problem}");
+    }
+    let malformed = app
+        .request(Method::POST, "/payments")
+        .header("Idempotency-Key", new_key())
+        .header("Content-Type", "application/json")
+        .body("{\"order_id\":")
+        .send()
+        .await
+        .unwrap();
+    assert_problem(malformed, 400, "malformed-json").await;
+    let no_key = app
+        .request(Method::POST, "/payments")
+        .json(&json!({"order_id": order_id, "payment_method": "pm_card_ok"}))
+        .send()
+        .await
+        .unwrap();
+    assert_problem(no_key, 400, "idempotency-key-missing").await;
+    let unknown_order = json!({"order_id": uuid::Uuid::now_v7(), "payment_method": "pm_card_ok"});
+    assert_problem(app.pay_with(&unknown_order, &new_key()).await, 404, "not-found").await;
+
+    assert_eq!(app.payments_stored().await, 0);
+    assert_eq!(app.keys_stored().await, 0);
+    assert!(app.provider.charges().await.is_empty());
+    // The matching amount, as a string or a JSON number, is accepted.
+    let exact = json!({"order_id": order_id, "payment_method": "pm_card_ok", "amount": 48.48});
+    assert_eq!(app.pay_with(&exact, &new_key()).await.status(), 201);
+}
+
+#[tokio::test]
+async fn payments_are_scoped_by_account() {
+    let app = spawn_app().await;
+    let (_, other_key) = app.create_account("other").await;
+    let order_id = order_id(&app).await;
+    let payment = json(app.pay(&order_id, "pm_card_ok", &new_key()).await).await;
+    let payment_id = payment["id"].as_str().unwrap();
+
+    let read =
+        app.client.get(app.url(&format!("/payments/{payment_id}"))).bearer_auth(&other_key).send().await;
+    assert_problem(read.unwrap(), 404, "not-found").await;
+    let pay_theirs = app
+        .client
+        .post(app.url("/payments"))
+        .bearer_auth(&other_key)
+        .header("Idempotency-Key", new_key())
+        .json(&json!({"order_id": order_id, "payment_method": "pm_card_ok"}))
+        .send()
+        .await
+        .unwrap();
+    assert_problem(pay_theirs, 404, "not-found").await;
+    assert_problem(app.request(Method::GET, "/payments/not-a-uuid").send().await.unwrap(), 404, "not-found")
+        .await;
+    assert_eq!(app.provider.charges().await.len(), 1);
+}
+
+#[tokio::test]
+async fn the_mock_provider_injects_faults_on_request() {
+    let app = spawn_app_with(|_, mock| mock.timeout_hold = std::time::Duration::from_secs(2)).await;
+    app.provider.set_faults(json!({"error_rate": 1.0})).await;
+    let order_id = order_id(&app).await;
+    let accepted = app.pay(&order_id, "pm_card_ok", &new_key()).await;
+    assert_eq!(accepted.status(), 202, "a 503 fault is an unknown outcome");
+    assert!(app.provider.charges().await.is_empty());
+    app.provider.set_faults(json!({})).await;
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!((pass.redriven, pass.settled), (1, 1));
+    assert_eq!(app.order_status(&order_id).await, "paid");
+    assert_eq!(app.provider.charges().await.len(), 1);
+}

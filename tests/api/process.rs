@@ -1,0 +1,66 @@
+//! `orderpay serve` as a real subprocess, for tests that kill it (SIGKILL) mid-request.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_orderpay");
+
+pub struct ServiceProcess {
+    child: Child,
+    pub address: String,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl ServiceProcess {
+    /// Starts `orderpay serve` on a free port against `database_url` and `provider_url`, with
+    /// `env` on top of quiet defaults (reconciler off), and waits until it answers `/healthz`.
+    pub async fn start(database_url: &str, provider_url: &str, env: &[(&str, &str)]) -> ServiceProcess {
+        let port = free_port();
+        let mut command = Command::new(BIN);
+        command
+            .arg("serve")
+            .env("DATABASE_URL", database_url)
+            .env("ORDERPAY_LISTEN", format!("127.0.0.1:{port}"))
+            .env("ORDERPAY_PROVIDER_URL", provider_url)
+            .env("ORDERPAY_WORKERS", "1")
+            .env("ORDERPAY_RECONCILE_INTERVAL_MS", "3600000")
+            .env("RUST_LOG", std::env::var("TEST_LOG").map_or("warn".to_owned(), |_| "info".to_owned()))
+            .stdout(Stdio::null());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let child = command.spawn().expect("orderpay serve starts");
+        let process = ServiceProcess { child, address: format!("http://127.0.0.1:{port}") };
+        let client = crate::helpers::http_client();
+        for _ in 0..200 {
+            if client.get(format!("{}/healthz", process.address)).send().await.is_ok() {
+                return process;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("orderpay serve did not come up on port {port}");
+    }
+
+    /// SIGKILL: no shutdown code runs, like a crash or a lost machine.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ServiceProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A "provider" that accepts connections and never answers: requests to it hang until the
+/// caller gives up, and it never charges anything.
+pub fn black_hole() -> (std::net::TcpListener, String) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    (listener, address)
+}
