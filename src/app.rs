@@ -2,7 +2,8 @@
 //! whole until the server stops. `main` and the integration tests build it the same way.
 
 use std::net::TcpListener;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use actix_web::middleware::{ErrorHandlers, from_fn};
 use actix_web::{App, HttpServer, web};
@@ -10,6 +11,9 @@ use anyhow::Context;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::background;
 use crate::config::{ApiSettings, Settings};
 use crate::db::{self, Pool};
 use crate::http;
@@ -18,6 +22,7 @@ use crate::payments::service::PaymentContext;
 use crate::provider::PaymentProvider;
 use crate::provider::client::HttpProvider;
 use crate::reconciliation;
+use crate::telemetry::metrics;
 
 /// Per-worker state handed to every handler.
 pub struct AppState {
@@ -25,6 +30,27 @@ pub struct AppState {
     pub settings: Arc<ApiSettings>,
     /// The same pool, with the provider: what payment use cases need.
     pub payments: PaymentContext,
+    pub observability: Arc<Observability>,
+}
+
+/// What `GET /metrics` reads: the recorder's handle and every pool of the process.
+pub struct Observability {
+    pub metrics: PrometheusHandle,
+    pools: Mutex<Vec<Pool>>,
+}
+
+impl Observability {
+    fn register(&self, pool: &Pool) {
+        self.pools.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(pool.clone());
+    }
+
+    /// Connections in use and idle, over every pool.
+    pub fn pool_connections(&self) -> (u32, u32) {
+        let pools = self.pools.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        pools.iter().map(|pool| pool.state()).fold((0, 0), |(in_use, idle), state| {
+            (in_use + state.connections - state.idle_connections, idle + state.idle_connections)
+        })
+    }
 }
 
 /// A bound, running-on-await orderpay: HTTP server plus background tasks.
@@ -33,6 +59,7 @@ pub struct Application {
     server: actix_web::dev::Server,
     shutdown: watch::Sender<bool>,
     background: Vec<JoinHandle<()>>,
+    grace: Duration,
 }
 
 impl Application {
@@ -51,38 +78,53 @@ impl Application {
         let api = Arc::new(settings.api.clone());
         let payment_settings = settings.payments;
         let worker_provider = provider.clone();
+        let observability = Arc::new(Observability { metrics: metrics::install(), pools: Mutex::default() });
+        let worker_observability = observability.clone();
         let workers = settings.workers.max(1);
         // One pool per worker, created on that worker's thread (see db::lazy_pool).
         let pool_per_worker = (database.pool_size / workers as u32).max(1);
         let server = HttpServer::new(move || {
             let pool = db::lazy_pool(&database, pool_per_worker);
+            worker_observability.register(&pool);
             let payments = PaymentContext {
                 pool: pool.clone(),
                 provider: worker_provider.clone(),
                 settings: payment_settings,
             };
-            let state = AppState { pool, settings: api.clone(), payments };
+            let observability = worker_observability.clone();
+            let state = AppState { pool, settings: api.clone(), payments, observability };
             App::new()
                 .app_data(web::Data::new(state))
                 .wrap(ErrorHandlers::new().default_handler(http::problem_for_foreign_errors))
                 .wrap(from_fn(http::echo_idempotency_key))
+                .wrap(from_fn(http::observe::observe))
                 .configure(http::routes)
                 .default_service(web::to(http::route_not_found))
         })
         .workers(workers)
+        // On SIGTERM: stop accepting, let in-flight requests finish for up to the grace period.
+        .shutdown_timeout(settings.shutdown_grace.as_secs())
         .listen(listener)?
         .run();
 
         let (shutdown, shutdown_signal) = watch::channel(false);
-        let background_pool = db::lazy_pool(&settings.database, 2);
+        let background_pool = db::lazy_pool(&settings.database, 4);
+        observability.register(&background_pool);
         let reconciler_context =
             PaymentContext { pool: background_pool.clone(), provider, settings: settings.payments };
+        let handle = observability.metrics.clone();
+        // The exporter keeps histogram data until upkeep drains it.
+        let upkeep = background::every(Duration::from_secs(5), shutdown_signal.clone(), move || {
+            handle.run_upkeep();
+            std::future::ready(false)
+        });
         let background = vec![
             tokio::spawn(sweeper::run(background_pool, settings.sweeper, shutdown_signal.clone())),
             tokio::spawn(reconciliation::run(reconciler_context, settings.reconciler, shutdown_signal)),
+            tokio::spawn(upkeep),
         ];
         tracing::info!(port, workers, "orderpay listening on {}", settings.listen);
-        Ok(Application { port, server, shutdown, background })
+        Ok(Application { port, server, shutdown, background, grace: settings.shutdown_grace })
     }
 
     pub fn port(&self) -> u16 {
@@ -94,13 +136,19 @@ impl Application {
         self.server.handle()
     }
 
-    /// Serves until the server stops (SIGINT/SIGTERM, or its handle), then stops the background
-    /// tasks between their rounds.
+    /// Serves until the server stops (SIGTERM drains in-flight requests; or its handle), then
+    /// stops the background tasks between their rounds, waiting for them up to the grace period.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         let served = self.server.await;
+        tracing::info!("HTTP server stopped; stopping background tasks");
         let _ = self.shutdown.send(true);
-        for task in self.background {
-            let _ = task.await;
+        let background = async {
+            for task in self.background {
+                let _ = task.await;
+            }
+        };
+        if tokio::time::timeout(self.grace, background).await.is_err() {
+            tracing::warn!("background tasks did not stop within the grace period");
         }
         served.context("HTTP server failed")
     }

@@ -4,7 +4,23 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-/// `now + duration`, saturating instead of overflowing for absurd durations.
+/// `now + duration`, saturating at the end of time instead of panicking on absurd durations.
 pub fn after(now: DateTime<Utc>, duration: Duration) -> DateTime<Utc> {
-    now + chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX)
+    chrono::Duration::from_std(duration)
+        .ok()
+        .and_then(|duration| now.checked_add_signed(duration))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absurd_durations_saturate() {
+        let now = Utc::now();
+        assert_eq!(after(now, Duration::from_secs(u64::MAX)), DateTime::<Utc>::MAX_UTC);
+        assert_eq!(after(now, Duration::from_secs(10_000_000_000_000)), DateTime::<Utc>::MAX_UTC);
+        assert_eq!(after(now, Duration::from_secs(1)), now + chrono::Duration::seconds(1));
+    }
 }

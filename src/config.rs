@@ -7,7 +7,7 @@
 //! `ORDERPAY_PROVIDER_URL`, `ORDERPAY_PROVIDER_TIMEOUT_MS`, `ORDERPAY_PAYMENT_LEASE_MS`,
 //! `ORDERPAY_RECONCILE_INTERVAL_MS`, `ORDERPAY_RECONCILE_BATCH_SIZE`,
 //! `ORDERPAY_RECONCILE_MAX_ATTEMPTS`, `ORDERPAY_RECONCILE_BACKOFF_BASE_MS`,
-//! `ORDERPAY_RECONCILE_BACKOFF_CAP_MS`; for the mock provider `MOCK_PROVIDER_LISTEN`,
+//! `ORDERPAY_RECONCILE_BACKOFF_CAP_MS`, `ORDERPAY_SHUTDOWN_GRACE_SECS`; for the mock provider `MOCK_PROVIDER_LISTEN`,
 //! `MOCK_PROVIDER_TIMEOUT_HOLD_MS`, `MOCK_PROVIDER_SETTLE_MS`; and, for logging (see
 //! telemetry.rs), `ORDERPAY_LOG_FORMAT` and `RUST_LOG`.
 
@@ -188,6 +188,10 @@ pub struct ServeArgs {
     /// takes the payment over. Must exceed the provider timeout.
     #[arg(long, env = "ORDERPAY_PAYMENT_LEASE_MS", default_value_t = 15_000)]
     pub payment_lease_ms: u64,
+
+    /// On SIGTERM, how long in-flight requests (and then background tasks) may take to finish.
+    #[arg(long, env = "ORDERPAY_SHUTDOWN_GRACE_SECS", default_value_t = 30)]
+    pub shutdown_grace_secs: u64,
 }
 
 /// What the API needs at request time.
@@ -208,6 +212,7 @@ pub struct Settings {
     pub provider: ProviderConfig,
     pub payments: PaymentSettings,
     pub reconciler: ReconcilerConfig,
+    pub shutdown_grace: Duration,
 }
 
 impl ServeArgs {
@@ -221,6 +226,16 @@ impl ServeArgs {
             "ORDERPAY_PAYMENT_LEASE_MS must be longer than ORDERPAY_PROVIDER_TIMEOUT_MS"
         );
         let reconciler = self.reconcile.config(&provider)?;
+        // A key must outlive every step of the operation it protects (a payment's lease and the
+        // reconciler's retries), and ten years is past any sane retention.
+        anyhow::ensure!(
+            (60..=10 * 365 * 86_400).contains(&self.idempotency_ttl_secs),
+            "ORDERPAY_IDEMPOTENCY_TTL_SECS must be between 60 seconds and 10 years"
+        );
+        anyhow::ensure!(
+            self.idempotency_ttl_secs * 1000 > self.payment_lease_ms,
+            "ORDERPAY_IDEMPOTENCY_TTL_SECS must be longer than ORDERPAY_PAYMENT_LEASE_MS"
+        );
         let retention = Duration::from_secs(self.idempotency_ttl_secs);
         let workers = self
             .workers
@@ -245,6 +260,7 @@ impl ServeArgs {
                 recheck_after: reconciler.backoff_base,
             },
             reconciler,
+            shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
         })
     }
 }

@@ -14,6 +14,7 @@ use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
 use crate::idempotency::StoredResponse;
+use crate::telemetry::metrics;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -222,6 +223,12 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
+        match self {
+            ApiError::IdempotencyKeyReused(_) => metrics::idempotency_outcome("reused"),
+            ApiError::IdempotencyKeyInUse { .. } => metrics::idempotency_outcome("in_use"),
+            ApiError::IdempotencyKeyMissing => metrics::idempotency_outcome("missing"),
+            _ => {}
+        }
         match self {
             ApiError::Internal(cause) => tracing::error!(error = ?cause, "internal error"),
             ApiError::Unavailable(cause) => {

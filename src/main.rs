@@ -95,11 +95,12 @@ async fn main() -> anyhow::Result<()> {
             if once {
                 let report = reconciliation::run_pass(&context, &config).await?;
                 println!(
-                    "claimed={} settled={} redriven={} rescheduled={} gave_up={} errors={}",
+                    "claimed={} settled={} redriven={} rescheduled={} stuck={} gave_up={} errors={}",
                     report.claimed,
                     report.settled,
                     report.redriven,
                     report.rescheduled,
+                    report.stuck,
                     report.gave_up,
                     report.errors
                 );

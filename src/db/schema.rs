@@ -52,6 +52,7 @@ diesel::table! {
         response_body -> Nullable<Bytea>,
         created_at -> Timestamptz,
         expires_at -> Timestamptz,
+        lease_id -> Nullable<Uuid>,
     }
 }
 

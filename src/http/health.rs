@@ -6,8 +6,12 @@ use actix_web::{HttpResponse, web};
 use diesel_async::RunQueryDsl;
 use serde_json::json;
 
+use chrono::Utc;
+
 use crate::app::AppState;
 use crate::error::ApiError;
+use crate::idempotency::store;
+use crate::telemetry::metrics;
 
 /// The OpenAPI document, compiled in so the binary always serves the spec it implements.
 pub const OPENAPI_YAML: &str = include_str!("../../openapi.yaml");
@@ -32,6 +36,24 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
         Ok(Err(other)) => Err(other),
         Err(_elapsed) => Err(ApiError::Unavailable(anyhow::anyhow!("database check timed out"))),
     }
+}
+
+/// `GET /metrics`: Prometheus text format. The gauges that need the database are read here; if
+/// it is away they keep their last value and the scrape still succeeds.
+pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    let observability = &state.observability;
+    let (in_use, idle) = observability.pool_connections();
+    metrics::pool_connections(in_use, idle);
+    let past_lease = async {
+        let mut conn = state.pool.get().await.ok()?;
+        store::count_past_lease(&mut conn, Utc::now()).await.ok()
+    };
+    if let Ok(Some(count)) = tokio::time::timeout(Duration::from_secs(1), past_lease).await {
+        metrics::keys_past_lease(count);
+    }
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(observability.metrics.render())
 }
 
 /// `GET /openapi.yaml`

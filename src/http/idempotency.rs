@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use crate::error::ApiError;
 use crate::idempotency::{Execution, Fingerprint, IdempotencyKey, KeyError, KeyedRequest};
+use crate::telemetry::metrics;
 
 pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 pub const IDEMPOTENT_REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
@@ -52,11 +53,14 @@ fn key_error_message(error: KeyError) -> &'static str {
 
 impl IdempotencyHeader {
     /// Binds the key (if any) to this request: account, method, route and body fingerprint.
-    /// `required` refuses a request without a key (400 `idempotency-key-missing`).
+    /// `route` is the canonical path (ids as parsed, not as typed), so `/orders/{ID}/cancel` in
+    /// upper case is the same route as in lower case. `required` refuses a request without a key
+    /// (400 `idempotency-key-missing`).
     pub fn bind(
         &self,
         account_id: Uuid,
         request: &HttpRequest,
+        route: &str,
         body: Option<&Value>,
         required: bool,
     ) -> Result<Option<KeyedRequest>, ApiError> {
@@ -64,7 +68,6 @@ impl IdempotencyHeader {
             return if required { Err(ApiError::IdempotencyKeyMissing) } else { Ok(None) };
         };
         let method = request.method().as_str();
-        let route = request.path();
         Ok(Some(KeyedRequest {
             account_id,
             key: key.clone(),
@@ -77,8 +80,12 @@ impl IdempotencyHeader {
 
 /// The HTTP answer for an executed or replayed operation: the stored status, headers and body,
 /// plus `Idempotent-Replayed: true` on a replay. (The key itself is echoed by middleware.)
-pub fn respond(execution: Execution) -> HttpResponse {
+/// `keyed` says whether the request carried a key, for the idempotency metrics.
+pub fn respond(execution: Execution, keyed: bool) -> HttpResponse {
     let replayed = execution.is_replay();
+    if keyed {
+        metrics::idempotency_outcome(if replayed { "replayed" } else { "executed" });
+    }
     let stored = match execution {
         Execution::Executed(response) | Execution::Replayed(response) => response,
     };

@@ -6,6 +6,7 @@ pub mod auth;
 pub mod body;
 pub mod health;
 pub mod idempotency;
+pub mod observe;
 pub mod orders;
 pub mod payments;
 
@@ -29,6 +30,7 @@ pub fn routes(config: &mut web::ServiceConfig) {
         .service(resource("/payments/{id}", "GET").get(payments::get))
         .service(resource("/healthz", "GET").get(health::healthz))
         .service(resource("/readyz", "GET").get(health::readyz))
+        .service(resource("/metrics", "GET").get(health::metrics))
         .service(resource("/openapi.yaml", "GET").get(health::openapi));
 }
 

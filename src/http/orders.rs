@@ -245,7 +245,7 @@ pub async fn create(
     JsonBody(body): JsonBody,
 ) -> Result<HttpResponse, ApiError> {
     let settings = &state.settings;
-    let keyed = key.bind(account.id, &request, Some(&body), settings.require_idempotency_key)?;
+    let keyed = key.bind(account.id, &request, "/orders", Some(&body), settings.require_idempotency_key)?;
     let new_order = parse_new_order(body)?;
     let order = Order::place(account.id, new_order, Utc::now()).map_err(place_error)?;
     let response =
@@ -253,7 +253,7 @@ pub async fn create(
     let execution =
         service::create(&state.pool, &order, keyed.as_ref(), &response, settings.idempotency_retention)
             .await?;
-    Ok(respond(execution))
+    Ok(respond(execution, keyed.is_some()))
 }
 
 /// `GET /orders/{id}`
@@ -313,7 +313,8 @@ pub async fn cancel(
 ) -> Result<HttpResponse, ApiError> {
     let settings = &state.settings;
     let order_id = super::parse_id("order", &id)?;
-    let keyed = key.bind(account.id, &request, body.as_ref(), settings.require_idempotency_key)?;
+    let route = format!("/orders/{order_id}/cancel");
+    let keyed = key.bind(account.id, &request, &route, body.as_ref(), settings.require_idempotency_key)?;
     if let Some(body) = body {
         let CancelOrderRequest {} = body::deserialize(body)?;
     }
@@ -326,5 +327,5 @@ pub async fn cancel(
         |order| order_response(StatusCode::OK, order),
     )
     .await?;
-    Ok(respond(execution))
+    Ok(respond(execution, keyed.is_some()))
 }

@@ -10,6 +10,7 @@ use uuid::Uuid;
 use super::auth::Authenticated;
 use super::body::{self, JsonBody};
 use super::idempotency::{IdempotencyHeader, respond};
+use super::observe::RequestId;
 use crate::app::AppState;
 use crate::error::{ApiError, FieldError};
 use crate::payments::PaymentMethod;
@@ -64,12 +65,15 @@ pub async fn create(
     Authenticated(account): Authenticated,
     key: IdempotencyHeader,
     request: HttpRequest,
+    request_id: RequestId,
     JsonBody(body): JsonBody,
 ) -> Result<HttpResponse, ApiError> {
-    let keyed = key.bind(account.id, &request, Some(&body), true)?.ok_or(ApiError::IdempotencyKeyMissing)?;
+    let keyed = key
+        .bind(account.id, &request, "/payments", Some(&body), true)?
+        .ok_or(ApiError::IdempotencyKeyMissing)?;
     let command = parse_pay_command(body)?;
-    match service::pay(&state.payments, account.id, &keyed, &command).await? {
-        PayResult::Answered(execution) => Ok(respond(execution)),
+    match service::pay(&state.payments, account.id, &keyed, &command, &request_id.0).await? {
+        PayResult::Answered(execution) => Ok(respond(execution, true)),
         // Not stored: a retry with the same key resumes the payment and gets its final answer.
         PayResult::Processing(payment) => Ok(HttpResponse::Accepted()
             .content_type("application/json")

@@ -38,8 +38,9 @@ pub enum ClaimAs<'a> {
 /// The outcome of trying to claim a key.
 #[derive(Debug)]
 pub enum Claim {
-    /// The key is new and now belongs to this transaction.
-    Acquired,
+    /// The key is new and now belongs to this transaction, with the lease (if one was asked for)
+    /// that only this owner may release.
+    Acquired(Option<Uuid>),
     /// Someone used the key before (their transaction has committed).
     Existing(Box<KeyRecord>),
 }
@@ -63,6 +64,7 @@ pub struct KeyRecord {
     pub response_body: Option<Vec<u8>>,
     pub created_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
+    pub lease_id: Option<Uuid>,
 }
 
 /// What an existing key means for a request that matches its binding.
@@ -139,6 +141,7 @@ struct NewKeyRow<'a> {
     response_body: Option<&'a [u8]>,
     created_at: DateTime<Utc>,
     expires_at: DateTime<Utc>,
+    lease_id: Option<Uuid>,
 }
 
 fn headers_json(response: &StoredResponse) -> serde_json::Value {
@@ -150,7 +153,9 @@ fn headers_json(response: &StoredResponse) -> serde_json::Value {
 /// Claims `request`'s key inside the caller's transaction.
 ///
 /// If another transaction holds an uncommitted row for the key, this waits for it to finish.
-/// A row past its retention is treated as absent: it is deleted and the key claimed anew.
+/// A completed row past its retention is treated as absent: it is deleted and the key claimed
+/// anew. An in-progress row is never deleted, however old: its operation (a payment whose
+/// outcome is unknown) still owns the key.
 pub async fn claim(
     conn: &mut AsyncPgConnection,
     request: &KeyedRequest,
@@ -166,6 +171,7 @@ pub async fn claim(
             (IN_PROGRESS, lease.map(|lease| after(now, lease)), resource_id, None, recovery_point)
         }
     };
+    let lease_id = locked_until.map(|_| Uuid::now_v7());
     let row = NewKeyRow {
         account_id: request.account_id,
         key: request.key.as_str(),
@@ -181,6 +187,7 @@ pub async fn claim(
         response_body: response.map(|r| r.body.as_slice()),
         created_at: now,
         expires_at: after(now, retention),
+        lease_id,
     };
     // Two rounds at most: a conflicting row can vanish (swept, or expired and deleted here)
     // between the insert and the read.
@@ -191,17 +198,18 @@ pub async fn claim(
             .execute(conn)
             .await?;
         if inserted == 1 {
-            return Ok(Claim::Acquired);
+            return Ok(Claim::Acquired(lease_id));
         }
         let existing = find(conn, request.account_id, request.key.as_str()).await?;
         match existing {
-            Some(record) if record.expires_at > now => {
+            Some(record) if record.expires_at > now || record.state != COMPLETED => {
                 return Ok(Claim::Existing(Box::new(record)));
             }
             Some(_) => {
                 diesel::delete(idempotency_keys::table)
                     .filter(idempotency_keys::account_id.eq(request.account_id))
                     .filter(idempotency_keys::key.eq(request.key.as_str()))
+                    .filter(idempotency_keys::state.eq(COMPLETED))
                     .filter(idempotency_keys::expires_at.le(now))
                     .execute(conn)
                     .await?;
@@ -226,24 +234,26 @@ pub async fn find(
         .optional()
 }
 
-/// Stores the final answer for a key that is in progress, in the caller's transaction. Returns
-/// whether it did: `false` when the key row is gone (swept) or already completed.
+/// Stores the final answer for a key that is in progress for `resource_id`, in the caller's
+/// transaction. Returns whether it did: `false` when the key row is gone, already completed, or
+/// now belongs to another resource (the key expired and was reused).
 pub async fn complete(
     conn: &mut AsyncPgConnection,
     account_id: Uuid,
     key: &str,
+    resource_id: Uuid,
     response: &StoredResponse,
-    resource_id: Option<Uuid>,
 ) -> QueryResult<bool> {
     let updated = diesel::update(idempotency_keys::table)
         .filter(idempotency_keys::account_id.eq(account_id))
         .filter(idempotency_keys::key.eq(key))
         .filter(idempotency_keys::state.eq(IN_PROGRESS))
+        .filter(idempotency_keys::resource_id.eq(resource_id))
         .set((
             idempotency_keys::state.eq(COMPLETED),
             idempotency_keys::locked_until.eq(None::<DateTime<Utc>>),
+            idempotency_keys::lease_id.eq(None::<Uuid>),
             idempotency_keys::recovery_point.eq(FINISHED),
-            idempotency_keys::resource_id.eq(resource_id),
             idempotency_keys::response_status.eq(Some(response.status as i16)),
             idempotency_keys::response_headers.eq(Some(headers_json(response))),
             idempotency_keys::response_body.eq(Some(response.body.as_slice())),
@@ -253,41 +263,70 @@ pub async fn complete(
     Ok(updated == 1)
 }
 
-/// Takes over an in-progress key whose lease has run out (or was released): an atomic
-/// compare-and-set, so of two retries racing for an abandoned key exactly one wins. Returns
-/// whether this caller now holds the lease.
+/// Takes over the in-progress key of `resource_id` when its lease has run out (or was released):
+/// an atomic compare-and-set, so of two takers racing for an abandoned key exactly one wins. A
+/// taker waits for a concurrent one's uncommitted lease and then sees it held. Returns the new
+/// lease's id when this caller now holds it.
 pub async fn take_over(
     conn: &mut AsyncPgConnection,
     account_id: Uuid,
     key: &str,
+    resource_id: Uuid,
     lease: Duration,
     now: DateTime<Utc>,
+) -> QueryResult<Option<Uuid>> {
+    let lease_id = Uuid::now_v7();
+    let updated = diesel::update(idempotency_keys::table)
+        .filter(idempotency_keys::account_id.eq(account_id))
+        .filter(idempotency_keys::key.eq(key))
+        .filter(idempotency_keys::state.eq(IN_PROGRESS))
+        .filter(idempotency_keys::resource_id.eq(resource_id))
+        .filter(idempotency_keys::locked_until.is_null().or(idempotency_keys::locked_until.le(now)))
+        .set((
+            idempotency_keys::locked_until.eq(Some(after(now, lease))),
+            idempotency_keys::lease_id.eq(Some(lease_id)),
+        ))
+        .execute(conn)
+        .await?;
+    Ok((updated == 1).then_some(lease_id))
+}
+
+/// Gives up a lease (the outcome is unknown; a retry may take the key over at once), if the
+/// caller still owns it: a lease taken over meanwhile belongs to its new owner.
+pub async fn release_lease(
+    conn: &mut AsyncPgConnection,
+    account_id: Uuid,
+    key: &str,
+    lease_id: Uuid,
 ) -> QueryResult<bool> {
     let updated = diesel::update(idempotency_keys::table)
         .filter(idempotency_keys::account_id.eq(account_id))
         .filter(idempotency_keys::key.eq(key))
         .filter(idempotency_keys::state.eq(IN_PROGRESS))
-        .filter(idempotency_keys::locked_until.is_null().or(idempotency_keys::locked_until.le(now)))
-        .set(idempotency_keys::locked_until.eq(Some(after(now, lease))))
+        .filter(idempotency_keys::lease_id.eq(lease_id))
+        .set((
+            idempotency_keys::locked_until.eq(None::<DateTime<Utc>>),
+            idempotency_keys::lease_id.eq(None::<Uuid>),
+        ))
         .execute(conn)
         .await?;
     Ok(updated == 1)
 }
 
-/// Gives up the lease on an in-progress key (the outcome is unknown; a retry may take it over).
-pub async fn release_lease(conn: &mut AsyncPgConnection, account_id: Uuid, key: &str) -> QueryResult<()> {
-    diesel::update(idempotency_keys::table)
-        .filter(idempotency_keys::account_id.eq(account_id))
-        .filter(idempotency_keys::key.eq(key))
+/// In-progress keys whose lease has run out: payments whose driver is gone, waiting for a retry
+/// or the reconciler (the `orderpay_idempotency_keys_past_lease` gauge).
+pub async fn count_past_lease(conn: &mut AsyncPgConnection, now: DateTime<Utc>) -> QueryResult<i64> {
+    idempotency_keys::table
         .filter(idempotency_keys::state.eq(IN_PROGRESS))
-        .set(idempotency_keys::locked_until.eq(None::<DateTime<Utc>>))
-        .execute(conn)
-        .await?;
-    Ok(())
+        .filter(idempotency_keys::locked_until.le(now))
+        .count()
+        .get_result(conn)
+        .await
 }
 
-/// Deletes up to `batch_size` rows past their retention whose lease (if any) has run out, oldest
-/// first, skipping rows other transactions hold. Returns how many were deleted.
+/// Deletes up to `batch_size` completed rows past their retention, oldest first, skipping rows
+/// other transactions hold. In-progress rows are kept: their operation still owns the key.
+/// Returns how many were deleted.
 pub async fn delete_expired(
     conn: &mut AsyncPgConnection,
     batch_size: i64,
@@ -296,7 +335,7 @@ pub async fn delete_expired(
     diesel::sql_query(
         "DELETE FROM idempotency_keys WHERE (account_id, key) IN ( \
              SELECT account_id, key FROM idempotency_keys \
-             WHERE expires_at <= $1 AND (locked_until IS NULL OR locked_until <= $1) \
+             WHERE expires_at <= $1 AND state = 'completed' \
              ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
     )
     .bind::<diesel::sql_types::Timestamptz, _>(now)

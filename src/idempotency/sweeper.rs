@@ -30,6 +30,7 @@ pub async fn run(pool: Pool, config: SweeperConfig, shutdown: Shutdown) {
                 Ok(deleted) => {
                     if deleted > 0 {
                         tracing::info!(deleted, "swept expired idempotency keys");
+                        crate::telemetry::metrics::keys_swept(deleted);
                     }
                     deleted as i64 == config.batch_size
                 }

@@ -87,7 +87,7 @@ pub async fn cancel(
             .to_stored_response()
         };
         if let Some(request) = keyed
-            && !store::complete(conn, account_id, request.key.as_str(), &response, Some(order_id)).await?
+            && !store::complete(conn, account_id, request.key.as_str(), order_id, &response).await?
         {
             return Err(ApiError::Internal(anyhow::anyhow!("the claimed key vanished")));
         }

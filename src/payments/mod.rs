@@ -96,12 +96,13 @@ impl Payment {
         downstream_key(self.id)
     }
 
-    pub fn charge_request(&self) -> ChargeRequest {
+    pub fn charge_request(&self, request_id: Option<&str>) -> ChargeRequest {
         ChargeRequest {
             downstream_key: self.downstream_key(),
             amount: self.amount,
             payment_method: self.payment_method.clone(),
             reference: self.id,
+            request_id: request_id.map(str::to_owned),
         }
     }
 }
@@ -119,6 +120,9 @@ pub enum Outcome {
     Declined { code: String, message: String },
     /// We do not know (yet): the payment stays `processing`.
     Unknown { reason: String },
+    /// The provider has no charge for the downstream key: it never received one, so nothing
+    /// was charged. (Only a lookup answers this; a charge request never does.)
+    NotReceived,
 }
 
 /// Maps a provider answer to an outcome. Exhaustive on purpose: a new provider error does not
@@ -156,6 +160,15 @@ impl Settlement {
             Settlement::Failed { .. } => PaymentStatus::Failed,
         }
     }
+}
+
+/// A status change the state machine does not allow: terminal states are absorbing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("payment {payment_id} is {current}; it cannot become {wanted}")]
+pub struct IllegalTransition {
+    pub payment_id: Uuid,
+    pub current: PaymentStatus,
+    pub wanted: PaymentStatus,
 }
 
 /// Who applied a transition, for the audit trail.

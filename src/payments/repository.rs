@@ -189,49 +189,84 @@ pub async fn reschedule(
     Ok(updated == 1)
 }
 
-/// The reconciler's claim: up to `limit` `processing` payments that are due and whose
-/// idempotency key is not leased by a live request, skipping rows another reconciler holds
-/// (`FOR UPDATE SKIP LOCKED`). Each claimed payment counts an attempt and is hidden from other
-/// reconcilers until `claimed_until`; its key is leased until then too, so a client retry meanwhile
-/// gets 409 `idempotency-key-in-use` instead of racing the reconciler.
+/// A payment claimed by the reconciler, with the lease on its key that the reconciler now owns
+/// (`None` when the payment has no key row any more).
+#[derive(Debug)]
+pub struct Claimed {
+    pub payment: Payment,
+    pub lease_id: Option<Uuid>,
+}
+
+/// The reconciler's claim: up to `limit` `processing` payments that are due, skipping rows
+/// another reconciler holds (`FOR UPDATE SKIP LOCKED`) and payments whose key is leased by a
+/// live driver. The key's lease is the lock: it is taken here by compare-and-set (waiting for a
+/// concurrent takeover to commit, then seeing it held), and a payment whose lease cannot be taken
+/// is left alone. Each claimed payment counts an attempt and is hidden from other reconcilers
+/// until `claimed_until`, when its lease runs out too.
 pub async fn claim_due(
     conn: &mut AsyncPgConnection,
     now: DateTime<Utc>,
     limit: i64,
     claimed_until: DateTime<Utc>,
-) -> QueryResult<Vec<Payment>> {
-    let rows: Vec<PaymentRow> = diesel::sql_query(
-        "WITH due AS ( \
-             SELECT p.account_id, p.id FROM payments p \
-             WHERE p.status = 'processing' AND p.next_check_at <= $1 \
-               AND NOT EXISTS ( \
-                   SELECT 1 FROM idempotency_keys k \
-                   WHERE k.account_id = p.account_id AND k.key = p.idempotency_key \
-                     AND k.locked_until > $1) \
-             ORDER BY p.next_check_at \
-             LIMIT $2 \
-             FOR UPDATE OF p SKIP LOCKED) \
-         UPDATE payments p SET next_check_at = $3, attempts = p.attempts + 1 \
-         FROM due WHERE p.account_id = due.account_id AND p.id = due.id \
-         RETURNING p.*",
+) -> QueryResult<Vec<Claimed>> {
+    let due: Vec<PaymentRow> = diesel::sql_query(
+        "SELECT p.* FROM payments p \
+         WHERE p.status = 'processing' AND p.next_check_at <= $1 \
+           AND NOT EXISTS ( \
+               SELECT 1 FROM idempotency_keys k \
+               WHERE k.account_id = p.account_id AND k.key = p.idempotency_key \
+                 AND k.resource_id = p.id AND k.state = 'in_progress' AND k.locked_until > $1) \
+         ORDER BY p.next_check_at \
+         LIMIT $2 \
+         FOR UPDATE OF p SKIP LOCKED",
     )
     .bind::<diesel::sql_types::Timestamptz, _>(now)
     .bind::<diesel::sql_types::BigInt, _>(limit)
-    .bind::<diesel::sql_types::Timestamptz, _>(claimed_until)
     .load(conn)
     .await?;
-    let payments = rows.into_iter().map(PaymentRow::into_payment).collect::<QueryResult<Vec<_>>>()?;
-    for payment in &payments {
-        if let Some(key) = &payment.idempotency_key {
-            diesel::update(idempotency_keys::table)
-                .filter(idempotency_keys::account_id.eq(payment.account_id))
-                .filter(idempotency_keys::key.eq(key))
-                .filter(idempotency_keys::state.eq("in_progress"))
-                .filter(idempotency_keys::locked_until.is_null().or(idempotency_keys::locked_until.le(now)))
-                .set(idempotency_keys::locked_until.eq(Some(claimed_until)))
-                .execute(conn)
-                .await?;
-        }
+    let mut claimed = Vec::with_capacity(due.len());
+    for row in due {
+        let payment = row.into_payment()?;
+        let lease_id = match &payment.idempotency_key {
+            None => None,
+            Some(key) => {
+                let lease_id = Uuid::now_v7();
+                let in_progress = idempotency_keys::table
+                    .filter(idempotency_keys::account_id.eq(payment.account_id))
+                    .filter(idempotency_keys::key.eq(key))
+                    .filter(idempotency_keys::state.eq("in_progress"))
+                    .filter(idempotency_keys::resource_id.eq(payment.id));
+                let leased = diesel::update(in_progress)
+                    .filter(
+                        idempotency_keys::locked_until.is_null().or(idempotency_keys::locked_until.le(now)),
+                    )
+                    .set((
+                        idempotency_keys::locked_until.eq(Some(claimed_until)),
+                        idempotency_keys::lease_id.eq(Some(lease_id)),
+                    ))
+                    .execute(conn)
+                    .await?;
+                if leased == 1 {
+                    Some(lease_id)
+                } else if diesel::select(diesel::dsl::exists(in_progress)).get_result(conn).await? {
+                    continue; // a live driver holds it
+                } else {
+                    None // the key row is gone (or reused): nothing to lease
+                }
+            }
+        };
+        diesel::update(payments::table)
+            .filter(payments::account_id.eq(payment.account_id))
+            .filter(payments::id.eq(payment.id))
+            .set((
+                payments::next_check_at.eq(Some(claimed_until)),
+                payments::attempts.eq(payments::attempts + 1),
+            ))
+            .execute(conn)
+            .await?;
+        let payment =
+            Payment { attempts: payment.attempts + 1, next_check_at: Some(claimed_until), ..payment };
+        claimed.push(Claimed { payment, lease_id });
     }
-    Ok(payments)
+    Ok(claimed)
 }

@@ -6,6 +6,11 @@
 //! stored answer for the key, together. An unknown outcome leaves the payment `processing` and the
 //! key in progress with its lease released, and answers 202; a retry (taking the key over) or the
 //! reconciler finishes it, re-driving the same charge.
+//!
+//! Whoever drives a payment holds its key's lease (a request, a retry that took over, or the
+//! reconciler): the lease is the lock, with an owner id, so two drivers never overlap unless a
+//! lease runs out mid-call, and even then the provider's idempotency and the guarded status
+//! updates keep it to one charge and one transition.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,10 +18,14 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use rust_decimal::Decimal;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use super::representation::final_response;
-use super::{Actor, Outcome, Payment, PaymentMethod, PaymentStatus, Settlement, outcome_of, repository};
+use super::{
+    Actor, IllegalTransition, Outcome, Payment, PaymentMethod, PaymentStatus, Settlement, outcome_of,
+    repository,
+};
 use crate::clock::after;
 use crate::db::Pool;
 use crate::error::{ApiError, FieldError};
@@ -69,19 +78,29 @@ pub enum PayResult {
     Processing(Box<Payment>),
 }
 
-/// Whether the provider has certainly never seen this payment.
+/// How much the provider may already know about a payment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DriveMode {
-    /// Straight after phase 1: create the charge.
+    /// Straight after phase 1: the provider has certainly never seen it; create the charge.
     FirstCall,
     /// A takeover or the reconciler: look the charge up by its downstream key first, and re-send
     /// it (same key) only if the provider never received it.
     Redrive,
+    /// Look only; never send. The reconciler's last check before giving up.
+    LookupOnly,
+}
+
+/// A payment to drive and the lease on its key that this driver owns.
+#[derive(Debug)]
+struct Driving {
+    payment: Box<Payment>,
+    lease_id: Option<Uuid>,
+    mode: DriveMode,
 }
 
 enum Start {
     Answered(Execution),
-    Drive(Box<Payment>, DriveMode),
+    Drive(Driving),
 }
 
 /// `POST /payments`.
@@ -90,20 +109,24 @@ pub async fn pay(
     account_id: Uuid,
     keyed: &KeyedRequest,
     command: &PayCommand,
+    request_id: &str,
 ) -> Result<PayResult, ApiError> {
-    let (payment, mode) = match phase_one(context, account_id, keyed, command).await? {
+    let driving = match phase_one(context, account_id, keyed, command).await? {
         Start::Answered(execution) => return Ok(PayResult::Answered(execution)),
-        Start::Drive(payment, mode) => (payment, mode),
+        Start::Drive(driving) => driving,
     };
     // The provider call and phase 2 run in a task of their own: if the client goes away, actix
     // drops this request's future, but the outcome must still be recorded (STACK_NOTES pitfall 7).
     let context = context.clone();
-    tokio::spawn(async move {
-        let (outcome, _) = ask_provider(context.provider.as_ref(), &payment, mode).await;
-        record(&context, &payment, outcome).await
-    })
-    .await
-    .map_err(|error| ApiError::Internal(anyhow::anyhow!("payment task failed: {error}")))?
+    let request_id = request_id.to_owned();
+    let task = async move {
+        let provider = context.provider.as_ref();
+        let (outcome, _) = ask_provider(provider, &driving.payment, driving.mode, Some(&request_id)).await;
+        record(&context, &driving, outcome).await
+    };
+    tokio::spawn(task.in_current_span())
+        .await
+        .map_err(|error| ApiError::Internal(anyhow::anyhow!("payment task failed: {error}")))?
 }
 
 async fn phase_one(
@@ -122,9 +145,10 @@ async fn phase_one(
             resource_id: Some(payment_id),
             recovery_point: PAYMENT_CREATED,
         };
-        if let Claim::Existing(record) = store::claim(conn, keyed, claim_as, settings.retention, now).await? {
-            return resume(conn, keyed, &record, settings.lease, now).await;
-        }
+        let lease_id = match store::claim(conn, keyed, claim_as, settings.retention, now).await? {
+            Claim::Acquired(lease_id) => lease_id,
+            Claim::Existing(record) => return resume(conn, keyed, &record, settings.lease, now).await,
+        };
         let order_id = command.order_id;
         let order = orders::repository::lock(conn, account_id, order_id)
             .await?
@@ -138,7 +162,7 @@ async fn phase_one(
                 action: "paid",
             };
             let response = refusal.to_stored_response();
-            store::complete(conn, account_id, keyed.key.as_str(), &response, None).await?;
+            store::complete(conn, account_id, keyed.key.as_str(), payment_id, &response).await?;
             return Ok(Start::Answered(Execution::Executed(response)));
         }
         if let Some(amount) = command.amount
@@ -171,12 +195,12 @@ async fn phase_one(
             updated_at: now,
         };
         repository::insert(conn, &payment).await?;
-        Ok(Start::Drive(Box::new(payment), DriveMode::FirstCall))
+        Ok(Start::Drive(Driving { payment: Box::new(payment), lease_id, mode: DriveMode::FirstCall }))
     })
     .await
 }
 
-/// A key seen before: replay it, refuse it, or take over a payment whose owner is gone.
+/// A key seen before: replay it, refuse it, or take over a payment whose driver is gone.
 async fn resume(
     conn: &mut AsyncPgConnection,
     keyed: &KeyedRequest,
@@ -194,28 +218,28 @@ async fn resume(
         }
         Existing::Abandoned { recovery_point, resource_id } => (recovery_point, resource_id),
     };
-    if !store::take_over(conn, keyed.account_id, keyed.key.as_str(), lease, now).await? {
+    let corrupt =
+        || ApiError::Internal(anyhow::anyhow!("key in progress at {recovery_point} without a payment"));
+    let payment_id = resource_id.ok_or_else(corrupt)?;
+    let Some(lease_id) =
+        store::take_over(conn, keyed.account_id, keyed.key.as_str(), payment_id, lease, now).await?
+    else {
         return Err(ApiError::IdempotencyKeyInUse { retry_after_secs: 1, resource_id });
-    }
-    let payment = match resource_id {
-        Some(id) => repository::find(conn, keyed.account_id, id).await?,
-        None => None,
     };
-    match payment {
-        Some(payment) if payment.status == PaymentStatus::Processing => {
-            tracing::info!(payment_id = %payment.id, %recovery_point, "taking over an abandoned payment");
-            Ok(Start::Drive(Box::new(payment), DriveMode::Redrive))
-        }
-        Some(payment) => {
-            // Settled meanwhile (by the reconciler) without its answer stored for this key.
-            let response = final_response(&payment);
-            store::complete(conn, keyed.account_id, keyed.key.as_str(), &response, Some(payment.id)).await?;
-            Ok(Start::Answered(Execution::Executed(response)))
-        }
-        None => Err(ApiError::Internal(anyhow::anyhow!(
-            "key in progress at {recovery_point} without its payment {resource_id:?}"
-        ))),
+    let payment = repository::find(conn, keyed.account_id, payment_id).await?.ok_or_else(corrupt)?;
+    if payment.status == PaymentStatus::Processing {
+        tracing::info!(payment_id = %payment.id, %recovery_point, "taking over an abandoned payment");
+        crate::telemetry::metrics::idempotency_outcome("takeover");
+        return Ok(Start::Drive(Driving {
+            payment: Box::new(payment),
+            lease_id: Some(lease_id),
+            mode: DriveMode::Redrive,
+        }));
     }
+    // Settled meanwhile (by the reconciler) without its answer stored for this key.
+    let response = final_response(&payment);
+    store::complete(conn, keyed.account_id, keyed.key.as_str(), payment.id, &response).await?;
+    Ok(Start::Answered(Execution::Executed(response)))
 }
 
 /// Asks the provider about `payment`. Returns the outcome and whether a charge was (re)sent.
@@ -223,38 +247,63 @@ pub async fn ask_provider(
     provider: &dyn PaymentProvider,
     payment: &Payment,
     mode: DriveMode,
+    request_id: Option<&str>,
 ) -> (Outcome, bool) {
-    let request = payment.charge_request();
-    match mode {
-        DriveMode::FirstCall => (outcome_of(provider.create_charge(&request).await), true),
-        DriveMode::Redrive => match provider.find_charge(&request.downstream_key).await {
-            Ok(Some(charge)) => (outcome_of(Ok(charge)), false),
-            // The provider never received it (W1): send it now, with the same key.
-            Ok(None) => (outcome_of(provider.create_charge(&request).await), true),
-            Err(error) => (outcome_of(Err(error)), false),
-        },
+    let request = payment.charge_request(request_id);
+    if mode == DriveMode::FirstCall {
+        return (outcome_of(provider.create_charge(&request).await), true);
+    }
+    match provider.find_charge(&request.downstream_key, request_id).await {
+        Ok(Some(charge)) => (outcome_of(Ok(charge)), false),
+        Ok(None) if mode == DriveMode::LookupOnly => (Outcome::NotReceived, false),
+        // The provider never received it (W1): send it now, with the same key.
+        Ok(None) => (outcome_of(provider.create_charge(&request).await), true),
+        Err(error) => (outcome_of(Err(error)), false),
     }
 }
 
 /// Phase 2 for a request: a known outcome is settled and answered; an unknown one leaves the
-/// payment for a retry or the reconciler and answers 202.
+/// payment for a retry or the reconciler and answers 202. If the database fails here, the
+/// charge may still have happened: the answer is 202 too, never a 5xx that invites a new
+/// payment, and the lease runs out for a retry or the reconciler to finish.
 async fn record(
     context: &PaymentContext,
-    payment: &Payment,
+    driving: &Driving,
     outcome: Outcome,
 ) -> Result<PayResult, ApiError> {
+    let payment = &driving.payment;
     let settlement = match outcome {
         Outcome::Succeeded { charge_id } => Settlement::Succeeded { charge_id },
         Outcome::Declined { code, message } => Settlement::Failed { code, message },
-        Outcome::Unknown { reason } => {
-            tracing::warn!(payment_id = %payment.id, %reason, "payment outcome unknown; left processing");
-            let next_check = after(Utc::now(), context.settings.recheck_after);
-            let payment = release(&context.pool, payment, next_check, &reason).await?;
-            return Ok(PayResult::Processing(Box::new(payment)));
+        Outcome::Unknown { reason } => return Ok(leave_processing(context, driving, &reason).await),
+        Outcome::NotReceived => {
+            return Ok(leave_processing(context, driving, "the provider has not received the charge").await);
         }
     };
-    let settled = settle(&context.pool, payment, &settlement, Actor::Request).await?;
-    Ok(PayResult::Answered(Execution::Executed(settled.response)))
+    match settle(&context.pool, payment, &settlement, Actor::Request).await {
+        Ok(settled) => Ok(PayResult::Answered(Execution::Executed(settled.response))),
+        Err(error) => {
+            tracing::error!(payment_id = %payment.id, error = %error, "could not record a payment outcome; left processing");
+            Ok(PayResult::Processing(payment.clone()))
+        }
+    }
+}
+
+async fn leave_processing(context: &PaymentContext, driving: &Driving, reason: &str) -> PayResult {
+    let payment = &driving.payment;
+    tracing::warn!(payment_id = %payment.id, %reason, "payment outcome unknown; left processing");
+    let next_check = after(Utc::now(), context.settings.recheck_after);
+    match release(&context.pool, payment, driving.lease_id, next_check, reason).await {
+        // Someone else settled it meanwhile: their answer is the answer.
+        Ok(current) if current.status != PaymentStatus::Processing => {
+            PayResult::Answered(Execution::Executed(final_response(&current)))
+        }
+        Ok(current) => PayResult::Processing(Box::new(current)),
+        Err(error) => {
+            tracing::error!(payment_id = %payment.id, error = %error, "could not release a payment's lease");
+            PayResult::Processing(payment.clone())
+        }
+    }
 }
 
 /// A settled payment, its final answer, and whether this call applied the transition.
@@ -275,53 +324,72 @@ pub async fn settle(
     actor: Actor,
 ) -> Result<Settled, ApiError> {
     let mut conn = pool.get().await?;
-    conn.transaction(async |conn| {
-        let now = Utc::now();
-        let (account_id, id) = (payment.account_id, payment.id);
-        let (settled, applied) = match repository::finish(conn, account_id, id, settlement, actor, now).await? {
-            Some(settled) => {
-                if settled.status == PaymentStatus::Succeeded {
-                    let paid = orders::repository::transition(
-                        conn,
-                        account_id,
-                        settled.order_id,
-                        OrderStatus::PendingPayment,
-                        OrderStatus::Paid,
-                        now,
-                    )
-                    .await?;
-                    if !paid {
-                        // Cannot happen while cancels refuse orders with a payment in flight and
-                        // an order has at most one active payment; if it does, money was taken
-                        // for an order that is not payable, and a person must refund it.
-                        tracing::error!(payment_id = %id, order_id = %settled.order_id,
-                            "payment succeeded for an order that was not pending_payment");
+    let settled = conn
+        .transaction(async |conn| {
+            let now = Utc::now();
+            let (account_id, id) = (payment.account_id, payment.id);
+            let (settled, applied) =
+                match repository::finish(conn, account_id, id, settlement, actor, now).await? {
+                    Some(settled) => {
+                        if settled.status == PaymentStatus::Succeeded {
+                            mark_order_paid(conn, &settled, now).await?;
+                        }
+                        (settled, true)
                     }
-                }
-                (settled, true)
+                    None => {
+                        let current = repository::find(conn, account_id, id)
+                            .await?
+                            .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("payment {id} vanished")))?;
+                        if current.status != settlement.status() {
+                            // Terminal states are absorbing: the first settlement stands. Two
+                            // different answers for one charge need a person.
+                            let error = IllegalTransition {
+                                payment_id: id,
+                                current: current.status,
+                                wanted: settlement.status(),
+                            };
+                            tracing::error!(error = %error, "conflicting settlements for one payment");
+                        }
+                        (current, false)
+                    }
+                };
+            let response = final_response(&settled);
+            if let Some(key) = &settled.idempotency_key {
+                store::complete(conn, account_id, key, id, &response).await?;
             }
-            None => {
-                let current = repository::find(conn, account_id, id).await?;
-                (current.ok_or_else(|| ApiError::Internal(anyhow::anyhow!("payment {id} vanished")))?, false)
-            }
-        };
-        let response = final_response(&settled);
-        if let Some(key) = &settled.idempotency_key {
-            store::complete(conn, account_id, key, &response, Some(id)).await?;
-        }
-        if applied {
-            tracing::info!(payment_id = %id, status = %settled.status, actor = actor.as_str(), "payment settled");
-        }
-        Ok(Settled { payment: settled, response, applied })
-    })
-    .await
+            Ok::<_, ApiError>(Settled { payment: settled, response, applied })
+        })
+        .await?;
+    if settled.applied {
+        tracing::info!(payment_id = %settled.payment.id, status = %settled.payment.status, actor = actor.as_str(), "payment settled");
+        crate::telemetry::metrics::payment_settled(settled.payment.status.as_str());
+    }
+    Ok(settled)
 }
 
-/// Leaves a `processing` payment for a check at `next_check`, and releases its key's lease so a
-/// retry may take it over at once.
+async fn mark_order_paid(
+    conn: &mut AsyncPgConnection,
+    payment: &Payment,
+    now: DateTime<Utc>,
+) -> Result<(), ApiError> {
+    let (from, to) = (OrderStatus::PendingPayment, OrderStatus::Paid);
+    if !orders::repository::transition(conn, payment.account_id, payment.order_id, from, to, now).await? {
+        // Cannot happen while cancels refuse orders with a payment in flight and an order has at
+        // most one active payment; if it does, money was taken for an order that is not
+        // payable, and a person must refund it.
+        tracing::error!(payment_id = %payment.id, order_id = %payment.order_id,
+            "payment succeeded for an order that was not pending_payment");
+    }
+    Ok(())
+}
+
+/// Leaves a `processing` payment for a check at `next_check`, and releases the caller's lease on
+/// its key (if it still holds it) so that a retry may take it over at once. Returns the payment
+/// as it now is: someone else may have settled it meanwhile.
 pub async fn release(
     pool: &Pool,
     payment: &Payment,
+    lease_id: Option<Uuid>,
     next_check: DateTime<Utc>,
     reason: &str,
 ) -> Result<Payment, ApiError> {
@@ -329,8 +397,8 @@ pub async fn release(
     conn.transaction(async |conn| {
         let (account_id, id) = (payment.account_id, payment.id);
         repository::reschedule(conn, account_id, id, next_check, reason, Utc::now()).await?;
-        if let Some(key) = &payment.idempotency_key {
-            store::release_lease(conn, account_id, key).await?;
+        if let (Some(key), Some(lease_id)) = (&payment.idempotency_key, lease_id) {
+            store::release_lease(conn, account_id, key, lease_id).await?;
         }
         repository::find(conn, account_id, id)
             .await?

@@ -32,27 +32,36 @@ impl HttpProvider {
             payment_method: request.payment_method.clone(),
             reference: request.reference.to_string(),
         };
-        let response = self
+        let mut post = self
             .http
             .post(format!("{}/v1/charges", self.base_url))
             .header("Idempotency-Key", &request.downstream_key)
-            .json(&body)
-            .send()
-            .await
-            .map_err(transport_error)?;
+            .json(&body);
+        if let Some(request_id) = &request.request_id {
+            post = post.header("X-Request-Id", request_id);
+        }
+        let response = post.send().await.map_err(transport_error)?;
         match response.status() {
             StatusCode::OK | StatusCode::CREATED => charge_of(response).await,
             status => Err(status_error(status, response).await),
         }
     }
 
-    async fn find(&self, downstream_key: &str) -> Result<Option<Charge>, ProviderError> {
+    async fn find(
+        &self,
+        downstream_key: &str,
+        request_id: Option<&str>,
+    ) -> Result<Option<Charge>, ProviderError> {
         let url = url::Url::parse_with_params(
             &format!("{}/v1/charges", self.base_url),
             [("idempotency_key", downstream_key)],
         )
         .map_err(|error| ProviderError::Connection(format!("bad provider URL: {error}")))?;
-        let response = self.http.get(url).send().await.map_err(transport_error)?;
+        let mut get = self.http.get(url);
+        if let Some(request_id) = request_id {
+            get = get.header("X-Request-Id", request_id);
+        }
+        let response = get.send().await.map_err(transport_error)?;
         match response.status() {
             StatusCode::OK => charge_of(response).await.map(Some),
             StatusCode::NOT_FOUND => Ok(None),
@@ -72,8 +81,9 @@ impl PaymentProvider for HttpProvider {
     fn find_charge<'a>(
         &'a self,
         downstream_key: &'a str,
+        request_id: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Option<Charge>, ProviderError>> {
-        Box::pin(self.find(downstream_key))
+        Box::pin(self.find(downstream_key, request_id))
     }
 }
 

@@ -50,6 +50,10 @@ struct StoredCharge {
     charge: ChargeBody,
     request: CreateChargeBody,
     settles_at: Option<DateTime<Utc>>,
+    /// The `X-Request-Id` of the request that created it.
+    request_id: Option<String>,
+    /// `POST /v1/charges` requests received for its key (the first and every replay).
+    requests: u32,
 }
 
 #[derive(Default)]
@@ -161,6 +165,7 @@ async fn create_charge(
         return error_response(StatusCode::BAD_REQUEST, "invalid_request", "Idempotency-Key is required");
     };
     let key = key.to_owned();
+    let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let body = body.into_inner();
     let faults = state.ledger().faults.clone();
     if faults.latency_ms > 0 {
@@ -182,6 +187,7 @@ async fn create_charge(
                 );
             }
             // A replay answers at once, whatever the first request did.
+            ledger.charges[index].requests += 1;
             (StatusCode::OK, ledger.settle_due(index), false)
         } else {
             let (charge_status, decline, settles_at, hold) = match body.payment_method.as_str() {
@@ -222,7 +228,13 @@ async fn create_charge(
             let index = ledger.charges.len();
             ledger.by_key.insert(key, index);
             ledger.by_id.insert(charge.id.clone(), index);
-            ledger.charges.push(StoredCharge { charge: charge.clone(), request: body, settles_at });
+            ledger.charges.push(StoredCharge {
+                charge: charge.clone(),
+                request: body,
+                settles_at,
+                request_id,
+                requests: 1,
+            });
             (StatusCode::CREATED, charge, hold)
         }
     };
@@ -262,7 +274,10 @@ async fn list_charges(state: web::Data<MockState>) -> HttpResponse {
     let charges: Vec<_> = (0..ledger.charges.len())
         .map(|index| {
             let charge = ledger.settle_due(index);
+            let stored = &ledger.charges[index];
             json!({
+                "request_id": stored.request_id,
+                "requests": stored.requests,
                 "id": charge.id,
                 "idempotency_key": charge.idempotency_key,
                 "amount": charge.amount,

@@ -25,6 +25,8 @@ pub struct ChargeRequest {
     pub amount: Amount,
     pub payment_method: String,
     pub reference: Uuid,
+    /// The request that drives the call (`X-Request-Id`), for tracing across both systems.
+    pub request_id: Option<String>,
 }
 
 /// The provider's view of a charge.
@@ -73,5 +75,6 @@ pub trait PaymentProvider: Send + Sync + 'static {
     fn find_charge<'a>(
         &'a self,
         downstream_key: &'a str,
+        request_id: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Option<Charge>, ProviderError>>;
 }

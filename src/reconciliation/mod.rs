@@ -5,19 +5,29 @@
 //! (so any number of instances run side by side with no leader), looks each one up by its
 //! downstream key, settles terminal ones (payment, order and the key's stored answer in one
 //! transaction), re-sends a charge the provider never received (same key), and reschedules the
-//! rest with capped exponential backoff. After `max_attempts` checks it gives up: the payment
-//! fails with a reason, loudly. A payment whose key is leased by a live request is not touched.
+//! rest with capped exponential backoff. A payment whose key is leased by a live driver is not
+//! touched, and the reconciler takes that lease itself while it drives a payment.
+//!
+//! After `max_attempts` checks the last one only looks: a payment the provider never received is
+//! failed (`reconciliation_gave_up`; nothing was charged, and its key is never sent again). One
+//! the provider knows but has not settled, or cannot be asked about, is never failed on a guess:
+//! it stays `processing`, is checked at the backoff cap, and is reported as stuck.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
 use diesel_async::AsyncConnection;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use uuid::Uuid;
 
 use crate::background::{Shutdown, every};
 use crate::clock::after;
 use crate::error::ApiError;
+use crate::payments::repository::{self, Claimed};
 use crate::payments::service::{self, DriveMode, GAVE_UP_CODE, PaymentContext};
-use crate::payments::{Actor, Outcome, Payment, Settlement, repository};
+use crate::payments::{Actor, Outcome, Payment, Settlement};
 
 #[derive(Debug, Clone, Copy)]
 pub struct ReconcilerConfig {
@@ -49,27 +59,66 @@ pub struct PassReport {
     /// Charges sent again because the provider had never received them.
     pub redriven: usize,
     pub rescheduled: usize,
+    /// Past the attempt limit but not given up on: the provider knows the charge but has not
+    /// settled it, or cannot be asked. Failing those would be a guess; they need a person.
+    pub stuck: usize,
+    /// Failed after the attempt limit because the provider never received them.
     pub gave_up: usize,
     pub errors: usize,
 }
 
+impl PassReport {
+    fn add(&mut self, other: PassReport) {
+        self.settled += other.settled;
+        self.redriven += other.redriven;
+        self.rescheduled += other.rescheduled;
+        self.stuck += other.stuck;
+        self.gave_up += other.gave_up;
+        self.errors += other.errors;
+    }
+}
+
+/// Payments of one batch driven at the same time.
+const CONCURRENCY: usize = 8;
+
 /// One pass over the due payments.
 pub async fn run_pass(context: &PaymentContext, config: &ReconcilerConfig) -> anyhow::Result<PassReport> {
     let now = Utc::now();
+    // The claim covers the whole batch, driven CONCURRENCY at a time.
+    let rounds = (config.batch_size.max(1) as u32).div_ceil(CONCURRENCY as u32);
+    let claimed_until = after(now, config.claim_for.saturating_mul(rounds));
     let claimed = {
         let mut conn = context.pool.get().await?;
         conn.transaction(async |conn| {
-            repository::claim_due(conn, now, config.batch_size, after(now, config.claim_for)).await
+            repository::claim_due(conn, now, config.batch_size, claimed_until).await
         })
         .await?
     };
     let mut report = PassReport { claimed: claimed.len(), ..PassReport::default() };
-    for payment in claimed {
-        if let Err(error) = reconcile(context, config, &payment, &mut report).await {
-            report.errors += 1;
-            tracing::warn!(payment_id = %payment.id, error = %error, "reconciling a payment failed; retried next pass");
+    let limit = Arc::new(Semaphore::new(CONCURRENCY));
+    let mut tasks = JoinSet::new();
+    for Claimed { payment, lease_id } in claimed {
+        let (context, config, limit) = (context.clone(), *config, limit.clone());
+        tasks.spawn(async move {
+            let _permit = limit.acquire_owned().await;
+            let mut one = PassReport::default();
+            if let Err(error) = reconcile(&context, &config, &payment, lease_id, &mut one).await {
+                one.errors += 1;
+                tracing::warn!(payment_id = %payment.id, error = %error, "reconciling a payment failed; retried later");
+            }
+            one
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        match done {
+            Ok(one) => report.add(one),
+            Err(error) => {
+                report.errors += 1;
+                tracing::error!(error = %error, "a reconciliation task panicked");
+            }
         }
     }
+    crate::telemetry::metrics::reconciler_pass(&report);
     Ok(report)
 }
 
@@ -77,34 +126,53 @@ async fn reconcile(
     context: &PaymentContext,
     config: &ReconcilerConfig,
     payment: &Payment,
+    lease_id: Option<Uuid>,
     report: &mut PassReport,
 ) -> Result<(), ApiError> {
-    let (outcome, sent) = service::ask_provider(context.provider.as_ref(), payment, DriveMode::Redrive).await;
+    // The last check only looks: a charge sent now could succeed after we gave up on it.
+    let last_check = payment.attempts >= config.max_attempts;
+    let mode = if last_check { DriveMode::LookupOnly } else { DriveMode::Redrive };
+    let request_id = format!("reconcile-{}", Uuid::now_v7());
+    let (outcome, sent) =
+        service::ask_provider(context.provider.as_ref(), payment, mode, Some(&request_id)).await;
     report.redriven += usize::from(sent);
-    let settlement = match outcome {
-        Outcome::Succeeded { charge_id } => Settlement::Succeeded { charge_id },
-        Outcome::Declined { code, message } => Settlement::Failed { code, message },
-        Outcome::Unknown { reason } if payment.attempts >= config.max_attempts => {
-            tracing::error!(payment_id = %payment.id, attempts = payment.attempts, %reason,
-                "giving up on a payment whose outcome stays unknown; check it at the provider");
-            report.gave_up += 1;
-            Settlement::Failed {
+    let (settlement, giving_up) = match outcome {
+        Outcome::Succeeded { charge_id } => (Settlement::Succeeded { charge_id }, false),
+        Outcome::Declined { code, message } => (Settlement::Failed { code, message }, false),
+        Outcome::NotReceived => {
+            tracing::warn!(payment_id = %payment.id, attempts = payment.attempts,
+                "giving up on a payment the provider never received");
+            let failure = Settlement::Failed {
                 code: GAVE_UP_CODE.to_owned(),
                 message: format!(
-                    "no definite answer from the provider after {} checks: {reason}",
+                    "the provider never received the charge after {} attempts; nothing was charged",
                     payment.attempts
                 ),
-            }
+            };
+            (failure, true)
         }
         Outcome::Unknown { reason } => {
-            let next_check = after(Utc::now(), config.backoff(payment.attempts));
-            service::release(&context.pool, payment, next_check, &reason).await?;
-            report.rescheduled += 1;
+            let wait = if last_check {
+                tracing::error!(payment_id = %payment.id, attempts = payment.attempts, %reason,
+                    "payment outcome still unknown after the last attempt; check it at the provider");
+                report.stuck += 1;
+                config.backoff_cap
+            } else {
+                report.rescheduled += 1;
+                config.backoff(payment.attempts)
+            };
+            service::release(&context.pool, payment, lease_id, after(Utc::now(), wait), &reason).await?;
             return Ok(());
         }
     };
     let settled = service::settle(&context.pool, payment, &settlement, Actor::Reconciler).await?;
-    report.settled += usize::from(settled.applied);
+    if settled.applied {
+        if giving_up {
+            report.gave_up += 1;
+        } else {
+            report.settled += 1;
+        }
+    }
     Ok(())
 }
 

@@ -94,12 +94,15 @@ async fn w1_crash_after_phase_one_then_the_reconciler_charges_once() {
     let payment_id = crash_after_phase_one(&app, &order_id, &key).await;
 
     // The reconciler leaves the payment alone while the lease could still be live.
-    assert_eq!(reconcile_cli(&app), "claimed=0 settled=0 redriven=0 rescheduled=0 gave_up=0 errors=0");
+    assert_eq!(
+        reconcile_cli(&app),
+        "claimed=0 settled=0 redriven=0 rescheduled=0 stuck=0 gave_up=0 errors=0"
+    );
 
     tokio::time::sleep(Duration::from_millis(2100)).await;
     assert_eq!(
         reconcile_cli(&app),
-        "claimed=1 settled=1 redriven=1 rescheduled=0 gave_up=0 errors=0",
+        "claimed=1 settled=1 redriven=1 rescheduled=0 stuck=0 gave_up=0 errors=0",
         "the provider had never received it: re-sent with the same key"
     );
     assert_eq!(app.order_status(&order_id).await, "paid");

@@ -137,6 +137,7 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings, &mut MockSetti
             backoff_cap: Duration::from_millis(200),
             claim_for: claim_for(Duration::from_secs(1)),
         },
+        shutdown_grace: Duration::from_secs(5),
     };
     let mut mock_settings = test_mock_settings();
     configure(&mut settings, &mut mock_settings);

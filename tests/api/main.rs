@@ -8,5 +8,6 @@ mod cli;
 mod errors;
 mod failure_windows;
 mod idempotency;
+mod operations;
 mod orders;
 mod payments;

@@ -359,3 +359,37 @@ async fn the_mock_provider_injects_faults_on_request() {
     assert_eq!(app.order_status(&order_id).await, "paid");
     assert_eq!(app.provider.charges().await.len(), 1);
 }
+
+#[tokio::test]
+async fn a_charge_the_provider_never_settles_is_never_failed_on_a_guess() {
+    let app = spawn_app_with(|_, mock| mock.settle_after = Duration::from_secs(3600)).await;
+    let order_id = order_id(&app).await;
+    let accepted = app.pay(&order_id, "pm_provider_pending", &new_key()).await;
+    assert_eq!(accepted.status(), 202);
+    let payment_id = json(accepted).await["id"].as_str().unwrap().to_owned();
+    let mut last = Default::default();
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        last = app.reconcile_once().await;
+        assert_eq!(last.claimed, 1);
+    }
+    // Past the attempt limit the provider still says pending: failing it would be a guess.
+    assert_eq!((last.stuck, last.gave_up, last.settled), (1, 0, 0));
+    assert_eq!(app.get_payment(&payment_id).await["status"], "processing");
+    assert_eq!(app.order_status(&order_id).await, "pending_payment");
+    let second = app.pay(&order_id, "pm_card_ok", &new_key()).await;
+    assert_problem(second, 409, "payment-in-progress").await;
+    assert_eq!(app.provider.charges().await.len(), 1, "no second charge while the first is unknown");
+}
+
+#[tokio::test]
+async fn a_key_is_bound_to_the_canonical_route_not_the_typed_one() {
+    let app = spawn_app().await;
+    let order_id = order_id(&app).await;
+    let key = new_key();
+    let upper = app.cancel_order(&order_id.to_uppercase(), Some(&key)).await;
+    assert_eq!(upper.status(), 200);
+    let lower = app.cancel_order(&order_id, Some(&key)).await;
+    assert_eq!(lower.status(), 200);
+    assert_eq!(lower.headers()["idempotent-replayed"], "true");
+}

@@ -1,7 +1,8 @@
 //! `orderpay serve` as a real subprocess, for tests that kill it (SIGKILL) mid-request.
 
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_orderpay");
 
@@ -18,6 +19,16 @@ impl ServiceProcess {
     /// Starts `orderpay serve` on a free port against `database_url` and `provider_url`, with
     /// `env` on top of quiet defaults (reconciler off), and waits until it answers `/healthz`.
     pub async fn start(database_url: &str, provider_url: &str, env: &[(&str, &str)]) -> ServiceProcess {
+        Self::start_logging_to(database_url, provider_url, env, None).await
+    }
+
+    /// As [`ServiceProcess::start`], with the service's stderr (its logs) written to `log`.
+    pub async fn start_logging_to(
+        database_url: &str,
+        provider_url: &str,
+        env: &[(&str, &str)],
+        log: Option<&Path>,
+    ) -> ServiceProcess {
         let port = free_port();
         let mut command = Command::new(BIN);
         command
@@ -32,6 +43,9 @@ impl ServiceProcess {
         for (name, value) in env {
             command.env(name, value);
         }
+        if let Some(log) = log {
+            command.stderr(std::fs::File::create(log).expect("log file"));
+        }
         let child = command.spawn().expect("orderpay serve starts");
         let process = ServiceProcess { child, address: format!("http://127.0.0.1:{port}") };
         let client = crate::helpers::http_client();
@@ -42,6 +56,24 @@ impl ServiceProcess {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         panic!("orderpay serve did not come up on port {port}");
+    }
+
+    /// SIGTERM: the orderly stop an orchestrator sends.
+    pub fn terminate(&self) {
+        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        assert!(status.is_ok_and(|status| status.success()), "kill -TERM failed");
+    }
+
+    /// Waits for the process to exit on its own, up to `limit`.
+    pub async fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
     }
 
     /// SIGKILL: no shutdown code runs, like a crash or a lost machine.

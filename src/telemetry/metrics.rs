@@ -1,0 +1,105 @@
+//! Prometheus metrics, rendered by `GET /metrics` (metrics-exporter-prometheus, recording only:
+//! the endpoint is served by our own app).
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `orderpay_http_requests_total` | counter | `method`, `route`, `status` |
+//! | `orderpay_http_request_duration_seconds` | histogram | `method`, `route`, `status` |
+//! | `orderpay_idempotency_requests_total` | counter | `outcome`: executed, replayed, reused, in_use, takeover, missing |
+//! | `orderpay_idempotency_keys_past_lease` | gauge | in-progress keys whose lease ran out (read at scrape) |
+//! | `orderpay_idempotency_keys_swept_total` | counter | |
+//! | `orderpay_payments_settled_total` | counter | `status`: succeeded, failed |
+//! | `orderpay_reconciler_passes_total` | counter | |
+//! | `orderpay_reconciler_payments_total` | counter | `result`: settled, redriven, rescheduled, stuck, gave_up, error |
+//! | `orderpay_db_pool_connections` | gauge | `state`: in_use, idle (read at scrape) |
+
+use std::sync::OnceLock;
+
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::reconciliation::PassReport;
+
+const HTTP_DURATION: &str = "orderpay_http_request_duration_seconds";
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide recorder once and returns the handle that renders it.
+pub fn install() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let buckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Full(HTTP_DURATION.to_owned()), &buckets)
+                .map(PrometheusBuilder::build_recorder);
+            let recorder = match recorder {
+                Ok(recorder) => recorder,
+                Err(_) => PrometheusBuilder::new().build_recorder(),
+            };
+            let handle = recorder.handle();
+            // Err: some other recorder was installed first (a test harness); ours still renders.
+            let _ = metrics::set_global_recorder(recorder);
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    describe_counter!("orderpay_http_requests_total", "HTTP requests by method, route and status");
+    describe_histogram!(HTTP_DURATION, metrics::Unit::Seconds, "HTTP request latency");
+    describe_counter!("orderpay_idempotency_requests_total", "Keyed requests by idempotency outcome");
+    describe_gauge!("orderpay_idempotency_keys_past_lease", "In-progress keys whose lease has run out");
+    describe_counter!(
+        "orderpay_idempotency_keys_swept_total",
+        "Expired idempotency keys deleted by the sweeper"
+    );
+    describe_counter!("orderpay_payments_settled_total", "Payments moved to a final status");
+    describe_counter!("orderpay_reconciler_passes_total", "Reconciler passes run");
+    describe_counter!("orderpay_reconciler_payments_total", "Payments handled by the reconciler, by result");
+    describe_gauge!("orderpay_db_pool_connections", "Database connections by state");
+}
+
+pub fn http_request(method: &str, route: &str, status: u16, seconds: f64) {
+    let labels = [("method", method.to_owned()), ("route", route.to_owned()), ("status", status.to_string())];
+    counter!("orderpay_http_requests_total", &labels).increment(1);
+    histogram!(HTTP_DURATION, &labels).record(seconds);
+}
+
+/// `outcome`: executed, replayed, reused, in_use, takeover, missing.
+pub fn idempotency_outcome(outcome: &'static str) {
+    counter!("orderpay_idempotency_requests_total", "outcome" => outcome).increment(1);
+}
+
+pub fn keys_past_lease(count: i64) {
+    gauge!("orderpay_idempotency_keys_past_lease").set(count as f64);
+}
+
+pub fn keys_swept(count: usize) {
+    counter!("orderpay_idempotency_keys_swept_total").increment(count as u64);
+}
+
+pub fn payment_settled(status: &'static str) {
+    counter!("orderpay_payments_settled_total", "status" => status).increment(1);
+}
+
+pub fn reconciler_pass(report: &PassReport) {
+    counter!("orderpay_reconciler_passes_total").increment(1);
+    for (result, count) in [
+        ("settled", report.settled),
+        ("redriven", report.redriven),
+        ("rescheduled", report.rescheduled),
+        ("stuck", report.stuck),
+        ("gave_up", report.gave_up),
+        ("error", report.errors),
+    ] {
+        if count > 0 {
+            counter!("orderpay_reconciler_payments_total", "result" => result).increment(count as u64);
+        }
+    }
+}
+
+pub fn pool_connections(in_use: u32, idle: u32) {
+    gauge!("orderpay_db_pool_connections", "state" => "in_use").set(in_use as f64);
+    gauge!("orderpay_db_pool_connections", "state" => "idle").set(idle as f64);
+}
