@@ -72,6 +72,14 @@ test: db ## run every test against the local PostgreSQL (one database per test)
 	  cargo test --workspace --no-fail-fast
 	fi
 
+.PHONY: contract
+contract: db build ## check the running service against openapi.yaml with schemathesis (installed into .venv)
+	tests/scripts/with-service.sh tests/scripts/contract.sh
+
+.PHONY: docs-check
+docs-check: db build ## check in headless Chromium that GET /docs shows every endpoint
+	tests/scripts/with-service.sh tests/scripts/docs-check.sh
+
 .PHONY: lint
 lint: ## rustfmt check and clippy with warnings denied
 	cargo fmt --all -- --check

@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod body;
+pub mod docs;
 pub mod health;
 pub mod idempotency;
 pub mod observe;
@@ -31,7 +32,9 @@ pub fn routes(config: &mut web::ServiceConfig) {
         .service(resource("/healthz", "GET").get(health::healthz))
         .service(resource("/readyz", "GET").get(health::readyz))
         .service(resource("/metrics", "GET").get(health::metrics))
-        .service(resource("/openapi.yaml", "GET").get(health::openapi));
+        .service(resource("/openapi.yaml", "GET").get(health::openapi))
+        .service(resource("/docs", "GET").get(docs::page))
+        .service(resource("/docs/{asset}", "GET").get(docs::asset));
 }
 
 /// A resource whose unsupported methods answer 405 `method-not-allowed` with `Allow: allowed`.

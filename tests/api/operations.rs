@@ -225,3 +225,20 @@ async fn two_instances_on_one_database_keep_exactly_once() {
     }
     drop((a, b));
 }
+
+#[tokio::test]
+async fn the_docs_page_and_its_renderer_are_served_locally() {
+    let app = spawn_app().await;
+    let page = app.client.get(app.url("/docs")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.headers()["content-type"].to_str().unwrap().starts_with("text/html"));
+    let html = page.text().await.unwrap();
+    assert!(!html.contains("https://"), "no CDN: {html}");
+    for asset in ["/docs/swagger-ui-bundle.js", "/docs/swagger-ui.css", "/docs/init.js"] {
+        assert!(html.contains(asset), "{asset} not referenced");
+        let response = app.client.get(app.url(asset)).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{asset}");
+    }
+    let missing = app.client.get(app.url("/docs/nothing.js")).send().await.unwrap();
+    assert_eq!(missing.status(), 404);
+}

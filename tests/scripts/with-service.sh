@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Runs a command against a real orderpay: the mock provider and `orderpay serve` on free ports, a
+# fresh database, and a new account. The command sees ORDERPAY_URL, ORDERPAY_KEY and
+# MOCK_PROVIDER_URL. Everything is stopped and the database dropped when it ends.
+#
+#   tests/scripts/with-service.sh COMMAND [ARGS...]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+bin=${ORDERPAY_BIN:-target/debug/orderpay}
+[ -x "$bin" ] || cargo build --bin orderpay
+server=${PG_SERVER_URL:-postgres://postgres@127.0.0.1:5432}
+db="orderpay_script_$(date +%s)_$$"
+logs=$(mktemp -d)
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+port=$(free_port)
+mock_port=$(free_port)
+
+export DATABASE_URL="$server/$db"
+export ORDERPAY_LISTEN="127.0.0.1:$port"
+export MOCK_PROVIDER_LISTEN="127.0.0.1:$mock_port"
+export ORDERPAY_PROVIDER_URL="http://127.0.0.1:$mock_port"
+# Fast enough for a test run: a held provider answer times out after 1 s.
+export MOCK_PROVIDER_TIMEOUT_HOLD_MS=${MOCK_PROVIDER_TIMEOUT_HOLD_MS:-1500}
+export ORDERPAY_PROVIDER_TIMEOUT_MS=${ORDERPAY_PROVIDER_TIMEOUT_MS:-1000}
+export ORDERPAY_PAYMENT_LEASE_MS=${ORDERPAY_PAYMENT_LEASE_MS:-2000}
+export RUST_LOG=${RUST_LOG:-warn}
+
+pids=()
+cleanup() {
+  status=$?
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  if [ "$status" -ne 0 ]; then
+    echo "--- orderpay serve log (last lines)"; tail -n 40 "$logs/serve.log" 2>/dev/null || true
+  fi
+  psql "$server/postgres" -qc "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)" >/dev/null 2>&1 || true
+  rm -rf "$logs"
+  exit "$status"
+}
+trap cleanup EXIT
+
+ORDERPAY_KEY=$("$bin" accounts create "script account" 2>/dev/null)
+export ORDERPAY_KEY
+"$bin" mock-provider >"$logs/mock.log" 2>&1 & pids+=($!)
+"$bin" serve >"$logs/serve.log" 2>&1 & pids+=($!)
+export ORDERPAY_URL="http://127.0.0.1:$port"
+export MOCK_PROVIDER_URL="http://127.0.0.1:$mock_port"
+for _ in $(seq 1 100); do
+  curl -fsS "$ORDERPAY_URL/readyz" >/dev/null 2>&1 && curl -fsS "$MOCK_PROVIDER_URL/_admin/faults" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+curl -fsS "$ORDERPAY_URL/readyz" >/dev/null
+"$@"
