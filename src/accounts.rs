@@ -4,6 +4,10 @@
 //! and only its SHA-256 is stored: with that much entropy a fast hash is as safe as a slow one,
 //! and lets every request authenticate with one indexed lookup.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
@@ -78,6 +82,65 @@ pub async fn find_by_api_key(conn: &mut AsyncPgConnection, presented: &str) -> Q
         .optional()
 }
 
+/// Accounts recently authenticated, by API key hash, so that a busy client does not cost a
+/// database round trip per request. Entries live `ttl` (a deleted or rotated key keeps working
+/// that long; orderpay has no key revocation yet). Unknown keys are never cached, so guessing
+/// keys cannot fill it; at `CAPACITY` entries it starts over.
+pub struct AccountCache {
+    ttl: Duration,
+    entries: Mutex<HashMap<[u8; 32], (Account, Instant)>>,
+}
+
+impl AccountCache {
+    const CAPACITY: usize = 10_000;
+
+    /// A cache keeping entries `ttl`; a zero `ttl` disables it.
+    pub fn new(ttl: Duration) -> Self {
+        AccountCache { ttl, entries: Mutex::default() }
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], (Account, Instant)>> {
+        // Every update is one insert or one clear: a poisoned map is still consistent.
+        self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn get(&self, key_hash: &[u8; 32]) -> Option<Account> {
+        let entries = self.entries();
+        let (account, cached_at) = entries.get(key_hash)?;
+        (cached_at.elapsed() < self.ttl).then(|| account.clone())
+    }
+
+    pub fn put(&self, key_hash: [u8; 32], account: Account) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let mut entries = self.entries();
+        if entries.len() >= Self::CAPACITY {
+            entries.clear();
+        }
+        entries.insert(key_hash, (account, Instant::now()));
+    }
+}
+
+/// Authenticates a presented key: from the cache when it was seen within the TTL, else from the
+/// database (and then cached).
+pub async fn authenticate(
+    cache: &AccountCache,
+    pool: &crate::db::Pool,
+    presented: &str,
+) -> Result<Option<Account>, crate::error::ApiError> {
+    let hash = hash_api_key(presented);
+    if let Some(account) = cache.get(&hash) {
+        return Ok(Some(account));
+    }
+    let mut conn = pool.get().await?;
+    let account = find_by_api_key(&mut conn, presented).await?;
+    if let Some(account) = &account {
+        cache.put(hash, account.clone());
+    }
+    Ok(account)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,5 +154,19 @@ mod tests {
         assert_ne!(a.reveal(), b.reveal());
         assert_eq!(hash_api_key(a.reveal()), hash_api_key(a.reveal()));
         assert_ne!(hash_api_key(a.reveal()), hash_api_key(b.reveal()));
+    }
+
+    #[test]
+    fn the_cache_forgets_after_its_ttl_and_can_be_off() {
+        let account = Account { id: Uuid::nil(), name: "a".into(), created_at: Utc::now() };
+        let cache = AccountCache::new(Duration::from_millis(50));
+        cache.put([1; 32], account.clone());
+        assert_eq!(cache.get(&[1; 32]), Some(account.clone()));
+        assert_eq!(cache.get(&[2; 32]), None);
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(cache.get(&[1; 32]), None);
+        let off = AccountCache::new(Duration::ZERO);
+        off.put([1; 32], account);
+        assert_eq!(off.get(&[1; 32]), None);
     }
 }

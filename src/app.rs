@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 
+use crate::accounts::AccountCache;
 use crate::background;
 use crate::config::{ApiSettings, Settings};
 use crate::db::{self, Pool};
@@ -31,6 +32,7 @@ pub struct AppState {
     /// The same pool, with the provider: what payment use cases need.
     pub payments: PaymentContext,
     pub observability: Arc<Observability>,
+    pub accounts: Arc<AccountCache>,
 }
 
 /// What `GET /metrics` reads: the recorder's handle and every pool of the process.
@@ -80,6 +82,7 @@ impl Application {
         let worker_provider = provider.clone();
         let observability = Arc::new(Observability { metrics: metrics::install(), pools: Mutex::default() });
         let worker_observability = observability.clone();
+        let accounts = Arc::new(AccountCache::new(settings.api.auth_cache_ttl));
         let workers = settings.workers.max(1);
         // One pool per worker, created on that worker's thread (see db::lazy_pool).
         let pool_per_worker = (database.pool_size / workers as u32).max(1);
@@ -92,7 +95,8 @@ impl Application {
                 settings: payment_settings,
             };
             let observability = worker_observability.clone();
-            let state = AppState { pool, settings: api.clone(), payments, observability };
+            let accounts = accounts.clone();
+            let state = AppState { pool, settings: api.clone(), payments, observability, accounts };
             App::new()
                 .app_data(web::Data::new(state))
                 .wrap(ErrorHandlers::new().default_handler(http::problem_for_foreign_errors))

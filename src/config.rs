@@ -7,7 +7,7 @@
 //! `ORDERPAY_PROVIDER_URL`, `ORDERPAY_PROVIDER_TIMEOUT_MS`, `ORDERPAY_PAYMENT_LEASE_MS`,
 //! `ORDERPAY_RECONCILE_INTERVAL_MS`, `ORDERPAY_RECONCILE_BATCH_SIZE`,
 //! `ORDERPAY_RECONCILE_MAX_ATTEMPTS`, `ORDERPAY_RECONCILE_BACKOFF_BASE_MS`,
-//! `ORDERPAY_RECONCILE_BACKOFF_CAP_MS`, `ORDERPAY_SHUTDOWN_GRACE_SECS`; for the mock provider `MOCK_PROVIDER_LISTEN`,
+//! `ORDERPAY_RECONCILE_BACKOFF_CAP_MS`, `ORDERPAY_SHUTDOWN_GRACE_SECS`, `ORDERPAY_AUTH_CACHE_SECS`; for the mock provider `MOCK_PROVIDER_LISTEN`,
 //! `MOCK_PROVIDER_TIMEOUT_HOLD_MS`, `MOCK_PROVIDER_SETTLE_MS`; and, for logging (see
 //! telemetry.rs), `ORDERPAY_LOG_FORMAT` and `RUST_LOG`.
 
@@ -189,6 +189,11 @@ pub struct ServeArgs {
     #[arg(long, env = "ORDERPAY_PAYMENT_LEASE_MS", default_value_t = 15_000)]
     pub payment_lease_ms: u64,
 
+    /// How long an authenticated API key is remembered in memory, saving a database round trip
+    /// per request (0 turns the cache off).
+    #[arg(long, env = "ORDERPAY_AUTH_CACHE_SECS", default_value_t = 60)]
+    pub auth_cache_secs: u64,
+
     /// On SIGTERM, how long in-flight requests (and then background tasks) may take to finish.
     #[arg(long, env = "ORDERPAY_SHUTDOWN_GRACE_SECS", default_value_t = 30)]
     pub shutdown_grace_secs: u64,
@@ -199,6 +204,8 @@ pub struct ServeArgs {
 pub struct ApiSettings {
     pub require_idempotency_key: bool,
     pub idempotency_retention: Duration,
+    /// How long an authenticated API key is remembered in memory (zero: never).
+    pub auth_cache_ttl: Duration,
 }
 
 /// Everything `serve` needs, built from [`ServeArgs`] by the CLI or directly by tests.
@@ -248,6 +255,7 @@ impl ServeArgs {
             api: ApiSettings {
                 require_idempotency_key: self.require_idempotency_key,
                 idempotency_retention: retention,
+                auth_cache_ttl: Duration::from_secs(self.auth_cache_secs),
             },
             sweeper: SweeperConfig {
                 interval: Duration::from_millis(self.sweep_interval_ms),

@@ -2,6 +2,7 @@
 //! and applies the embedded migrations.
 
 pub mod schema;
+pub mod statement;
 
 use std::time::Duration;
 

@@ -25,8 +25,7 @@ impl FromRequest for Authenticated {
         Box::pin(async move {
             let state = state.ok_or_else(|| ApiError::Internal(anyhow::anyhow!("no AppState")))?;
             let token = token?;
-            let mut conn = state.pool.get().await?;
-            accounts::find_by_api_key(&mut conn, &token)
+            accounts::authenticate(&state.accounts, &state.pool, &token)
                 .await?
                 .map(Authenticated)
                 .ok_or(ApiError::Unauthorized("the API key is not valid"))

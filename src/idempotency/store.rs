@@ -144,7 +144,8 @@ struct NewKeyRow<'a> {
     lease_id: Option<Uuid>,
 }
 
-fn headers_json(response: &StoredResponse) -> serde_json::Value {
+/// The stored form of an answer's headers: `[[name, value], ...]`.
+pub fn headers_json(response: &StoredResponse) -> serde_json::Value {
     serde_json::Value::Array(
         response.headers.iter().map(|(name, value)| serde_json::json!([name, value])).collect(),
     )
@@ -289,6 +290,24 @@ pub async fn take_over(
         .execute(conn)
         .await?;
     Ok((updated == 1).then_some(lease_id))
+}
+
+/// Deletes an in-progress claim for `resource_id` whose operation refused to start (not stored:
+/// the client may fix its request and use the key again).
+pub async fn abandon(
+    conn: &mut AsyncPgConnection,
+    account_id: Uuid,
+    key: &str,
+    resource_id: Uuid,
+) -> QueryResult<()> {
+    diesel::delete(idempotency_keys::table)
+        .filter(idempotency_keys::account_id.eq(account_id))
+        .filter(idempotency_keys::key.eq(key))
+        .filter(idempotency_keys::state.eq(IN_PROGRESS))
+        .filter(idempotency_keys::resource_id.eq(resource_id))
+        .execute(conn)
+        .await?;
+    Ok(())
 }
 
 /// Gives up a lease (the outcome is unknown; a retry may take the key over at once), if the

@@ -14,6 +14,8 @@ use uuid::Uuid;
 
 use super::{LineItem, Metadata, Order, OrderStatus, Quantity, Sku};
 use crate::db::schema::{order_items, orders};
+use crate::db::statement;
+use crate::idempotency::{KeyRecord, KeyedRequest, StoredResponse};
 use crate::money::{Amount, Currency};
 
 #[derive(Insertable)]
@@ -108,6 +110,129 @@ impl OrderRow {
             updated_at: self.updated_at,
         })
     }
+}
+
+/// The idempotency key row written together with a new order by [`insert_with_key`].
+pub struct NewKey<'a> {
+    pub request: &'a KeyedRequest,
+    pub response: &'a StoredResponse,
+    pub expires_at: DateTime<Utc>,
+}
+
+const NEW_ORDER_SQL: &str = include_str!("new_order.sql");
+
+/// `new_order.sql` with its parameters: a statement diesel can prepare once per connection and
+/// reuse (raw `sql_query` text is prepared anew on every call, one more round trip).
+struct NewOrderStatement<'a> {
+    account_id: Uuid,
+    key: &'a str,
+    method: &'a str,
+    route: &'a str,
+    fingerprint: &'a [u8],
+    response_body: &'a [u8],
+    response_headers: serde_json::Value,
+    response_status: i16,
+    now: DateTime<Utc>,
+    expires_at: DateTime<Utc>,
+    order_id: Uuid,
+    currency: &'a str,
+    total: Decimal,
+    customer_id: Option<&'a str>,
+    metadata: serde_json::Value,
+    skus: Vec<&'a str>,
+    quantities: Vec<i32>,
+    unit_prices: Vec<Decimal>,
+    amounts: Vec<Decimal>,
+}
+
+impl diesel::query_builder::QueryId for NewOrderStatement<'_> {
+    type QueryId = NewOrderStatement<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl diesel::query_builder::Query for NewOrderStatement<'_> {
+    type SqlType = (
+        diesel::sql_types::BigInt,
+        // The key row's columns in table order, as `KeyRecord` reads them.
+        diesel::sql_types::Nullable<
+            diesel::dsl::SqlTypeOf<<crate::db::schema::idempotency_keys::table as diesel::Table>::AllColumns>,
+        >,
+    );
+}
+
+/// What [`insert_with_key`] did.
+#[derive(Debug)]
+pub enum KeyedInsert {
+    /// The key was new: key, order and items are written.
+    Inserted,
+    /// The key exists; nothing was written. The row, when this statement could see it.
+    Exists(Option<Box<KeyRecord>>),
+}
+
+impl diesel::query_builder::QueryFragment<diesel::pg::Pg> for NewOrderStatement<'_> {
+    fn walk_ast<'b>(
+        &'b self,
+        mut out: diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>,
+    ) -> QueryResult<()> {
+        use diesel::sql_types::{
+            Array, Bytea, Int2, Int4, Jsonb, Nullable, Numeric, Text, Timestamptz, Uuid as SqlUuid,
+        };
+        let sql = statement::strip_comments(NEW_ORDER_SQL);
+        statement::walk_numbered(&mut out, "new_order.sql", &sql, |number, out| match number {
+            1 => out.push_bind_param::<SqlUuid, _>(&self.account_id),
+            2 => out.push_bind_param::<Text, _>(self.key),
+            3 => out.push_bind_param::<Text, _>(self.method),
+            4 => out.push_bind_param::<Text, _>(self.route),
+            5 => out.push_bind_param::<Bytea, _>(self.fingerprint),
+            6 => out.push_bind_param::<Bytea, _>(self.response_body),
+            7 => out.push_bind_param::<Jsonb, _>(&self.response_headers),
+            8 => out.push_bind_param::<Timestamptz, _>(&self.now),
+            9 => out.push_bind_param::<Timestamptz, _>(&self.expires_at),
+            10 => out.push_bind_param::<SqlUuid, _>(&self.order_id),
+            11 => out.push_bind_param::<Text, _>(self.currency),
+            12 => out.push_bind_param::<Numeric, _>(&self.total),
+            13 => out.push_bind_param::<Nullable<Text>, _>(&self.customer_id),
+            14 => out.push_bind_param::<Jsonb, _>(&self.metadata),
+            15 => out.push_bind_param::<Array<Text>, _>(&self.skus),
+            16 => out.push_bind_param::<Array<Int4>, _>(&self.quantities),
+            17 => out.push_bind_param::<Array<Numeric>, _>(&self.unit_prices),
+            18 => out.push_bind_param::<Array<Numeric>, _>(&self.amounts),
+            19 => out.push_bind_param::<Int2, _>(&self.response_status),
+            other => Err(statement::unknown_parameter("new_order.sql", other)),
+        })
+    }
+}
+
+/// Inserts an order, its items and its completed idempotency key in one statement, or, when the
+/// key already exists, writes nothing and returns the existing row.
+pub async fn insert_with_key(
+    conn: &mut AsyncPgConnection,
+    order: &Order,
+    key: NewKey<'_>,
+) -> QueryResult<KeyedInsert> {
+    let statement = NewOrderStatement {
+        account_id: order.account_id,
+        key: key.request.key.as_str(),
+        method: &key.request.method,
+        route: &key.request.route,
+        fingerprint: key.request.fingerprint.as_bytes(),
+        response_body: &key.response.body,
+        response_headers: crate::idempotency::store::headers_json(key.response),
+        response_status: key.response.status as i16,
+        now: order.created_at,
+        expires_at: key.expires_at,
+        order_id: order.id,
+        currency: order.currency.code(),
+        total: order.total_amount.value(),
+        customer_id: order.customer_id.as_deref(),
+        metadata: serde_json::to_value(&order.metadata).map_err(|e| corrupt(e.to_string()))?,
+        skus: order.items.iter().map(|item| item.sku.as_str()).collect(),
+        quantities: order.items.iter().map(|item| item.quantity.get() as i32).collect(),
+        unit_prices: order.items.iter().map(|item| item.unit_price.value()).collect(),
+        amounts: order.items.iter().map(|item| item.amount.value()).collect(),
+    };
+    let (claimed, existing): (i64, Option<KeyRecord>) = statement.get_result(conn).await?;
+    Ok(if claimed == 1 { KeyedInsert::Inserted } else { KeyedInsert::Exists(existing.map(Box::new)) })
 }
 
 /// Inserts an order and its items.

@@ -7,16 +7,20 @@ use chrono::Utc;
 use diesel_async::AsyncConnection;
 use uuid::Uuid;
 
+use super::repository::KeyedInsert;
 use super::{Order, OrderStatus, repository};
+use crate::clock::after;
 use crate::db::Pool;
 use crate::error::ApiError;
 use crate::idempotency::store::{self, Claim, ClaimAs};
 use crate::idempotency::{Execution, KeyedRequest, StoredResponse};
 use crate::payments;
 
-/// Stores a placed order. `response` is its answer, rendered before the transaction (every field
-/// is known once the order is placed), so with a key the key row is written already completed:
-/// claim, order and items, no follow-up update.
+/// Stores a placed order. `response` is its answer, rendered before anything is written (every
+/// field is known once the order is placed), so with a key the key row is written already
+/// completed. A new key takes the fast path: key, order and items in one statement, one round
+/// trip (`new_order.sql`). A key seen before takes the general path of `idempotency::store`, in
+/// one transaction: replay, refuse, or (a key past its retention) run anew.
 pub async fn create(
     pool: &Pool,
     order: &Order,
@@ -25,6 +29,19 @@ pub async fn create(
     retention: Duration,
 ) -> Result<Execution, ApiError> {
     let mut conn = pool.get().await?;
+    if let Some(request) = keyed {
+        let now = Utc::now();
+        let key = repository::NewKey { request, response, expires_at: after(now, retention) };
+        match repository::insert_with_key(&mut conn, order, key).await? {
+            KeyedInsert::Inserted => return Ok(Execution::Executed(response.clone())),
+            // A replay or a reuse, decided without a transaction or a commit.
+            KeyedInsert::Exists(Some(record)) if record.expires_at > now => {
+                return store::replay_local(&record, request, now);
+            }
+            // Past its retention, or not visible yet: the general path below.
+            KeyedInsert::Exists(_) => {}
+        }
+    }
     conn.transaction(async |conn| {
         if let Some(request) = keyed {
             let claim_as = ClaimAs::Completed { response, resource_id: Some(order.id) };

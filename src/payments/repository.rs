@@ -13,6 +13,8 @@ use uuid::Uuid;
 
 use super::{Actor, Payment, PaymentStatus, Settlement};
 use crate::db::schema::{idempotency_keys, payment_events, payments};
+use crate::db::statement;
+use crate::idempotency::KeyRecord;
 use crate::money::{Amount, Currency};
 
 #[derive(Queryable, QueryableByName, Selectable, Insertable)]
@@ -269,4 +271,149 @@ pub async fn claim_due(
         claimed.push(Claimed { payment, lease_id });
     }
     Ok(claimed)
+}
+
+const START_PAYMENT_SQL: &str = include_str!("start_payment.sql");
+const SETTLE_PAYMENT_SQL: &str = include_str!("settle_payment.sql");
+
+/// Phase 1's one statement (`start_payment.sql`) and its parameters.
+pub struct StartPayment<'a> {
+    pub account_id: Uuid,
+    pub key: &'a str,
+    pub method: &'a str,
+    pub route: &'a str,
+    pub fingerprint: &'a [u8],
+    pub now: DateTime<Utc>,
+    pub key_expires_at: DateTime<Utc>,
+    pub lease_until: DateTime<Utc>,
+    pub lease_id: Uuid,
+    pub payment_id: Uuid,
+    pub order_id: Uuid,
+    pub payment_method: &'a str,
+    pub first_check_at: DateTime<Utc>,
+    pub amount: Option<Decimal>,
+}
+
+impl diesel::query_builder::QueryId for StartPayment<'_> {
+    type QueryId = StartPayment<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl diesel::query_builder::Query for StartPayment<'_> {
+    type SqlType = (
+        diesel::sql_types::BigInt,
+        diesel::sql_types::Nullable<diesel::sql_types::Text>,
+        diesel::sql_types::Nullable<diesel::sql_types::Numeric>,
+        diesel::sql_types::Nullable<diesel::sql_types::Text>,
+        diesel::sql_types::BigInt,
+        diesel::sql_types::Nullable<
+            diesel::dsl::SqlTypeOf<<idempotency_keys::table as diesel::Table>::AllColumns>,
+        >,
+    );
+}
+
+impl diesel::query_builder::QueryFragment<diesel::pg::Pg> for StartPayment<'_> {
+    fn walk_ast<'b>(
+        &'b self,
+        mut out: diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>,
+    ) -> QueryResult<()> {
+        use diesel::sql_types::{Bytea, Nullable, Numeric, Text, Timestamptz, Uuid as SqlUuid};
+        let sql = statement::strip_comments(START_PAYMENT_SQL);
+        statement::walk_numbered(&mut out, "start_payment.sql", &sql, |number, out| match number {
+            1 => out.push_bind_param::<SqlUuid, _>(&self.account_id),
+            2 => out.push_bind_param::<Text, _>(self.key),
+            3 => out.push_bind_param::<Text, _>(self.method),
+            4 => out.push_bind_param::<Text, _>(self.route),
+            5 => out.push_bind_param::<Bytea, _>(self.fingerprint),
+            6 => out.push_bind_param::<Timestamptz, _>(&self.now),
+            7 => out.push_bind_param::<Timestamptz, _>(&self.key_expires_at),
+            8 => out.push_bind_param::<Timestamptz, _>(&self.lease_until),
+            9 => out.push_bind_param::<SqlUuid, _>(&self.lease_id),
+            10 => out.push_bind_param::<SqlUuid, _>(&self.payment_id),
+            11 => out.push_bind_param::<SqlUuid, _>(&self.order_id),
+            12 => out.push_bind_param::<Text, _>(self.payment_method),
+            13 => out.push_bind_param::<Timestamptz, _>(&self.first_check_at),
+            14 => out.push_bind_param::<Nullable<Numeric>, _>(&self.amount),
+            other => Err(statement::unknown_parameter("start_payment.sql", other)),
+        })
+    }
+}
+
+/// What phase 1's statement found and did.
+#[derive(Debug)]
+pub struct Started {
+    /// The key was new and is now claimed (committed, in progress, leased).
+    pub claimed: bool,
+    /// The order's status, total and currency, when the key was claimed and the order exists.
+    pub order: Option<(String, Decimal, String)>,
+    /// The payment was inserted `processing`.
+    pub started: bool,
+    /// The key's existing row, when it was not claimed and this statement could see it.
+    pub existing: Option<KeyRecord>,
+}
+
+/// Runs phase 1's statement.
+pub async fn start(conn: &mut AsyncPgConnection, start: &StartPayment<'_>) -> QueryResult<Started> {
+    type Row = (i64, Option<String>, Option<Decimal>, Option<String>, i64, Option<KeyRecord>);
+    let (claimed, status, total, currency, started, existing): Row = start.get_result(conn).await?;
+    let order = match (status, total, currency) {
+        (Some(status), Some(total), Some(currency)) => Some((status, total, currency)),
+        _ => None,
+    };
+    Ok(Started { claimed: claimed == 1, order, started: started == 1, existing })
+}
+
+/// Phase 2's one statement (`settle_payment.sql`) and its parameters.
+pub struct SettlePayment<'a> {
+    pub account_id: Uuid,
+    pub payment_id: Uuid,
+    pub status: &'static str,
+    pub provider_charge_id: Option<&'a str>,
+    pub failure_code: Option<&'a str>,
+    pub failure_message: Option<&'a str>,
+    pub now: DateTime<Utc>,
+    pub actor: &'static str,
+    pub detail: Option<&'a str>,
+    pub response_status: i16,
+    pub response_headers: serde_json::Value,
+    pub response_body: &'a [u8],
+}
+
+impl diesel::query_builder::QueryId for SettlePayment<'_> {
+    type QueryId = SettlePayment<'static>;
+    const HAS_STATIC_QUERY_ID: bool = true;
+}
+
+impl diesel::query_builder::Query for SettlePayment<'_> {
+    type SqlType = (diesel::sql_types::BigInt, diesel::sql_types::BigInt);
+}
+
+impl diesel::query_builder::QueryFragment<diesel::pg::Pg> for SettlePayment<'_> {
+    fn walk_ast<'b>(
+        &'b self,
+        mut out: diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>,
+    ) -> QueryResult<()> {
+        use diesel::sql_types::{Bytea, Int2, Jsonb, Nullable, Text, Timestamptz, Uuid as SqlUuid};
+        let sql = statement::strip_comments(SETTLE_PAYMENT_SQL);
+        statement::walk_numbered(&mut out, "settle_payment.sql", &sql, |number, out| match number {
+            1 => out.push_bind_param::<SqlUuid, _>(&self.account_id),
+            2 => out.push_bind_param::<SqlUuid, _>(&self.payment_id),
+            3 => out.push_bind_param::<Text, _>(self.status),
+            4 => out.push_bind_param::<Nullable<Text>, _>(&self.provider_charge_id),
+            5 => out.push_bind_param::<Nullable<Text>, _>(&self.failure_code),
+            6 => out.push_bind_param::<Nullable<Text>, _>(&self.failure_message),
+            7 => out.push_bind_param::<Timestamptz, _>(&self.now),
+            8 => out.push_bind_param::<Text, _>(self.actor),
+            9 => out.push_bind_param::<Nullable<Text>, _>(&self.detail),
+            10 => out.push_bind_param::<Int2, _>(&self.response_status),
+            11 => out.push_bind_param::<Jsonb, _>(&self.response_headers),
+            12 => out.push_bind_param::<Bytea, _>(self.response_body),
+            other => Err(statement::unknown_parameter("settle_payment.sql", other)),
+        })
+    }
+}
+
+/// Runs phase 2's statement. Returns (payments settled, orders marked paid).
+pub async fn settle(conn: &mut AsyncPgConnection, settle: &SettlePayment<'_>) -> QueryResult<(i64, i64)> {
+    settle.get_result(conn).await
 }

@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 use rust_decimal::Decimal;
 use tracing::Instrument;
@@ -31,6 +31,7 @@ use crate::db::Pool;
 use crate::error::{ApiError, FieldError};
 use crate::idempotency::store::{self, Claim, ClaimAs, Existing, KeyRecord};
 use crate::idempotency::{Execution, KeyedRequest, StoredResponse};
+use crate::money::{Amount, Currency};
 use crate::orders::{self, OrderStatus};
 use crate::provider::PaymentProvider;
 
@@ -129,7 +130,122 @@ pub async fn pay(
         .map_err(|error| ApiError::Internal(anyhow::anyhow!("payment task failed: {error}")))?
 }
 
+/// Phase 1. The common cases take one statement (`start_payment.sql`): a new key on a payable
+/// order (the payment starts), a replay, a refusal. The rest (a key another request is still
+/// committing, an abandoned payment to take over) go through [`phase_one_in_transaction`].
 async fn phase_one(
+    context: &PaymentContext,
+    account_id: Uuid,
+    keyed: &KeyedRequest,
+    command: &PayCommand,
+) -> Result<Start, ApiError> {
+    let settings = context.settings;
+    let mut conn = context.pool.get().await?;
+    let now = Utc::now().trunc_subsecs(6);
+    let (payment_id, lease_id, order_id) = (Uuid::now_v7(), Uuid::now_v7(), command.order_id);
+    let key = keyed.key.as_str();
+    let start = repository::StartPayment {
+        account_id,
+        key,
+        method: &keyed.method,
+        route: &keyed.route,
+        fingerprint: keyed.fingerprint.as_bytes(),
+        now,
+        key_expires_at: after(now, settings.retention),
+        lease_until: after(now, settings.lease),
+        lease_id,
+        payment_id,
+        order_id,
+        payment_method: command.payment_method.as_str(),
+        // The reconciler looks only once the lease could have run out.
+        first_check_at: after(now, settings.lease),
+        amount: command.amount,
+    };
+    let started = match repository::start(&mut conn, &start).await {
+        Ok(started) => started,
+        Err(error) if is_second_active_payment(&error) => {
+            // Nothing was written. Name the payment in flight if it still is.
+            let in_flight = repository::processing_for_order(&mut conn, account_id, order_id).await?;
+            return Err(match in_flight {
+                Some(payment_id) => ApiError::PaymentInProgress { order_id, payment_id },
+                None => ApiError::IdempotencyKeyInUse { retry_after_secs: 1, resource_id: None },
+            });
+        }
+        Err(error) => return Err(error.into()),
+    };
+    if started.claimed {
+        let Some((status, total, currency)) = started.order else {
+            store::abandon(&mut conn, account_id, key, payment_id).await?;
+            return Err(ApiError::NotFound { resource: "order", id: order_id.to_string() });
+        };
+        let currency = Currency::parse(&currency)
+            .map_err(|e| ApiError::Internal(anyhow::anyhow!("order currency: {e}")))?;
+        let total = Amount::from_decimal(total, currency)
+            .map_err(|e| ApiError::Internal(anyhow::anyhow!("order total: {e}")))?;
+        if status != OrderStatus::PendingPayment.as_str() {
+            // A final answer: stored with the key, no provider call.
+            let refusal =
+                ApiError::InvalidState { resource: "order", id: order_id, current: status, action: "paid" };
+            let response = refusal.to_stored_response();
+            store::complete(&mut conn, account_id, key, payment_id, &response).await?;
+            return Ok(Start::Answered(Execution::Executed(response)));
+        }
+        if !started.started {
+            store::abandon(&mut conn, account_id, key, payment_id).await?;
+            return Err(ApiError::Validation(vec![FieldError::new(
+                "amount",
+                format!("must equal the order's total_amount, {total}"),
+            )]));
+        }
+        let payment = Payment {
+            id: payment_id,
+            account_id,
+            order_id,
+            status: PaymentStatus::Processing,
+            amount: total,
+            payment_method: command.payment_method.as_str().to_owned(),
+            provider_charge_id: None,
+            failure_code: None,
+            failure_message: None,
+            idempotency_key: Some(key.to_owned()),
+            attempts: 0,
+            next_check_at: Some(start.first_check_at),
+            last_error: None,
+            created_at: now,
+            updated_at: now,
+        };
+        return Ok(Start::Drive(Driving {
+            payment: Box::new(payment),
+            lease_id: Some(lease_id),
+            mode: DriveMode::FirstCall,
+        }));
+    }
+    match started.existing {
+        Some(record) => match record.resolve(keyed, now)? {
+            Existing::Replay(response) => Ok(Start::Answered(Execution::Replayed(response))),
+            Existing::InUse { retry_after, resource_id } => Err(ApiError::IdempotencyKeyInUse {
+                retry_after_secs: retry_after.as_secs_f64().ceil().max(1.0) as u64,
+                resource_id,
+            }),
+            // Taking over needs a transaction: the general path.
+            Existing::Abandoned { .. } => phase_one_in_transaction(context, account_id, keyed, command).await,
+        },
+        None => phase_one_in_transaction(context, account_id, keyed, command).await,
+    }
+}
+
+/// Whether `error` is the partial unique index refusing a second active payment for an order.
+fn is_second_active_payment(error: &diesel::result::Error) -> bool {
+    matches!(
+        error,
+        diesel::result::Error::DatabaseError(diesel::result::DatabaseErrorKind::UniqueViolation, info)
+            if info.constraint_name() == Some("payments_one_active_per_order")
+    )
+}
+
+/// Phase 1 in an explicit transaction, for the cases the one statement leaves: a key another
+/// request has not committed yet (waited for here), or an abandoned payment to take over.
+async fn phase_one_in_transaction(
     context: &PaymentContext,
     account_id: Uuid,
     keyed: &KeyedRequest,
@@ -226,7 +342,14 @@ async fn resume(
     else {
         return Err(ApiError::IdempotencyKeyInUse { retry_after_secs: 1, resource_id });
     };
-    let payment = repository::find(conn, keyed.account_id, payment_id).await?.ok_or_else(corrupt)?;
+    let Some(payment) = repository::find(conn, keyed.account_id, payment_id).await? else {
+        // Phase 1 claimed the key but stopped before the payment (the process died between
+        // its statement and the clean-up of a refusal): nothing reached the provider. Clear the
+        // key; the retry starts afresh.
+        tracing::info!(%payment_id, %recovery_point, "clearing a key whose payment was never created");
+        store::abandon(conn, keyed.account_id, keyed.key.as_str(), payment_id).await?;
+        return Err(ApiError::IdempotencyKeyInUse { retry_after_secs: 1, resource_id: None });
+    };
     if payment.status == PaymentStatus::Processing {
         tracing::info!(payment_id = %payment.id, %recovery_point, "taking over an abandoned payment");
         crate::telemetry::metrics::idempotency_outcome("takeover");
@@ -315,72 +438,79 @@ pub struct Settled {
 }
 
 /// Phase 2: moves the payment to its terminal state, marks the order paid when it succeeded, and
-/// stores the final answer for the payment's key, in one transaction. Idempotent: if someone
-/// settled the payment first, nothing changes and their result is returned.
+/// stores the final answer for the payment's key, in one statement (`settle_payment.sql`). The
+/// answer is rendered first from the payment as it will be. Idempotent: if someone settled the
+/// payment first, nothing changes and their result is returned.
 pub async fn settle(
     pool: &Pool,
     payment: &Payment,
     settlement: &Settlement,
     actor: Actor,
 ) -> Result<Settled, ApiError> {
+    let now = Utc::now().trunc_subsecs(6);
+    let (charge_id, failure_code, failure_message) = match settlement {
+        Settlement::Succeeded { charge_id } => (Some(charge_id.clone()), None, None),
+        Settlement::Failed { code, message } => (None, Some(code.clone()), Some(message.clone())),
+    };
+    let settled = Payment {
+        status: settlement.status(),
+        provider_charge_id: charge_id,
+        failure_code,
+        failure_message,
+        next_check_at: None,
+        updated_at: now,
+        ..payment.clone()
+    };
+    let response = final_response(&settled);
     let mut conn = pool.get().await?;
-    let settled = conn
-        .transaction(async |conn| {
-            let now = Utc::now();
-            let (account_id, id) = (payment.account_id, payment.id);
-            let (settled, applied) =
-                match repository::finish(conn, account_id, id, settlement, actor, now).await? {
-                    Some(settled) => {
-                        if settled.status == PaymentStatus::Succeeded {
-                            mark_order_paid(conn, &settled, now).await?;
-                        }
-                        (settled, true)
-                    }
-                    None => {
-                        let current = repository::find(conn, account_id, id)
-                            .await?
-                            .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("payment {id} vanished")))?;
-                        if current.status != settlement.status() {
-                            // Terminal states are absorbing: the first settlement stands. Two
-                            // different answers for one charge need a person.
-                            let error = IllegalTransition {
-                                payment_id: id,
-                                current: current.status,
-                                wanted: settlement.status(),
-                            };
-                            tracing::error!(error = %error, "conflicting settlements for one payment");
-                        }
-                        (current, false)
-                    }
-                };
-            let response = final_response(&settled);
-            if let Some(key) = &settled.idempotency_key {
-                store::complete(conn, account_id, key, id, &response).await?;
-            }
-            Ok::<_, ApiError>(Settled { payment: settled, response, applied })
-        })
-        .await?;
-    if settled.applied {
-        tracing::info!(payment_id = %settled.payment.id, status = %settled.payment.status, actor = actor.as_str(), "payment settled");
-        crate::telemetry::metrics::payment_settled(settled.payment.status.as_str());
+    let statement = repository::SettlePayment {
+        account_id: payment.account_id,
+        payment_id: payment.id,
+        status: settled.status.as_str(),
+        provider_charge_id: settled.provider_charge_id.as_deref(),
+        failure_code: settled.failure_code.as_deref(),
+        failure_message: settled.failure_message.as_deref(),
+        now,
+        actor: actor.as_str(),
+        detail: settled.failure_message.as_deref().or(settled.provider_charge_id.as_deref()),
+        response_status: response.status as i16,
+        response_headers: store::headers_json(&response),
+        response_body: &response.body,
+    };
+    let (applied, paid) = repository::settle(&mut conn, &statement).await?;
+    if applied == 1 {
+        if settled.status == PaymentStatus::Succeeded && paid == 0 {
+            // Cannot happen while cancels refuse orders with a payment in flight and an order has
+            // at most one active payment; if it does, money was taken for an order that is not
+            // payable, and a person must refund it.
+            tracing::error!(payment_id = %settled.id, order_id = %settled.order_id,
+                "payment succeeded for an order that was not pending_payment");
+        }
+        tracing::info!(payment_id = %settled.id, status = %settled.status, actor = actor.as_str(), "payment settled");
+        crate::telemetry::metrics::payment_settled(settled.status.as_str());
+        return Ok(Settled { payment: settled, response, applied: true });
     }
-    Ok(settled)
-}
-
-async fn mark_order_paid(
-    conn: &mut AsyncPgConnection,
-    payment: &Payment,
-    now: DateTime<Utc>,
-) -> Result<(), ApiError> {
-    let (from, to) = (OrderStatus::PendingPayment, OrderStatus::Paid);
-    if !orders::repository::transition(conn, payment.account_id, payment.order_id, from, to, now).await? {
-        // Cannot happen while cancels refuse orders with a payment in flight and an order has at
-        // most one active payment; if it does, money was taken for an order that is not
-        // payable, and a person must refund it.
-        tracing::error!(payment_id = %payment.id, order_id = %payment.order_id,
-            "payment succeeded for an order that was not pending_payment");
-    }
-    Ok(())
+    // Someone settled it first: theirs is the answer (and, if they could not store it for the
+    // key, it is stored now).
+    conn.transaction(async |conn| {
+        let id = payment.id;
+        let current = repository::find(conn, payment.account_id, id)
+            .await?
+            .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("payment {id} vanished")))?;
+        if current.status != settlement.status() {
+            // Terminal states are absorbing: the first settlement stands. Two different answers
+            // for one charge need a person.
+            let error =
+                IllegalTransition { payment_id: id, current: current.status, wanted: settlement.status() };
+            tracing::error!(error = %error, "conflicting settlements for one payment");
+        }
+        let response = final_response(&current);
+        if let Some(key) = &current.idempotency_key {
+            store::complete(conn, current.account_id, key, id, &response).await?;
+        }
+        Ok::<_, ApiError>(Settled { payment: current, response, applied: false })
+    })
+    .await
 }
 
 /// Leaves a `processing` payment for a check at `next_check`, and releases the caller's lease on

@@ -61,6 +61,8 @@ fn serve_help_lists_every_setting() {
         "ORDERPAY_RECONCILE_MAX_ATTEMPTS",
         "ORDERPAY_RECONCILE_BACKOFF_BASE_MS",
         "ORDERPAY_RECONCILE_BACKOFF_CAP_MS",
+        "ORDERPAY_SHUTDOWN_GRACE_SECS",
+        "ORDERPAY_AUTH_CACHE_SECS",
     ] {
         assert!(help.contains(variable), "{variable} missing from:\n{help}");
     }

@@ -120,6 +120,7 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings, &mut MockSetti
         api: ApiSettings {
             require_idempotency_key: false,
             idempotency_retention: Duration::from_secs(86_400),
+            auth_cache_ttl: Duration::from_secs(60),
         },
         sweeper: SweeperConfig { interval: Duration::from_secs(3600), batch_size: 1000 },
         provider: ProviderConfig { url: String::new(), timeout: Duration::from_secs(1) },
