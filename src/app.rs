@@ -18,6 +18,7 @@ use crate::background;
 use crate::config::{ApiSettings, Settings};
 use crate::db::{self, Pool};
 use crate::http;
+use crate::idempotency::cache::ReplayCache;
 use crate::idempotency::sweeper;
 use crate::payments::service::PaymentContext;
 use crate::provider::PaymentProvider;
@@ -33,6 +34,8 @@ pub struct AppState {
     pub payments: PaymentContext,
     pub observability: Arc<Observability>,
     pub accounts: Arc<AccountCache>,
+    /// Completed idempotent answers, for replays without a database round trip.
+    pub replays: Arc<ReplayCache>,
 }
 
 /// What `GET /metrics` reads: the recorder's handle and every pool of the process.
@@ -83,6 +86,7 @@ impl Application {
         let observability = Arc::new(Observability { metrics: metrics::install(), pools: Mutex::default() });
         let worker_observability = observability.clone();
         let accounts = Arc::new(AccountCache::new(settings.api.auth_cache_ttl));
+        let replays = Arc::new(ReplayCache::new(settings.api.replay_cache_entries));
         let workers = settings.workers.max(1);
         // One pool per worker, created on that worker's thread (see db::lazy_pool).
         let pool_per_worker = (database.pool_size / workers as u32).max(1);
@@ -93,10 +97,11 @@ impl Application {
                 pool: pool.clone(),
                 provider: worker_provider.clone(),
                 settings: payment_settings,
+                replays: replays.clone(),
             };
             let observability = worker_observability.clone();
-            let accounts = accounts.clone();
-            let state = AppState { pool, settings: api.clone(), payments, observability, accounts };
+            let (accounts, replays) = (accounts.clone(), replays.clone());
+            let state = AppState { pool, settings: api.clone(), payments, observability, accounts, replays };
             App::new()
                 .app_data(web::Data::new(state))
                 .wrap(ErrorHandlers::new().default_handler(http::problem_for_foreign_errors))
@@ -114,8 +119,12 @@ impl Application {
         let (shutdown, shutdown_signal) = watch::channel(false);
         let background_pool = db::lazy_pool(&settings.database, 4);
         observability.register(&background_pool);
-        let reconciler_context =
-            PaymentContext { pool: background_pool.clone(), provider, settings: settings.payments };
+        let reconciler_context = PaymentContext {
+            pool: background_pool.clone(),
+            provider,
+            settings: settings.payments,
+            replays: Arc::new(ReplayCache::new(0)),
+        };
         let handle = observability.metrics.clone();
         // The exporter keeps histogram data until upkeep drains it.
         let upkeep = background::every(Duration::from_secs(5), shutdown_signal.clone(), move || {

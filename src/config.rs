@@ -7,7 +7,8 @@
 //! `ORDERPAY_PROVIDER_URL`, `ORDERPAY_PROVIDER_TIMEOUT_MS`, `ORDERPAY_PAYMENT_LEASE_MS`,
 //! `ORDERPAY_RECONCILE_INTERVAL_MS`, `ORDERPAY_RECONCILE_BATCH_SIZE`,
 //! `ORDERPAY_RECONCILE_MAX_ATTEMPTS`, `ORDERPAY_RECONCILE_BACKOFF_BASE_MS`,
-//! `ORDERPAY_RECONCILE_BACKOFF_CAP_MS`, `ORDERPAY_SHUTDOWN_GRACE_SECS`, `ORDERPAY_AUTH_CACHE_SECS`; for the mock provider `MOCK_PROVIDER_LISTEN`,
+//! `ORDERPAY_RECONCILE_BACKOFF_CAP_MS`, `ORDERPAY_SHUTDOWN_GRACE_SECS`, `ORDERPAY_AUTH_CACHE_SECS`,
+//! `ORDERPAY_REPLAY_CACHE_ENTRIES`; for the mock provider `MOCK_PROVIDER_LISTEN`,
 //! `MOCK_PROVIDER_TIMEOUT_HOLD_MS`, `MOCK_PROVIDER_SETTLE_MS`; and, for logging (see
 //! telemetry.rs), `ORDERPAY_LOG_FORMAT` and `RUST_LOG`.
 
@@ -194,6 +195,11 @@ pub struct ServeArgs {
     #[arg(long, env = "ORDERPAY_AUTH_CACHE_SECS", default_value_t = 60)]
     pub auth_cache_secs: u64,
 
+    /// Completed idempotent answers kept in memory, so that a replay needs no database round
+    /// trip (0 turns the cache off; about 1 KB each).
+    #[arg(long, env = "ORDERPAY_REPLAY_CACHE_ENTRIES", default_value_t = 10_000)]
+    pub replay_cache_entries: usize,
+
     /// On SIGTERM, how long in-flight requests (and then background tasks) may take to finish.
     #[arg(long, env = "ORDERPAY_SHUTDOWN_GRACE_SECS", default_value_t = 30)]
     pub shutdown_grace_secs: u64,
@@ -206,6 +212,8 @@ pub struct ApiSettings {
     pub idempotency_retention: Duration,
     /// How long an authenticated API key is remembered in memory (zero: never).
     pub auth_cache_ttl: Duration,
+    /// Completed idempotent answers kept in memory for replays (zero: none).
+    pub replay_cache_entries: usize,
 }
 
 /// Everything `serve` needs, built from [`ServeArgs`] by the CLI or directly by tests.
@@ -256,6 +264,7 @@ impl ServeArgs {
                 require_idempotency_key: self.require_idempotency_key,
                 idempotency_retention: retention,
                 auth_cache_ttl: Duration::from_secs(self.auth_cache_secs),
+                replay_cache_entries: self.replay_cache_entries,
             },
             sweeper: SweeperConfig {
                 interval: Duration::from_millis(self.sweep_interval_ms),

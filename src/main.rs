@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use orderpay::app::Application;
 use orderpay::config::{DatabaseArgs, MockProviderArgs, ProviderArgs, ReconcileArgs, ServeArgs};
+use orderpay::idempotency::cache::ReplayCache;
 use orderpay::payments::service::{PaymentContext, PaymentSettings};
 use orderpay::provider::client::HttpProvider;
 use orderpay::provider::mock::MockProvider;
@@ -91,6 +92,7 @@ async fn main() -> anyhow::Result<()> {
                     retention: Duration::ZERO,
                     recheck_after: config.backoff_base,
                 },
+                replays: Arc::new(ReplayCache::new(0)),
             };
             if once {
                 let report = reconciliation::run_pass(&context, &config).await?;

@@ -250,9 +250,15 @@ pub async fn create(
     let order = Order::place(account.id, new_order, Utc::now()).map_err(place_error)?;
     let response =
         order_response(StatusCode::CREATED, &order).with_header("location", format!("/orders/{}", order.id));
-    let execution =
-        service::create(&state.pool, &order, keyed.as_ref(), &response, settings.idempotency_retention)
-            .await?;
+    let execution = service::create(
+        &state.pool,
+        &state.replays,
+        &order,
+        keyed.as_ref(),
+        &response,
+        settings.idempotency_retention,
+    )
+    .await?;
     Ok(respond(execution, keyed.is_some()))
 }
 

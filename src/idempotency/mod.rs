@@ -6,6 +6,7 @@
 //! claim (when known up front) or with [`store::complete`], all in that one transaction. The
 //! contract it implements is ../shared/design/IDEMPOTENCY.md.
 
+pub mod cache;
 pub mod fingerprint;
 pub mod key;
 pub mod store;

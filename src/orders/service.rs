@@ -12,6 +12,7 @@ use super::{Order, OrderStatus, repository};
 use crate::clock::after;
 use crate::db::Pool;
 use crate::error::ApiError;
+use crate::idempotency::cache::ReplayCache;
 use crate::idempotency::store::{self, Claim, ClaimAs};
 use crate::idempotency::{Execution, KeyedRequest, StoredResponse};
 use crate::payments;
@@ -23,19 +24,30 @@ use crate::payments;
 /// one transaction: replay, refuse, or (a key past its retention) run anew.
 pub async fn create(
     pool: &Pool,
+    replays: &ReplayCache,
     order: &Order,
     keyed: Option<&KeyedRequest>,
     response: &StoredResponse,
     retention: Duration,
 ) -> Result<Execution, ApiError> {
+    let now = Utc::now();
+    if let Some(request) = keyed
+        && let Some(stored) = replays.replay(request, now)
+    {
+        return Ok(Execution::Replayed(stored));
+    }
     let mut conn = pool.get().await?;
     if let Some(request) = keyed {
-        let now = Utc::now();
-        let key = repository::NewKey { request, response, expires_at: after(now, retention) };
+        let expires_at = after(now, retention);
+        let key = repository::NewKey { request, response, expires_at };
         match repository::insert_with_key(&mut conn, order, key).await? {
-            KeyedInsert::Inserted => return Ok(Execution::Executed(response.clone())),
+            KeyedInsert::Inserted => {
+                replays.remember(request, response, expires_at);
+                return Ok(Execution::Executed(response.clone()));
+            }
             // A replay or a reuse, decided without a transaction or a commit.
             KeyedInsert::Exists(Some(record)) if record.expires_at > now => {
+                replays.remember_record(request, &record);
                 return store::replay_local(&record, request, now);
             }
             // Past its retention, or not visible yet: the general path below.

@@ -29,6 +29,7 @@ use super::{
 use crate::clock::after;
 use crate::db::Pool;
 use crate::error::{ApiError, FieldError};
+use crate::idempotency::cache::ReplayCache;
 use crate::idempotency::store::{self, Claim, ClaimAs, Existing, KeyRecord};
 use crate::idempotency::{Execution, KeyedRequest, StoredResponse};
 use crate::money::{Amount, Currency};
@@ -53,12 +54,14 @@ pub struct PaymentSettings {
     pub recheck_after: Duration,
 }
 
-/// What a payment use case needs: the database, the provider, the settings.
+/// What a payment use case needs: the database, the provider, the settings, and the
+/// in-memory copies of completed answers.
 #[derive(Clone)]
 pub struct PaymentContext {
     pub pool: Pool,
     pub provider: Arc<dyn PaymentProvider>,
     pub settings: PaymentSettings,
+    pub replays: Arc<ReplayCache>,
 }
 
 /// A parsed, valid `POST /payments`.
@@ -112,22 +115,38 @@ pub async fn pay(
     command: &PayCommand,
     request_id: &str,
 ) -> Result<PayResult, ApiError> {
+    if let Some(stored) = context.replays.replay(keyed, Utc::now()) {
+        return Ok(PayResult::Answered(Execution::Replayed(stored)));
+    }
     let driving = match phase_one(context, account_id, keyed, command).await? {
-        Start::Answered(execution) => return Ok(PayResult::Answered(execution)),
+        Start::Answered(execution) => {
+            remember(context, keyed, &execution);
+            return Ok(PayResult::Answered(execution));
+        }
         Start::Drive(driving) => driving,
     };
     // The provider call and phase 2 run in a task of their own: if the client goes away, actix
     // drops this request's future, but the outcome must still be recorded (STACK_NOTES pitfall 7).
-    let context = context.clone();
+    let task_context = context.clone();
     let request_id = request_id.to_owned();
     let task = async move {
-        let provider = context.provider.as_ref();
+        let provider = task_context.provider.as_ref();
         let (outcome, _) = ask_provider(provider, &driving.payment, driving.mode, Some(&request_id)).await;
-        record(&context, &driving, outcome).await
+        record(&task_context, &driving, outcome).await
     };
-    tokio::spawn(task.in_current_span())
+    let result = tokio::spawn(task.in_current_span())
         .await
-        .map_err(|error| ApiError::Internal(anyhow::anyhow!("payment task failed: {error}")))?
+        .map_err(|error| ApiError::Internal(anyhow::anyhow!("payment task failed: {error}")))??;
+    if let PayResult::Answered(execution) = &result {
+        remember(context, keyed, execution);
+    }
+    Ok(result)
+}
+
+/// Keeps a final answer for replays from memory.
+fn remember(context: &PaymentContext, keyed: &KeyedRequest, execution: &Execution) {
+    let expires_at = after(Utc::now(), context.settings.retention);
+    context.replays.remember(keyed, execution.response(), expires_at);
 }
 
 /// Phase 1. The common cases take one statement (`start_payment.sql`): a new key on a payable

@@ -121,6 +121,7 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings, &mut MockSetti
             require_idempotency_key: false,
             idempotency_retention: Duration::from_secs(86_400),
             auth_cache_ttl: Duration::from_secs(60),
+            replay_cache_entries: 10_000,
         },
         sweeper: SweeperConfig { interval: Duration::from_secs(3600), batch_size: 1000 },
         provider: ProviderConfig { url: String::new(), timeout: Duration::from_secs(1) },
@@ -295,6 +296,7 @@ impl TestApp {
                 HttpProvider::new(&self.settings.provider.url, self.settings.provider.timeout).unwrap(),
             ),
             settings: self.settings.payments,
+            replays: std::sync::Arc::new(orderpay::idempotency::cache::ReplayCache::new(0)),
         };
         orderpay::reconciliation::run_pass(&context, &self.settings.reconciler)
             .await

@@ -235,7 +235,13 @@ async fn a_failure_inside_the_transaction_leaves_nothing_and_releases_the_key() 
 
 #[tokio::test]
 async fn the_sweeper_deletes_expired_keys_which_then_run_as_new() {
-    let app = spawn_app_with(|settings, _| settings.sweeper.interval = Duration::from_millis(100)).await;
+    // The in-memory replay copies live until the key's own expiry; this test moves the expiry in
+    // the database, so it runs without them.
+    let app = spawn_app_with(|settings, _| {
+        settings.sweeper.interval = Duration::from_millis(100);
+        settings.api.replay_cache_entries = 0;
+    })
+    .await;
     let key = new_key();
     let first = json(app.post_order(&order_body(), Some(&key)).await).await;
     let kept = new_key();
@@ -265,7 +271,7 @@ async fn the_sweeper_deletes_expired_keys_which_then_run_as_new() {
 
 #[tokio::test]
 async fn an_expired_key_not_yet_swept_is_treated_as_new() {
-    let app = spawn_app().await;
+    let app = spawn_app_with(|settings, _| settings.api.replay_cache_entries = 0).await;
     let key = new_key();
     let first = json(app.post_order(&order_body(), Some(&key)).await).await;
     app.execute("UPDATE idempotency_keys SET expires_at = now() - interval '1 second'").await;
@@ -295,4 +301,21 @@ async fn stored_records_hold_no_credentials() {
         ))
         .await;
     assert_eq!(key_in_accounts, 0, "only the hash of an API key is stored");
+}
+
+#[tokio::test]
+async fn replays_are_served_from_memory_and_reuses_still_refused() {
+    let app = spawn_app().await;
+    let key = new_key();
+    let first = app.post_order(&order_body(), Some(&key)).await.text().await.unwrap();
+    // Take the database out of the replay: the copy in memory answers.
+    app.execute("DELETE FROM idempotency_keys").await;
+    let replay = app.post_order(&order_body(), Some(&key)).await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.text().await.unwrap(), first);
+    assert_eq!(app.orders_stored().await, 1);
+    // A different body is not a replay: it goes to the store (here: a new key again).
+    let mut other = order_body();
+    other["currency"] = json!("EUR");
+    assert_eq!(app.post_order(&other, Some(&key)).await.status(), 201);
 }
