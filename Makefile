@@ -65,11 +65,19 @@ run: db build ## run the mock provider and the service against the local Postgre
 	$(BIN) serve
 
 .PHONY: test
-test: db ## run every test against the local PostgreSQL (one database per test)
+test: db ## run the tests (all but chaos) against the local PostgreSQL, one database per test
 	if cargo nextest --version >/dev/null 2>&1; then
-	  cargo nextest run --workspace --all-targets --no-fail-fast
+	  cargo nextest run --workspace --all-targets --no-fail-fast -E 'not test(/^chaos::/)'
 	else
-	  cargo test --workspace --no-fail-fast
+	  cargo test --workspace --no-fail-fast -- --skip chaos::
+	fi
+
+.PHONY: chaos
+chaos: db ## crash, fault and outage tests (CHAOS_ORDERS, CHAOS_KILLS make them bigger)
+	if cargo nextest --version >/dev/null 2>&1; then
+	  cargo nextest run --test api --no-fail-fast --no-capture -E 'test(/^chaos::/)'
+	else
+	  cargo test --test api --no-fail-fast -- chaos:: --nocapture
 	fi
 
 .PHONY: contract

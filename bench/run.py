@@ -85,6 +85,8 @@ class Service:
                    ORDERPAY_LISTEN=f"127.0.0.1:{self.port}",
                    MOCK_PROVIDER_LISTEN=f"127.0.0.1:{self.mock_port}",
                    ORDERPAY_PROVIDER_URL=f"http://127.0.0.1:{self.mock_port}",
+                   # One account sends all the load here: no per-account limit.
+                   ORDERPAY_RATE_LIMIT_PER_SEC="0",
                    RUST_LOG="warn")
         env.update(extra_env or {})
         self.mock = subprocess.Popen([BIN, "mock-provider"], env=env, stdout=subprocess.DEVNULL,

@@ -23,6 +23,7 @@ use crate::idempotency::sweeper;
 use crate::payments::service::PaymentContext;
 use crate::provider::PaymentProvider;
 use crate::provider::client::HttpProvider;
+use crate::rate_limit::RateLimiter;
 use crate::reconciliation;
 use crate::telemetry::metrics;
 
@@ -36,6 +37,7 @@ pub struct AppState {
     pub accounts: Arc<AccountCache>,
     /// Completed idempotent answers, for replays without a database round trip.
     pub replays: Arc<ReplayCache>,
+    pub rate_limiter: Arc<RateLimiter>,
 }
 
 /// What `GET /metrics` reads: the recorder's handle and every pool of the process.
@@ -87,6 +89,7 @@ impl Application {
         let worker_observability = observability.clone();
         let accounts = Arc::new(AccountCache::new(settings.api.auth_cache_ttl));
         let replays = Arc::new(ReplayCache::new(settings.api.replay_cache_entries));
+        let rate_limiter = Arc::new(RateLimiter::new(settings.api.rate_limit));
         let workers = settings.workers.max(1);
         // One pool per worker, created on that worker's thread (see db::lazy_pool).
         let pool_per_worker = (database.pool_size / workers as u32).max(1);
@@ -100,8 +103,16 @@ impl Application {
                 replays: replays.clone(),
             };
             let observability = worker_observability.clone();
-            let (accounts, replays) = (accounts.clone(), replays.clone());
-            let state = AppState { pool, settings: api.clone(), payments, observability, accounts, replays };
+            let (accounts, replays, rate_limiter) = (accounts.clone(), replays.clone(), rate_limiter.clone());
+            let state = AppState {
+                pool,
+                settings: api.clone(),
+                payments,
+                observability,
+                accounts,
+                replays,
+                rate_limiter,
+            };
             App::new()
                 .app_data(web::Data::new(state))
                 .wrap(ErrorHandlers::new().default_handler(http::problem_for_foreign_errors))
@@ -113,6 +124,10 @@ impl Application {
         .workers(workers)
         // On SIGTERM: stop accepting, let in-flight requests finish for up to the grace period.
         .shutdown_timeout(settings.shutdown_grace.as_secs())
+        // A client that does not finish sending its request head in time is answered 408 and
+        // disconnected, so slow clients cannot hold connections.
+        .client_request_timeout(settings.client_timeout)
+        .client_disconnect_timeout(Duration::from_secs(1))
         .listen(listener)?
         .run();
 
@@ -127,10 +142,11 @@ impl Application {
         };
         let handle = observability.metrics.clone();
         // The exporter keeps histogram data until upkeep drains it.
-        let upkeep = background::every(Duration::from_secs(5), shutdown_signal.clone(), move || {
-            handle.run_upkeep();
-            std::future::ready(false)
-        });
+        let upkeep =
+            background::every(Duration::from_secs(5), Duration::ZERO, shutdown_signal.clone(), move || {
+                handle.run_upkeep();
+                std::future::ready(false)
+            });
         let background = vec![
             tokio::spawn(sweeper::run(background_pool, settings.sweeper, shutdown_signal.clone())),
             tokio::spawn(reconciliation::run(reconciler_context, settings.reconciler, shutdown_signal)),

@@ -8,9 +8,10 @@ use tokio::sync::watch;
 pub type Shutdown = watch::Receiver<bool>;
 
 /// Runs `round` every `interval` until `shutdown` turns true. A round that reports more work
-/// waiting (a full batch) is followed at once by another. Shutdown is checked between rounds: a
-/// round in progress finishes, none starts after.
-pub async fn every<Round, Fut>(interval: Duration, mut shutdown: Shutdown, mut round: Round)
+/// waiting (a full batch) is followed by another after `pause`, so that a backlog is worked off
+/// steadily instead of in one burst that competes with requests. Shutdown is checked between
+/// rounds: a round in progress finishes, none starts after.
+pub async fn every<Round, Fut>(interval: Duration, pause: Duration, mut shutdown: Shutdown, mut round: Round)
 where
     // A plain closure returning a future rather than an async closure: a spawned task must be
     // Send, which the compiler cannot yet prove for async closures that borrow.
@@ -31,8 +32,10 @@ where
             if !round().await {
                 break;
             }
-            // Let requests on this runtime go between batches.
-            tokio::task::yield_now().await;
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = shutdown.changed() => {}
+            }
         }
     }
 }

@@ -8,7 +8,8 @@
 //! `ORDERPAY_RECONCILE_INTERVAL_MS`, `ORDERPAY_RECONCILE_BATCH_SIZE`,
 //! `ORDERPAY_RECONCILE_MAX_ATTEMPTS`, `ORDERPAY_RECONCILE_BACKOFF_BASE_MS`,
 //! `ORDERPAY_RECONCILE_BACKOFF_CAP_MS`, `ORDERPAY_SHUTDOWN_GRACE_SECS`, `ORDERPAY_AUTH_CACHE_SECS`,
-//! `ORDERPAY_REPLAY_CACHE_ENTRIES`; for the mock provider `MOCK_PROVIDER_LISTEN`,
+//! `ORDERPAY_REPLAY_CACHE_ENTRIES`, `ORDERPAY_RATE_LIMIT_PER_SEC`,
+//! `ORDERPAY_RATE_LIMIT_BURST`, `ORDERPAY_CLIENT_TIMEOUT_MS`; for the mock provider `MOCK_PROVIDER_LISTEN`,
 //! `MOCK_PROVIDER_TIMEOUT_HOLD_MS`, `MOCK_PROVIDER_SETTLE_MS`; and, for logging (see
 //! telemetry.rs), `ORDERPAY_LOG_FORMAT` and `RUST_LOG`.
 
@@ -20,6 +21,7 @@ use crate::db::DatabaseConfig;
 use crate::idempotency::sweeper::SweeperConfig;
 use crate::payments::service::PaymentSettings;
 use crate::provider::mock::MockSettings;
+use crate::rate_limit::RateLimit;
 use crate::reconciliation::ReconcilerConfig;
 
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/orderpay";
@@ -200,6 +202,18 @@ pub struct ServeArgs {
     #[arg(long, env = "ORDERPAY_REPLAY_CACHE_ENTRIES", default_value_t = 10_000)]
     pub replay_cache_entries: usize,
 
+    /// Sustained requests per second allowed per account (0: no limit). Beyond it: 429.
+    #[arg(long, env = "ORDERPAY_RATE_LIMIT_PER_SEC", default_value_t = 1000)]
+    pub rate_limit_per_sec: u32,
+
+    /// Requests an idle account may send at once.
+    #[arg(long, env = "ORDERPAY_RATE_LIMIT_BURST", default_value_t = 2000)]
+    pub rate_limit_burst: u32,
+
+    /// How long a client may take to send its request head before 408 and disconnect.
+    #[arg(long, env = "ORDERPAY_CLIENT_TIMEOUT_MS", default_value_t = 5000)]
+    pub client_timeout_ms: u64,
+
     /// On SIGTERM, how long in-flight requests (and then background tasks) may take to finish.
     #[arg(long, env = "ORDERPAY_SHUTDOWN_GRACE_SECS", default_value_t = 30)]
     pub shutdown_grace_secs: u64,
@@ -214,6 +228,8 @@ pub struct ApiSettings {
     pub auth_cache_ttl: Duration,
     /// Completed idempotent answers kept in memory for replays (zero: none).
     pub replay_cache_entries: usize,
+    /// Per-account request rate limit.
+    pub rate_limit: RateLimit,
 }
 
 /// Everything `serve` needs, built from [`ServeArgs`] by the CLI or directly by tests.
@@ -228,6 +244,7 @@ pub struct Settings {
     pub payments: PaymentSettings,
     pub reconciler: ReconcilerConfig,
     pub shutdown_grace: Duration,
+    pub client_timeout: Duration,
 }
 
 impl ServeArgs {
@@ -265,6 +282,7 @@ impl ServeArgs {
                 idempotency_retention: retention,
                 auth_cache_ttl: Duration::from_secs(self.auth_cache_secs),
                 replay_cache_entries: self.replay_cache_entries,
+                rate_limit: RateLimit { per_second: self.rate_limit_per_sec, burst: self.rate_limit_burst },
             },
             sweeper: SweeperConfig {
                 interval: Duration::from_millis(self.sweep_interval_ms),
@@ -278,6 +296,7 @@ impl ServeArgs {
             },
             reconciler,
             shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
+            client_timeout: Duration::from_millis(self.client_timeout_ms.max(1)),
         })
     }
 }

@@ -109,6 +109,11 @@ pub enum ApiError {
     #[error("order {order_id} has a payment in progress ({payment_id}); retry when it is settled")]
     PaymentInProgress { order_id: Uuid, payment_id: Uuid },
 
+    /// 429 `rate-limited`: the account sends more requests than its limit; retry after
+    /// `Retry-After` seconds.
+    #[error("too many requests for this account; retry after {retry_after_secs} s")]
+    RateLimited { retry_after_secs: u64 },
+
     /// 503 `service-unavailable`: a dependency (the database) is unreachable; retry later.
     #[error("the service is temporarily unavailable")]
     Unavailable(#[source] anyhow::Error),
@@ -144,6 +149,7 @@ impl ApiError {
             ApiError::PaymentDeclined { .. } => ("payment-declined", "Payment declined"),
             ApiError::PaymentFailed { .. } => ("payment-failed", "Payment failed"),
             ApiError::PaymentInProgress { .. } => ("payment-in-progress", "Payment in progress"),
+            ApiError::RateLimited { .. } => ("rate-limited", "Too many requests"),
             ApiError::Unavailable(_) => ("service-unavailable", "Service unavailable"),
             ApiError::Internal(_) => ("internal-error", "Internal error"),
         }
@@ -217,6 +223,7 @@ impl ResponseError for ApiError {
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Validation(_) | ApiError::IdempotencyKeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
@@ -251,6 +258,9 @@ impl ResponseError for ApiError {
             ApiError::Unavailable(_) | ApiError::PaymentInProgress { .. } => {
                 response.insert_header((header::RETRY_AFTER, "1"));
             }
+            ApiError::RateLimited { retry_after_secs } => {
+                response.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));
+            }
             _ => {}
         }
         response.body(self.problem_body())
@@ -263,9 +273,11 @@ impl From<diesel::result::Error> for ApiError {
     fn from(error: diesel::result::Error) -> Self {
         use diesel::result::{DatabaseErrorKind, Error};
         match error {
-            Error::DatabaseError(DatabaseErrorKind::ClosedConnection, _) => {
-                ApiError::Unavailable(error.into())
-            }
+            // The connection died (the database restarted, the network cut it): retry later.
+            Error::DatabaseError(
+                DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
+                _,
+            ) => ApiError::Unavailable(error.into()),
             other => ApiError::Internal(other.into()),
         }
     }

@@ -15,5 +15,6 @@ pub mod money;
 pub mod orders;
 pub mod payments;
 pub mod provider;
+pub mod rate_limit;
 pub mod reconciliation;
 pub mod telemetry;

@@ -317,4 +317,60 @@ mod tests {
         let price = Amount::parse("0.10", usd()).unwrap();
         assert_eq!(price.checked_mul(3).unwrap().to_string(), "0.30");
     }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::super::*;
+
+        proptest! {
+            #[test]
+            fn parsing_never_panics(text in ".{0,40}") {
+                let _ = Amount::parse(&text, Currency::parse("USD").unwrap());
+            }
+
+            #[test]
+            fn amounts_round_trip_exactly(units in 0_u64..1_000_000_000_000_000, cents in 0_u32..100) {
+                let text = format!("{units}.{cents:02}");
+                let amount = Amount::parse(&text, Currency::parse("USD").unwrap()).unwrap();
+                prop_assert_eq!(amount.to_string(), text);
+            }
+
+            #[test]
+            fn finer_than_the_minor_unit_is_refused(units in 0_u64..1_000_000, mills in 1_u32..10) {
+                let text = format!("{units}.00{mills}");
+                let refused = matches!(
+                    Amount::parse(&text, Currency::parse("USD").unwrap()),
+                    Err(AmountError::TooPrecise { .. })
+                );
+                prop_assert!(refused);
+            }
+
+            #[test]
+            fn products_and_sums_are_exact_or_refused(
+                lines in prop::collection::vec((0_u64..2_000_000_000_000_000, 1_u32..=10_000), 1..8)
+            ) {
+                let usd = Currency::parse("USD").unwrap();
+                let mut total = Amount::zero(usd);
+                let mut exact_cents: u128 = 0;
+                let max_cents = 999_999_999_999_999_u128 * 100;
+                for (cents, quantity) in lines {
+                    let price = Amount::parse(&format!("{}.{:02}", cents / 100, cents % 100), usd).unwrap();
+                    exact_cents += u128::from(cents) * u128::from(quantity);
+                    match price.checked_mul(quantity).and_then(|line| total.checked_add(&line)) {
+                        Ok(sum) => {
+                            prop_assert!(exact_cents <= max_cents);
+                            prop_assert_eq!(sum.to_string(), format!("{}.{:02}", exact_cents / 100, exact_cents % 100));
+                            total = sum;
+                        }
+                        // Refused only past the maximum, never wrapped.
+                        Err(_) => {
+                            prop_assert!(exact_cents > max_cents);
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

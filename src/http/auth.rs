@@ -25,10 +25,13 @@ impl FromRequest for Authenticated {
         Box::pin(async move {
             let state = state.ok_or_else(|| ApiError::Internal(anyhow::anyhow!("no AppState")))?;
             let token = token?;
-            accounts::authenticate(&state.accounts, &state.pool, &token)
+            let account = accounts::authenticate(&state.accounts, &state.pool, &token)
                 .await?
-                .map(Authenticated)
-                .ok_or(ApiError::Unauthorized("the API key is not valid"))
+                .ok_or(ApiError::Unauthorized("the API key is not valid"))?;
+            state.rate_limiter.check(account.id).map_err(|wait| ApiError::RateLimited {
+                retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
+            })?;
+            Ok(Authenticated(account))
         })
     }
 }

@@ -118,4 +118,88 @@ mod tests {
         write_canonical(&value, &mut out);
         assert_eq!(out, br#"{"n":12345678901234567890.123456789}"#);
     }
+
+    mod properties {
+        use proptest::prelude::*;
+        use serde_json::Value;
+
+        use super::super::*;
+
+        /// JSON values with numbers as exact text (integers, decimals, exponents).
+        fn json_value() -> impl Strategy<Value = Value> {
+            let number = prop_oneof![
+                any::<i64>().prop_map(|n| n.to_string()),
+                (any::<i32>(), 0_u32..1_000_000).prop_map(|(a, b)| format!("{a}.{b}")),
+                (any::<i16>(), -20_i32..20).prop_map(|(a, e)| format!("{a}e{e}")),
+            ]
+            .prop_map(|text| serde_json::from_str::<Value>(&text).unwrap());
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                number,
+                ".{0,12}".prop_map(Value::String),
+            ];
+            leaf.prop_recursive(4, 48, 6, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                    prop::collection::btree_map(".{0,8}", inner, 0..6)
+                        .prop_map(|map| Value::Object(map.into_iter().collect())),
+                ]
+            })
+        }
+
+        /// Writes `value` with its object keys in reverse order and whitespace everywhere.
+        fn scrambled(value: &Value, out: &mut String) {
+            match value {
+                Value::Object(map) => {
+                    out.push_str("{ \n");
+                    for (index, (key, value)) in map.iter().rev().enumerate() {
+                        if index > 0 {
+                            out.push_str(" ,\t");
+                        }
+                        out.push_str(&Value::String(key.clone()).to_string());
+                        out.push_str(" : ");
+                        scrambled(value, out);
+                    }
+                    out.push_str("\r\n}");
+                }
+                Value::Array(items) => {
+                    out.push_str("[ ");
+                    for (index, item) in items.iter().enumerate() {
+                        if index > 0 {
+                            out.push_str(" , ");
+                        }
+                        scrambled(item, out);
+                    }
+                    out.push_str(" ]");
+                }
+                other => out.push_str(&other.to_string()),
+            }
+        }
+
+        fn fingerprint(text: &str) -> Fingerprint {
+            let value: Value = serde_json::from_str(text).unwrap();
+            Fingerprint::of_request("POST", "/orders", Some(&value))
+        }
+
+        proptest! {
+            #[test]
+            fn reserialising_keeps_the_fingerprint(value in json_value()) {
+                let mut text = String::new();
+                scrambled(&value, &mut text);
+                prop_assert_eq!(fingerprint(&value.to_string()), fingerprint(&text));
+                prop_assert_eq!(fingerprint(&value.to_string()), fingerprint(&serde_json::to_string_pretty(&value).unwrap()));
+            }
+
+            #[test]
+            fn different_values_differ(a in json_value(), b in json_value()) {
+                let (mut canonical_a, mut canonical_b) = (Vec::new(), Vec::new());
+                write_canonical(&a, &mut canonical_a);
+                write_canonical(&b, &mut canonical_b);
+                // Numbers compare as text (1.0 is not 1), everything else by value.
+                prop_assert_eq!(a == b, canonical_a == canonical_b);
+                prop_assert_eq!(canonical_a == canonical_b, fingerprint(&a.to_string()) == fingerprint(&b.to_string()));
+            }
+        }
+    }
 }

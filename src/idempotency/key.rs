@@ -106,4 +106,30 @@ mod tests {
             assert_eq!(IdempotencyKey::parse(bad), Err(KeyError::MalformedQuotedString), "{bad:?}");
         }
     }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::super::*;
+
+        proptest! {
+            #[test]
+            fn any_bytes_parse_or_are_refused_without_panic(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
+                if let Ok(key) = IdempotencyKey::parse(&bytes) {
+                    let text = key.as_str();
+                    prop_assert!((1..=255).contains(&text.len()));
+                    prop_assert!(text.bytes().all(|b| (0x21..=0x7e).contains(&b)));
+                }
+            }
+
+            // A bare key may not start with `"`: that is the quoted form.
+            #[test]
+            fn printable_keys_parse_bare_and_quoted_to_the_same_key(key in "[!#-~][!-~]{0,254}") {
+                let bare = IdempotencyKey::parse(key.as_bytes()).unwrap();
+                prop_assert_eq!(bare.as_str(), key.as_str());
+                let quoted = format!("\"{}\"", key.replace('\\', "\\\\").replace('"', "\\\""));
+                prop_assert_eq!(IdempotencyKey::parse(quoted.as_bytes()).unwrap(), bare);
+            }
+        }
+    }
 }

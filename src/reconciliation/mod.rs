@@ -179,7 +179,7 @@ async fn reconcile(
 /// Runs a pass every `interval` until `shutdown`; a full batch is followed at once by another
 /// pass. Errors (the database away) are logged and the next round tries again.
 pub async fn run(context: PaymentContext, config: ReconcilerConfig, shutdown: Shutdown) {
-    every(config.interval, shutdown, || {
+    every(config.interval, Duration::ZERO, shutdown, || {
         let context = context.clone();
         async move {
             match run_pass(&context, &config).await {

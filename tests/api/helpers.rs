@@ -122,6 +122,8 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings, &mut MockSetti
             idempotency_retention: Duration::from_secs(86_400),
             auth_cache_ttl: Duration::from_secs(60),
             replay_cache_entries: 10_000,
+            // Off in tests, but where a test turns it on.
+            rate_limit: orderpay::rate_limit::RateLimit { per_second: 0, burst: 0 },
         },
         sweeper: SweeperConfig { interval: Duration::from_secs(3600), batch_size: 1000 },
         provider: ProviderConfig { url: String::new(), timeout: Duration::from_secs(1) },
@@ -140,6 +142,7 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings, &mut MockSetti
             claim_for: claim_for(Duration::from_secs(1)),
         },
         shutdown_grace: Duration::from_secs(5),
+        client_timeout: Duration::from_secs(5),
     };
     let mut mock_settings = test_mock_settings();
     configure(&mut settings, &mut mock_settings);

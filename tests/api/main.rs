@@ -3,7 +3,10 @@
 
 mod helpers;
 mod process;
+mod proxy;
 
+mod abuse;
+mod chaos;
 mod cli;
 mod errors;
 mod failure_windows;
@@ -11,3 +14,4 @@ mod idempotency;
 mod operations;
 mod orders;
 mod payments;
+mod security;

@@ -29,15 +29,22 @@ impl ServiceProcess {
         env: &[(&str, &str)],
         log: Option<&Path>,
     ) -> ServiceProcess {
-        let port = free_port();
+        // A caller may fix the address (to restart on the same one); else a free port.
+        let listen = env
+            .iter()
+            .find(|(name, _)| *name == "ORDERPAY_LISTEN")
+            .map(|(_, value)| value.to_string())
+            .unwrap_or_else(|| format!("127.0.0.1:{}", free_port()));
+        let port = listen.rsplit(':').next().unwrap().to_owned();
         let mut command = Command::new(BIN);
         command
             .arg("serve")
             .env("DATABASE_URL", database_url)
-            .env("ORDERPAY_LISTEN", format!("127.0.0.1:{port}"))
+            .env("ORDERPAY_LISTEN", &listen)
             .env("ORDERPAY_PROVIDER_URL", provider_url)
             .env("ORDERPAY_WORKERS", "1")
             .env("ORDERPAY_RECONCILE_INTERVAL_MS", "3600000")
+            .env("ORDERPAY_RATE_LIMIT_PER_SEC", "0")
             .env("RUST_LOG", std::env::var("TEST_LOG").map_or("warn".to_owned(), |_| "info".to_owned()))
             .stdout(Stdio::null());
         for (name, value) in env {
@@ -56,6 +63,10 @@ impl ServiceProcess {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         panic!("orderpay serve did not come up on port {port}");
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// SIGTERM: the orderly stop an orchestrator sends.

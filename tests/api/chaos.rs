@@ -1,0 +1,336 @@
+//! Breaking things on purpose (`make chaos`; `make test` leaves these out). Exactly-once must
+//! hold through process kills, provider faults, a database that goes away, and sockets that
+//! reset or go silent. Sizes grow with CHAOS_ORDERS and CHAOS_KILLS for longer manual runs.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, http_client, json, new_key, order_body, spawn_app_with};
+use crate::process::ServiceProcess;
+use crate::proxy::ChaosProxy;
+
+fn env_number(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
+}
+
+/// A number in `0..bound` from the OS's randomness (timing only).
+fn random_below(bound: u64) -> u64 {
+    let mut bytes = [0_u8; 8];
+    getrandom::fill(&mut bytes).unwrap();
+    u64::from_le_bytes(bytes) % bound.max(1)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// What one client saw: the payment id of its 201 (or its last answer when it gave up), and
+/// the answers before it, by kind.
+struct Seen {
+    outcome: Result<String, String>,
+    retries: HashMap<String, usize>,
+}
+
+/// Pays `order_id` with one key, retrying through every 202, 409, 5xx and refused connection
+/// until a final answer or the deadline.
+async fn pay_until_final(address: Arc<String>, api_key: String, order_id: String, deadline: Instant) -> Seen {
+    let client = http_client();
+    let key = new_key();
+    let mut last = String::from("never answered");
+    let mut retries: HashMap<String, usize> = HashMap::new();
+    while Instant::now() < deadline {
+        let sent = client
+            .post(format!("{address}/payments"))
+            .bearer_auth(&api_key)
+            .header("Idempotency-Key", &key)
+            .timeout(Duration::from_secs(5))
+            .json(&json!({"order_id": order_id, "payment_method": "pm_card_ok"}))
+            .send()
+            .await;
+        match sent {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let body: Value = response.json().await.unwrap_or(Value::Null);
+                match status {
+                    201 => {
+                        return Seen {
+                            outcome: Ok(body["id"].as_str().unwrap_or_default().to_owned()),
+                            retries,
+                        };
+                    }
+                    402 => return Seen { outcome: Err(format!("final 402: {body}")), retries },
+                    _ => {
+                        *retries.entry(status.to_string()).or_default() += 1;
+                        last = format!("{status}: {body}");
+                    }
+                }
+            }
+            Err(error) => {
+                *retries.entry("no answer".to_owned()).or_default() += 1;
+                last = format!("transport: {error}");
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(40 + random_below(80))).await;
+    }
+    Seen { outcome: Err(last), retries }
+}
+
+/// Settles what is left with reconciler passes (faults off), as an operator would after an
+/// incident, until nothing is processing.
+async fn drain(app: &TestApp) {
+    for _ in 0..100 {
+        if app.count("SELECT count(*) AS count FROM payments WHERE status = 'processing'").await == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        app.reconcile_once().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payments_stay_exactly_once_through_kills_and_provider_faults() {
+    let orders = env_number("CHAOS_ORDERS", 40);
+    let kills = env_number("CHAOS_KILLS", 3);
+    let app = spawn_app_with(|settings, mock| {
+        mock.timeout_hold = Duration::from_millis(700);
+        settings.reconciler.max_attempts = 1000;
+    })
+    .await;
+    let mut order_ids = Vec::new();
+    for _ in 0..orders {
+        order_ids.push(app.create_order().await["id"].as_str().unwrap().to_owned());
+    }
+    app.provider.set_faults(json!({"latency_ms": 5, "timeout_rate": 0.15, "error_rate": 0.15})).await;
+
+    let port = free_port();
+    let env = [
+        ("ORDERPAY_LISTEN", format!("127.0.0.1:{port}")),
+        ("ORDERPAY_PROVIDER_TIMEOUT_MS", "300".to_owned()),
+        ("ORDERPAY_PAYMENT_LEASE_MS", "600".to_owned()),
+        ("ORDERPAY_RECONCILE_INTERVAL_MS", "200".to_owned()),
+        ("ORDERPAY_RECONCILE_BACKOFF_BASE_MS", "100".to_owned()),
+        ("ORDERPAY_RECONCILE_BACKOFF_CAP_MS", "400".to_owned()),
+        ("ORDERPAY_RECONCILE_MAX_ATTEMPTS", "1000".to_owned()),
+    ];
+    let env_refs: Vec<(&str, &str)> = env.iter().map(|(name, value)| (*name, value.as_str())).collect();
+    let start = || ServiceProcess::start(&app.database_url, &app.provider.address, &env_refs);
+    let mut service = start().await;
+    let address = Arc::new(format!("http://127.0.0.1:{port}"));
+
+    let deadline = Instant::now() + Duration::from_secs(90 + orders as u64 / 4);
+    let clients: Vec<_> = order_ids
+        .iter()
+        .map(|order_id| {
+            tokio::spawn(pay_until_final(address.clone(), app.api_key.clone(), order_id.clone(), deadline))
+        })
+        .collect();
+    let mut kills_done = 0;
+    for _ in 0..kills {
+        tokio::time::sleep(Duration::from_millis(300 + random_below(900))).await;
+        service.kill();
+        kills_done += 1;
+        tokio::time::sleep(Duration::from_millis(100 + random_below(300))).await;
+        service = start().await;
+    }
+    let mut seen = Vec::new();
+    for client in clients {
+        seen.push(client.await.unwrap());
+    }
+    service.kill();
+
+    app.provider.set_faults(json!({})).await;
+    drain(&app).await;
+
+    // Every client got its 201, and each is a succeeded payment of its order.
+    let failures: Vec<&String> = seen.iter().filter_map(|s| s.outcome.as_ref().err()).collect();
+    assert!(failures.is_empty(), "{} clients ended without a 201: {failures:?}", failures.len());
+    for payment_id in seen.iter().filter_map(|s| s.outcome.as_ref().ok()) {
+        assert_eq!(app.get_payment(payment_id).await["status"], "succeeded", "{payment_id}");
+    }
+    let mut retries: std::collections::BTreeMap<String, usize> = Default::default();
+    for (kind, count) in seen.iter().flat_map(|s| s.retries.iter()) {
+        *retries.entry(kind.clone()).or_default() += count;
+    }
+    let paid = app.count("SELECT count(*) AS count FROM orders WHERE status = 'paid'").await;
+    let processing = app.count("SELECT count(*) AS count FROM payments WHERE status = 'processing'").await;
+    let payments = app.payments_stored().await;
+    assert_eq!(paid, orders as i64, "every order is paid");
+    assert_eq!(processing, 0, "no payment is left processing");
+    assert_eq!(payments, orders as i64, "one payment per order (one key each)");
+
+    // The provider: one succeeded charge per order, no downstream key charged twice.
+    let charges = app.provider.charges().await;
+    let keys: HashSet<&str> = charges.iter().map(|c| c["idempotency_key"].as_str().unwrap()).collect();
+    assert_eq!(keys.len(), charges.len(), "a downstream key with two charges");
+    let mut succeeded_per_payment: HashMap<String, usize> = HashMap::new();
+    for charge in charges.iter().filter(|c| c["status"] == "succeeded") {
+        *succeeded_per_payment.entry(charge["reference"].as_str().unwrap().to_owned()).or_default() += 1;
+    }
+    assert_eq!(succeeded_per_payment.len(), orders, "one succeeded charge per order");
+    assert!(succeeded_per_payment.values().all(|&n| n == 1));
+    let resent: u64 = charges.iter().map(|c| c["requests"].as_u64().unwrap_or(1) - 1).sum();
+    let events = app.count("SELECT count(*) AS count FROM payment_events").await;
+    assert_eq!(events, orders as i64, "one transition per payment");
+    println!(
+        "chaos: {orders} orders, {kills_done} SIGKILLs, provider faults (15% held answers, 15% 503s, 5 ms), \
+         client retries before the 201 {retries:?}, {} charges checked ({} succeeded, {resent} repeated \
+         charge requests answered from the provider's key), {payments} payments, {events} transitions, \
+         0 processing",
+        charges.len(),
+        succeeded_per_payment.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_outage_answers_503_quickly_and_loses_no_acknowledged_order() {
+    let proxy = ChaosProxy::start("127.0.0.1:5432").await;
+    let proxy_port = proxy.port;
+    let app = spawn_app_with(move |settings, _| {
+        let mut url = url::Url::parse(&settings.database.url).unwrap();
+        url.set_port(Some(proxy_port)).unwrap();
+        settings.database.url = url.to_string();
+        settings.database.acquire_timeout = Duration::from_millis(1000);
+    })
+    .await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let outage = Arc::new(AtomicBool::new(false));
+    let (acknowledged, unavailable, slowest_in_outage) = (
+        Arc::new(std::sync::Mutex::new(Vec::new())),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let (client, address, api_key) = (http_client(), app.address.clone(), app.api_key.clone());
+            let (stop, outage) = (stop.clone(), outage.clone());
+            let (acknowledged, unavailable, slowest) =
+                (acknowledged.clone(), unavailable.clone(), slowest_in_outage.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::SeqCst) {
+                    let started = Instant::now();
+                    let response = client
+                        .post(format!("{address}/orders"))
+                        .bearer_auth(&api_key)
+                        .header("Idempotency-Key", new_key())
+                        .json(&order_body())
+                        .send()
+                        .await
+                        .expect("the service answers");
+                    let took = started.elapsed().as_millis() as usize;
+                    let status = response.status().as_u16();
+                    if outage.load(Ordering::SeqCst) {
+                        slowest.fetch_max(took, Ordering::SeqCst);
+                    }
+                    match status {
+                        201 => {
+                            let id = json(response).await["id"].as_str().unwrap().to_owned();
+                            acknowledged.lock().unwrap().push(id);
+                        }
+                        503 => {
+                            assert!(response.headers().contains_key("retry-after"));
+                            let body = json(response).await;
+                            assert_eq!(body["type"], "service-unavailable", "{body}");
+                            unavailable.fetch_add(1, Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        other => panic!(
+                            "status {other} during a database outage: {}",
+                            response.text().await.unwrap()
+                        ),
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let before_outage = acknowledged.lock().unwrap().len();
+    outage.store(true, Ordering::SeqCst);
+    proxy.cut();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    proxy.restore();
+    outage.store(false, Ordering::SeqCst);
+    let restored = Instant::now();
+    // The service recovers by itself: new orders succeed again.
+    let after_outage = loop {
+        let count = acknowledged.lock().unwrap().len();
+        if count > before_outage + 20 || restored.elapsed() > Duration::from_secs(15) {
+            break count;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    stop.store(true, Ordering::SeqCst);
+    for client in clients {
+        client.await.unwrap();
+    }
+    let unavailable = unavailable.load(Ordering::SeqCst);
+    let slowest = slowest_in_outage.load(Ordering::SeqCst);
+    assert!(unavailable > 0, "the outage was noticed");
+    assert!(after_outage > before_outage + 20, "the service recovered: {before_outage} -> {after_outage}");
+    assert!(slowest < 3_000, "answers during the outage took up to {slowest} ms");
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    let stored = app.orders_stored().await as usize;
+    for id in &acknowledged {
+        assert_eq!(
+            app.count(&format!("SELECT count(*) AS count FROM orders WHERE id = '{id}'")).await,
+            1,
+            "{id} lost"
+        );
+    }
+    println!(
+        "database outage: {} orders acknowledged (all stored; {stored} rows), {unavailable} answered 503, \
+         slowest answer during the outage {slowest} ms",
+        acknowledged.len()
+    );
+}
+
+/// The payment provider misbehaving at the socket level, through the fault proxy.
+async fn app_behind_provider_proxy() -> (TestApp, ChaosProxy) {
+    let mock = crate::helpers::spawn_mock_provider(crate::helpers::test_mock_settings()).await;
+    let proxy = ChaosProxy::start(mock.address.trim_start_matches("http://")).await;
+    let proxy_url = format!("http://127.0.0.1:{}", proxy.port);
+    let mut app = spawn_app_with(move |settings, _| settings.provider.url = proxy_url).await;
+    app.provider = mock;
+    (app, proxy)
+}
+
+#[tokio::test]
+async fn a_reset_after_the_provider_charged_ends_as_one_settled_charge() {
+    let (app, proxy) = app_behind_provider_proxy().await;
+    let order_id = app.create_order().await["id"].as_str().unwrap().to_owned();
+    proxy.reset_next_answers(1);
+    let accepted = app.pay(&order_id, "pm_card_ok", &new_key()).await;
+    assert_eq!(accepted.status(), 202, "a reset connection is an unknown outcome");
+    let payment_id = json(accepted).await["id"].as_str().unwrap().to_owned();
+    assert_eq!(app.provider.charges_for(&payment_id).await.len(), 1, "the provider had charged");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!((pass.settled, pass.redriven), (1, 0));
+    assert_eq!(app.get_payment(&payment_id).await["status"], "succeeded");
+    assert_eq!(app.order_status(&order_id).await, "paid");
+    assert_eq!(app.provider.charges_for(&payment_id).await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_provider_that_goes_silent_after_charging_ends_as_one_settled_charge() {
+    let (app, proxy) = app_behind_provider_proxy().await;
+    let order_id = app.create_order().await["id"].as_str().unwrap().to_owned();
+    let key = new_key();
+    proxy.hold_answers();
+    let started = Instant::now();
+    let accepted = app.pay(&order_id, "pm_card_ok", &key).await;
+    assert_eq!(accepted.status(), 202);
+    assert!(started.elapsed() < Duration::from_secs(3), "bounded by the provider timeout");
+    let payment_id = json(accepted).await["id"].as_str().unwrap().to_owned();
+    proxy.restore();
+    // The retry takes over (the lease was released with the 202) and finds the charge.
+    let retry = app.pay(&order_id, "pm_card_ok", &key).await;
+    assert_eq!(retry.status(), 201);
+    assert_eq!(json(retry).await["id"], payment_id.as_str());
+    let charges = app.provider.charges_for(&payment_id).await;
+    assert_eq!(charges.len(), 1);
+    assert_eq!(charges[0]["status"], "succeeded");
+}
