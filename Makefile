@@ -80,6 +80,12 @@ chaos: db ## crash, fault and outage tests (CHAOS_ORDERS, CHAOS_KILLS make them 
 	  cargo test --test api --no-fail-fast -- chaos:: --nocapture
 	fi
 
+.PHONY: bench
+bench: db ## benchmark a release build against pgbench (writes bench/results.md; about 15 minutes)
+	command -v wrk >/dev/null || apt-get install -y -q wrk
+	cargo build --release --bin orderpay
+	python3 bench/run.py
+
 .PHONY: contract
 contract: db build ## check the running service against openapi.yaml with schemathesis (installed into .venv)
 	tests/scripts/with-service.sh tests/scripts/contract.sh
