@@ -195,7 +195,7 @@ def service_order_script():
     return script
 
 
-def table(rows, ceiling16, ceiling64, naive16, rss, machine):
+def table(rows, ceiling16, ceiling64, naive, rss, machine):
     lines = [
         f"orderpay benchmark, {datetime.date.today()}, {machine}; medians of {RUNS} runs of "
         f"{DURATION} s; service and load generators on the same machine.",
@@ -206,7 +206,7 @@ def table(rows, ceiling16, ceiling64, naive16, rss, machine):
     for row in rows:
         ceiling = ceiling16 if row["conns"] == 16 else ceiling64
         ratio = f"{row['rps'] / ceiling:.2f}" if ceiling and row.get("compare", True) else ""
-        versus_naive = f"{row['rps'] / naive16[row['conns']]:.2f}" if row.get("naive") else ""
+        versus_naive = f"{row['rps'] / naive[row['conns']]:.2f}" if row.get("naive") and naive.get(row["conns"]) else ""
         lines.append(f"| {row['label']} | {row['conns']} | {row['rps']:.0f} | {row['p50']:.2f} | "
                      f"{row['p99']:.2f} | {row['errors']} | {ratio} | {versus_naive} |")
     lines += ["", f"Service peak RSS: {rss:.1f} MiB.", "", "Targets (issue 5):", ""]
@@ -348,6 +348,9 @@ def main():
     finally:
         service.stop()
 
+    # The raw figures first, so that a report problem never loses a 15-minute run.
+    (BENCH / "last-run.json").write_text(json.dumps({"rows": rows, "ceilings": ceilings, "naive": naive,
+                                                      "rss": rss, "machine": machine}, indent=1))
     report = table(rows, ceilings.get(16), ceilings.get(64), naive, rss, machine)
     print("\n" + report)
     if not QUICK:
@@ -355,5 +358,13 @@ def main():
         log("written to bench/results.md")
 
 
+def report_only():
+    """`bench/run.py --report`: the table of the last run again, from bench/last-run.json."""
+    data = json.loads((BENCH / "last-run.json").read_text())
+    naive = {int(conns): rps for conns, rps in data["naive"].items()}
+    ceilings = {int(conns): rps for conns, rps in data["ceilings"].items()}
+    print(table(data["rows"], ceilings.get(16), ceilings.get(64), naive, data["rss"], data["machine"]))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report_only() if sys.argv[1:] == ["--report"] else main())
