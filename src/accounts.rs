@@ -69,13 +69,13 @@ pub async fn create(conn: &mut AsyncPgConnection, name: &str) -> anyhow::Result<
     Ok((account, key))
 }
 
-/// Finds the account a presented API key belongs to.
-pub async fn find_by_api_key(conn: &mut AsyncPgConnection, presented: &str) -> QueryResult<Option<Account>> {
-    if !presented.starts_with(API_KEY_PREFIX) {
-        return Ok(None);
-    }
+/// Finds the account whose API key hashes to `key_hash`.
+pub async fn find_by_key_hash(
+    conn: &mut AsyncPgConnection,
+    key_hash: &[u8; 32],
+) -> QueryResult<Option<Account>> {
     accounts::table
-        .filter(accounts::api_key_hash.eq(hash_api_key(presented).as_slice()))
+        .filter(accounts::api_key_hash.eq(key_hash.as_slice()))
         .select(Account::as_select())
         .first(conn)
         .await
@@ -129,12 +129,15 @@ pub async fn authenticate(
     pool: &crate::db::Pool,
     presented: &str,
 ) -> Result<Option<Account>, crate::error::ApiError> {
+    if !presented.starts_with(API_KEY_PREFIX) {
+        return Ok(None);
+    }
     let hash = hash_api_key(presented);
     if let Some(account) = cache.get(&hash) {
         return Ok(Some(account));
     }
     let mut conn = pool.get().await?;
-    let account = find_by_api_key(&mut conn, presented).await?;
+    let account = find_by_key_hash(&mut conn, &hash).await?;
     if let Some(account) = &account {
         cache.put(hash, account.clone());
     }

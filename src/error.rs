@@ -123,7 +123,18 @@ pub enum ApiError {
     Internal(#[source] anyhow::Error),
 }
 
+/// Whole seconds to put in `Retry-After` for a wait: rounded up (retrying earlier than the wait
+/// is pointless) and at least one.
+pub fn retry_after_secs(wait: std::time::Duration) -> u64 {
+    wait.as_secs_f64().ceil().max(1.0) as u64
+}
+
 impl ApiError {
+    /// 409 `idempotency-key-in-use`, to retry after `wait`.
+    pub fn key_in_use(wait: std::time::Duration, resource_id: Option<Uuid>) -> ApiError {
+        ApiError::IdempotencyKeyInUse { retry_after_secs: retry_after_secs(wait), resource_id }
+    }
+
     /// The stable problem `type` (a relative URI reference that names the problem; clients match
     /// on it) and its title. Details may change wording; these do not.
     pub fn problem_type(&self) -> &'static str {

@@ -9,7 +9,7 @@ use actix_web::{FromRequest, HttpRequest, web};
 
 use crate::accounts::{self, Account};
 use crate::app::AppState;
-use crate::error::ApiError;
+use crate::error::{ApiError, retry_after_secs};
 
 /// The authenticated caller. Every query a handler makes is scoped by `account.id`.
 #[derive(Debug, Clone)]
@@ -28,9 +28,10 @@ impl FromRequest for Authenticated {
             let account = accounts::authenticate(&state.accounts, &state.pool, &token)
                 .await?
                 .ok_or(ApiError::Unauthorized("the API key is not valid"))?;
-            state.rate_limiter.check(account.id).map_err(|wait| ApiError::RateLimited {
-                retry_after_secs: wait.as_secs_f64().ceil().max(1.0) as u64,
-            })?;
+            state
+                .rate_limiter
+                .check(account.id)
+                .map_err(|wait| ApiError::RateLimited { retry_after_secs: retry_after_secs(wait) })?;
             Ok(Authenticated(account))
         })
     }

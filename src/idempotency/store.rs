@@ -374,9 +374,7 @@ pub fn replay_local(
 ) -> Result<super::Execution, ApiError> {
     match record.resolve(request, now)? {
         Existing::Replay(response) => Ok(super::Execution::Replayed(response)),
-        Existing::InUse { retry_after, resource_id } => {
-            Err(ApiError::IdempotencyKeyInUse { retry_after_secs: retry_after.as_secs().max(1), resource_id })
-        }
+        Existing::InUse { retry_after, resource_id } => Err(ApiError::key_in_use(retry_after, resource_id)),
         Existing::Abandoned { resource_id, .. } => {
             Err(ApiError::IdempotencyKeyInUse { retry_after_secs: 1, resource_id })
         }

@@ -11,8 +11,8 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use rust_decimal::Decimal;
 use uuid::Uuid;
 
-use super::{Actor, Payment, PaymentStatus, Settlement};
-use crate::db::schema::{idempotency_keys, payment_events, payments};
+use super::{Payment, PaymentStatus};
+use crate::db::schema::{idempotency_keys, payments};
 use crate::db::statement;
 use crate::idempotency::KeyRecord;
 use crate::money::{Amount, Currency};
@@ -119,53 +119,6 @@ pub async fn processing_for_order(
         .first(conn)
         .await
         .optional()
-}
-
-/// Moves a `processing` payment to its terminal state and records the transition. Returns the
-/// updated payment, or `None` when the payment was no longer `processing` (someone else settled
-/// it first; nothing was changed).
-pub async fn finish(
-    conn: &mut AsyncPgConnection,
-    account_id: Uuid,
-    id: Uuid,
-    settlement: &Settlement,
-    actor: Actor,
-    now: DateTime<Utc>,
-) -> QueryResult<Option<Payment>> {
-    let (charge_id, failure_code, failure_message) = match settlement {
-        Settlement::Succeeded { charge_id } => (Some(charge_id.as_str()), None, None),
-        Settlement::Failed { code, message } => (None, Some(code.as_str()), Some(message.as_str())),
-    };
-    let updated: Option<PaymentRow> = diesel::update(payments::table)
-        .filter(payments::account_id.eq(account_id))
-        .filter(payments::id.eq(id))
-        .filter(payments::status.eq(PaymentStatus::Processing.as_str()))
-        .set((
-            payments::status.eq(settlement.status().as_str()),
-            payments::provider_charge_id.eq(charge_id),
-            payments::failure_code.eq(failure_code),
-            payments::failure_message.eq(failure_message),
-            payments::next_check_at.eq(None::<DateTime<Utc>>),
-            payments::updated_at.eq(now),
-        ))
-        .returning(PaymentRow::as_returning())
-        .get_result(conn)
-        .await
-        .optional()?;
-    let Some(row) = updated else { return Ok(None) };
-    diesel::insert_into(payment_events::table)
-        .values((
-            payment_events::account_id.eq(account_id),
-            payment_events::payment_id.eq(id),
-            payment_events::from_status.eq(PaymentStatus::Processing.as_str()),
-            payment_events::to_status.eq(settlement.status().as_str()),
-            payment_events::actor.eq(actor.as_str()),
-            payment_events::detail.eq(failure_message.or(charge_id)),
-            payment_events::at.eq(now),
-        ))
-        .execute(conn)
-        .await?;
-    row.into_payment().map(Some)
 }
 
 /// Leaves a `processing` payment for a later check at `next_check_at`, noting why.

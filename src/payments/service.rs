@@ -202,37 +202,15 @@ async fn phase_one(
         let total = Amount::from_decimal(total, currency)
             .map_err(|e| ApiError::Internal(anyhow::anyhow!("order total: {e}")))?;
         if status != OrderStatus::PendingPayment.as_str() {
-            // A final answer: stored with the key, no provider call.
-            let refusal =
-                ApiError::InvalidState { resource: "order", id: order_id, current: status, action: "paid" };
-            let response = refusal.to_stored_response();
+            let response = not_payable(order_id, status);
             store::complete(&mut conn, account_id, key, payment_id, &response).await?;
             return Ok(Start::Answered(Execution::Executed(response)));
         }
         if !started.started {
             store::abandon(&mut conn, account_id, key, payment_id).await?;
-            return Err(ApiError::Validation(vec![FieldError::new(
-                "amount",
-                format!("must equal the order's total_amount, {total}"),
-            )]));
+            return Err(amount_mismatch(&total));
         }
-        let payment = Payment {
-            id: payment_id,
-            account_id,
-            order_id,
-            status: PaymentStatus::Processing,
-            amount: total,
-            payment_method: command.payment_method.as_str().to_owned(),
-            provider_charge_id: None,
-            failure_code: None,
-            failure_message: None,
-            idempotency_key: Some(key.to_owned()),
-            attempts: 0,
-            next_check_at: Some(start.first_check_at),
-            last_error: None,
-            created_at: now,
-            updated_at: now,
-        };
+        let payment = new_payment(payment_id, account_id, keyed, command, total, now, start.first_check_at);
         return Ok(Start::Drive(Driving {
             payment: Box::new(payment),
             lease_id: Some(lease_id),
@@ -242,14 +220,57 @@ async fn phase_one(
     match started.existing {
         Some(record) => match record.resolve(keyed, now)? {
             Existing::Replay(response) => Ok(Start::Answered(Execution::Replayed(response))),
-            Existing::InUse { retry_after, resource_id } => Err(ApiError::IdempotencyKeyInUse {
-                retry_after_secs: retry_after.as_secs_f64().ceil().max(1.0) as u64,
-                resource_id,
-            }),
+            Existing::InUse { retry_after, resource_id } => {
+                Err(ApiError::key_in_use(retry_after, resource_id))
+            }
             // Taking over needs a transaction: the general path.
             Existing::Abandoned { .. } => phase_one_in_transaction(context, account_id, keyed, command).await,
         },
         None => phase_one_in_transaction(context, account_id, keyed, command).await,
+    }
+}
+
+/// The final answer for an order that is not `pending_payment`: stored with the key, no provider
+/// call.
+fn not_payable(order_id: Uuid, current: String) -> StoredResponse {
+    ApiError::InvalidState { resource: "order", id: order_id, current, action: "paid" }.to_stored_response()
+}
+
+/// The client's `amount` guard did not match the order's total (not stored: fixable).
+fn amount_mismatch(total: &Amount) -> ApiError {
+    ApiError::Validation(vec![FieldError::new(
+        "amount",
+        format!("must equal the order's total_amount, {total}"),
+    )])
+}
+
+/// A payment as phase 1 starts it: `processing`, for the order's total, first checked by the
+/// reconciler at `first_check_at`.
+fn new_payment(
+    id: Uuid,
+    account_id: Uuid,
+    keyed: &KeyedRequest,
+    command: &PayCommand,
+    amount: Amount,
+    now: DateTime<Utc>,
+    first_check_at: DateTime<Utc>,
+) -> Payment {
+    Payment {
+        id,
+        account_id,
+        order_id: command.order_id,
+        status: PaymentStatus::Processing,
+        amount,
+        payment_method: command.payment_method.as_str().to_owned(),
+        provider_charge_id: None,
+        failure_code: None,
+        failure_message: None,
+        idempotency_key: Some(keyed.key.as_str().to_owned()),
+        attempts: 0,
+        next_check_at: Some(first_check_at),
+        last_error: None,
+        created_at: now,
+        updated_at: now,
     }
 }
 
@@ -273,7 +294,7 @@ async fn phase_one_in_transaction(
     let settings = context.settings;
     let mut conn = context.pool.get().await?;
     conn.transaction(async |conn| {
-        let now = Utc::now();
+        let now = Utc::now().trunc_subsecs(6);
         let payment_id = Uuid::now_v7();
         let claim_as = ClaimAs::InProgress {
             lease: Some(settings.lease),
@@ -289,46 +310,20 @@ async fn phase_one_in_transaction(
             .await?
             .ok_or_else(|| ApiError::NotFound { resource: "order", id: order_id.to_string() })?;
         if order.status != OrderStatus::PendingPayment {
-            // A final answer: stored with the key, no provider call.
-            let refusal = ApiError::InvalidState {
-                resource: "order",
-                id: order_id,
-                current: order.status.to_string(),
-                action: "paid",
-            };
-            let response = refusal.to_stored_response();
+            let response = not_payable(order_id, order.status.to_string());
             store::complete(conn, account_id, keyed.key.as_str(), payment_id, &response).await?;
             return Ok(Start::Answered(Execution::Executed(response)));
         }
-        if let Some(amount) = command.amount
-            && amount != order.total_amount.value()
-        {
-            return Err(ApiError::Validation(vec![FieldError::new(
-                "amount",
-                format!("must equal the order's total_amount, {}", order.total_amount),
-            )]));
+        if command.amount.is_some_and(|amount| amount != order.total_amount.value()) {
+            return Err(amount_mismatch(&order.total_amount));
         }
         if let Some(in_flight) = repository::processing_for_order(conn, account_id, order_id).await? {
             return Err(ApiError::PaymentInProgress { order_id, payment_id: in_flight });
         }
-        let payment = Payment {
-            id: payment_id,
-            account_id,
-            order_id,
-            status: PaymentStatus::Processing,
-            amount: order.total_amount,
-            payment_method: command.payment_method.as_str().to_owned(),
-            provider_charge_id: None,
-            failure_code: None,
-            failure_message: None,
-            idempotency_key: Some(keyed.key.as_str().to_owned()),
-            attempts: 0,
-            // The reconciler looks only once the lease could have run out.
-            next_check_at: Some(after(now, settings.lease)),
-            last_error: None,
-            created_at: now,
-            updated_at: now,
-        };
+        // The reconciler looks only once the lease could have run out.
+        let first_check_at = after(now, settings.lease);
+        let payment =
+            new_payment(payment_id, account_id, keyed, command, order.total_amount, now, first_check_at);
         repository::insert(conn, &payment).await?;
         Ok(Start::Drive(Driving { payment: Box::new(payment), lease_id, mode: DriveMode::FirstCall }))
     })
@@ -346,10 +341,7 @@ async fn resume(
     let (recovery_point, resource_id) = match record.resolve(keyed, now)? {
         Existing::Replay(response) => return Ok(Start::Answered(Execution::Replayed(response))),
         Existing::InUse { retry_after, resource_id } => {
-            return Err(ApiError::IdempotencyKeyInUse {
-                retry_after_secs: retry_after.as_secs_f64().ceil().max(1.0) as u64,
-                resource_id,
-            });
+            return Err(ApiError::key_in_use(retry_after, resource_id));
         }
         Existing::Abandoned { recovery_point, resource_id } => (recovery_point, resource_id),
     };
