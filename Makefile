@@ -94,6 +94,14 @@ contract: db build ## check the running service against openapi.yaml with schema
 docs-check: db build ## check in headless Chromium that GET /docs shows every endpoint
 	tests/scripts/with-service.sh tests/scripts/docs-check.sh
 
+.PHONY: schema
+schema: db ## regenerate src/db/schema.rs from the migrations (diesel print-schema)
+	tests/scripts/schema.sh
+
+.PHONY: schema-check
+schema-check: db ## fail if src/db/schema.rs is not what the migrations generate
+	tests/scripts/schema.sh --check
+
 .PHONY: lint
 lint: ## rustfmt check and clippy with warnings denied
 	cargo fmt --all -- --check

@@ -9,7 +9,7 @@ machine, then measures with wrk (a fresh Idempotency-Key per request) and pgbenc
   3. replays of completed keys
   4. POST /payments with pm_card_ok and zero provider latency
   5. the ceiling: pgbench running the SQL the service runs for one new order (the same
-     statement, generated from src/orders/new_order.sql), and the naive five-statement
+     statement, generated from src/idempotency/claim_key.sql and src/orders/new_order.sql), and the naive five-statement
      transaction for comparison, same client counts, same run
   6. growth: new orders with 5 million rows already in the idempotency table, and while the
      sweeper deletes 1 million expired rows
@@ -170,21 +170,24 @@ def measure(label, run_once, check=False):
 
 
 def service_order_script():
-    """The pgbench script of the service's own new-order statement: src/orders/new_order.sql
-    with each $n bound to a per-transaction value of the same type."""
-    sql = (ROOT / "src" / "orders" / "new_order.sql").read_text()
+    """The pgbench script of the service's own new-order statement: the key claim
+    (src/idempotency/claim_key.sql) and src/orders/new_order.sql, as the service concatenates
+    them, with each $n bound to a per-transaction value of the same type."""
+    sql = (ROOT / "src" / "idempotency" / "claim_key.sql").read_text() + \
+        (ROOT / "src" / "orders" / "new_order.sql").read_text()
     sql = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
     oid = "md5('o' || :client_id::text || '-' || :n::text)::uuid"
     values = {
         1: ":account_id::uuid",
         2: "'svc-' || :client_id::text || '-' || :n::text",
         3: "'POST'", 4: "'/orders'", 5: "sha256(:n::text::bytea)",
-        6: "convert_to(repeat('x', 420), 'UTF8')",
-        7: "'[[\"content-type\",\"application/json\"],[\"location\",\"/orders/x\"]]'::jsonb",
-        8: "now()", 9: "now() + interval '1 day'",
-        10: oid, 11: "'USD'", 12: "48.48", 13: "NULL::text", 14: "'{}'::jsonb",
-        15: "ARRAY['tee-black-m', 'mug']", 16: "ARRAY[2, 1]", 17: "ARRAY[19.99, 8.50]",
-        18: "ARRAY[39.98, 8.50]", 19: "201::smallint",
+        6: "'order'", 7: oid, 8: "201::smallint",
+        9: "'[[\"content-type\",\"application/json\"],[\"location\",\"/orders/x\"]]'::jsonb",
+        10: "convert_to(repeat('x', 420), 'UTF8')",
+        11: "now()", 12: "now() + interval '1 day'",
+        13: "'USD'", 14: "48.48", 15: "NULL::text", 16: "'{}'::jsonb",
+        17: "ARRAY['tee-black-m', 'mug']", 18: "ARRAY[2, 1]", 19: "ARRAY[19.99, 8.50]",
+        20: "ARRAY[39.98, 8.50]",
     }
     used = {int(n) for n in re.findall(r"\$(\d+)", sql)}
     if used != set(values):
@@ -324,10 +327,10 @@ def main():
 
         if not QUICK:
             log("growth: inserting 5 million idempotency keys")
-            psql(f"INSERT INTO idempotency_keys (account_id, key, method, route, fingerprint, state, "
-                 f"recovery_point, resource_id, response_status, response_headers, response_body, created_at, "
+            psql(f"INSERT INTO idempotency_keys (account_id, key, method, route, fingerprint, "
+                 f"resource_kind, resource_id, response_status, response_headers, response_body, created_at, "
                  f"expires_at) SELECT '{account_id}', 'old-' || n, 'POST', '/old', sha256(n::text::bytea), "
-                 f"'completed', 'finished', NULL, 201, '[]', convert_to(repeat('x', 420), 'UTF8'), now(), "
+                 f"'order', md5(n::text)::uuid, 201, '[]', convert_to(repeat('x', 420), 'UTF8'), now(), "
                  f"now() + interval '1 day' FROM generate_series(1, 5000000) n")
             psql("VACUUM ANALYZE idempotency_keys")
             rows.append(measure("new orders, 5M keys in the table",

@@ -4,17 +4,15 @@
 //! and only its SHA-256 is stored: with that much entropy a fast hash is as safe as a slow one,
 //! and lets every request authenticate with one indexed lookup.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use sha2::{Digest, Sha256};
-use uuid::Uuid;
 
 use crate::db::schema::accounts;
+use crate::ids::AccountId;
 
 pub const API_KEY_PREFIX: &str = "sk_";
 
@@ -44,7 +42,7 @@ pub fn hash_api_key(presented: &str) -> [u8; 32] {
 #[diesel(table_name = accounts)]
 #[diesel(check_for_backend(diesel::pg::Pg))]
 pub struct Account {
-    pub id: Uuid,
+    pub id: AccountId,
     pub name: String,
     pub created_at: DateTime<Utc>,
 }
@@ -59,7 +57,7 @@ pub async fn create(conn: &mut AsyncPgConnection, name: &str) -> anyhow::Result<
     let key = ApiKey::generate()?;
     let account = diesel::insert_into(accounts::table)
         .values((
-            accounts::id.eq(Uuid::now_v7()),
+            accounts::id.eq(AccountId::generate()),
             accounts::name.eq(name),
             accounts::api_key_hash.eq(hash_api_key(key.reveal()).as_slice()),
         ))
@@ -84,11 +82,12 @@ pub async fn find_by_key_hash(
 
 /// Accounts recently authenticated, by API key hash, so that a busy client does not cost a
 /// database round trip per request. Entries live `ttl` (a deleted or rotated key keeps working
-/// that long; orderpay has no key revocation yet). Unknown keys are never cached, so guessing
-/// keys cannot fill it; at `CAPACITY` entries it starts over.
+/// that long). Unknown keys are never cached, so guessing keys cannot fill it; when full,
+/// quick_cache's S3-FIFO eviction drops the coldest entries, so a burst of new accounts cannot
+/// empty it for the busy ones.
 pub struct AccountCache {
     ttl: Duration,
-    entries: Mutex<HashMap<[u8; 32], (Account, Instant)>>,
+    entries: quick_cache::sync::Cache<[u8; 32], (Account, Instant)>,
 }
 
 impl AccountCache {
@@ -96,29 +95,18 @@ impl AccountCache {
 
     /// A cache keeping entries `ttl`; a zero `ttl` disables it.
     pub fn new(ttl: Duration) -> Self {
-        AccountCache { ttl, entries: Mutex::default() }
-    }
-
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], (Account, Instant)>> {
-        // Every update is one insert or one clear: a poisoned map is still consistent.
-        self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        AccountCache { ttl, entries: quick_cache::sync::Cache::new(Self::CAPACITY) }
     }
 
     pub fn get(&self, key_hash: &[u8; 32]) -> Option<Account> {
-        let entries = self.entries();
-        let (account, cached_at) = entries.get(key_hash)?;
-        (cached_at.elapsed() < self.ttl).then(|| account.clone())
+        let (account, cached_at) = self.entries.get(key_hash)?;
+        (cached_at.elapsed() < self.ttl).then_some(account)
     }
 
     pub fn put(&self, key_hash: [u8; 32], account: Account) {
-        if self.ttl.is_zero() {
-            return;
+        if !self.ttl.is_zero() {
+            self.entries.insert(key_hash, (account, Instant::now()));
         }
-        let mut entries = self.entries();
-        if entries.len() >= Self::CAPACITY {
-            entries.clear();
-        }
-        entries.insert(key_hash, (account, Instant::now()));
     }
 }
 
@@ -161,7 +149,7 @@ mod tests {
 
     #[test]
     fn the_cache_forgets_after_its_ttl_and_can_be_off() {
-        let account = Account { id: Uuid::nil(), name: "a".into(), created_at: Utc::now() };
+        let account = Account { id: AccountId::generate(), name: "a".into(), created_at: Utc::now() };
         let cache = AccountCache::new(Duration::from_millis(50));
         cache.put([1; 32], account.clone());
         assert_eq!(cache.get(&[1; 32]), Some(account.clone()));

@@ -2,7 +2,7 @@
 //! whole until the server stops. `main` and the integration tests build it the same way.
 
 use std::net::TcpListener;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::middleware::{ErrorHandlers, from_fn};
@@ -11,53 +11,28 @@ use anyhow::Context;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use metrics_exporter_prometheus::PrometheusHandle;
-
 use crate::accounts::AccountCache;
 use crate::background;
-use crate::config::{ApiSettings, Settings};
+use crate::config::Settings;
 use crate::db::{self, Pool};
-use crate::http;
+use crate::http::{self, AppState};
 use crate::idempotency::cache::ReplayCache;
-use crate::idempotency::sweeper;
-use crate::payments::service::PaymentContext;
+use crate::idempotency::{Keys, sweeper};
+use crate::operations::{Engine, reconciler};
 use crate::provider::PaymentProvider;
 use crate::provider::client::HttpProvider;
 use crate::rate_limit::RateLimiter;
-use crate::reconciliation;
-use crate::telemetry::metrics;
+use crate::telemetry::Observability;
 
-/// Per-worker state handed to every handler.
-pub struct AppState {
-    pub pool: Pool,
-    pub settings: Arc<ApiSettings>,
-    /// The same pool, with the provider: what payment use cases need.
-    pub payments: PaymentContext,
-    pub observability: Arc<Observability>,
-    pub accounts: Arc<AccountCache>,
-    /// Completed idempotent answers, for replays without a database round trip.
-    pub replays: Arc<ReplayCache>,
-    pub rate_limiter: Arc<RateLimiter>,
+/// The provider-operations engine on `pool`: the one way every part of the process (request
+/// workers, the reconciler, `orderpay reconcile`) builds it.
+pub fn engine(settings: &Settings, pool: Pool, provider: Arc<dyn PaymentProvider>) -> Engine {
+    Engine { pool, provider, timing: settings.timing }
 }
 
-/// What `GET /metrics` reads: the recorder's handle and every pool of the process.
-pub struct Observability {
-    pub metrics: PrometheusHandle,
-    pools: Mutex<Vec<Pool>>,
-}
-
-impl Observability {
-    fn register(&self, pool: &Pool) {
-        self.pools.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(pool.clone());
-    }
-
-    /// Connections in use and idle, over every pool.
-    pub fn pool_connections(&self) -> (u32, u32) {
-        let pools = self.pools.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        pools.iter().map(|pool| pool.state()).fold((0, 0), |(in_use, idle), state| {
-            (in_use + state.connections - state.idle_connections, idle + state.idle_connections)
-        })
-    }
+/// The provider client for `settings`.
+pub fn provider(settings: &crate::config::ProviderConfig) -> anyhow::Result<Arc<dyn PaymentProvider>> {
+    Ok(Arc::new(HttpProvider::new(&settings.url, settings.timeout)?))
 }
 
 /// A bound, running-on-await orderpay: HTTP server plus background tasks.
@@ -79,77 +54,69 @@ impl Application {
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
         let port = listener.local_addr()?.port();
 
-        let provider: Arc<dyn PaymentProvider> =
-            Arc::new(HttpProvider::new(&settings.provider.url, settings.provider.timeout)?);
-        let database = settings.database.clone();
-        let api = Arc::new(settings.api.clone());
-        let payment_settings = settings.payments;
-        let worker_provider = provider.clone();
-        let observability = Arc::new(Observability { metrics: metrics::install(), pools: Mutex::default() });
-        let worker_observability = observability.clone();
+        let provider = provider(&settings.provider)?;
+        let observability = Arc::new(Observability::new());
+        let keys = Keys {
+            retention: settings.api.idempotency_retention,
+            replays: Arc::new(ReplayCache::new(settings.api.replay_cache_bytes)),
+        };
         let accounts = Arc::new(AccountCache::new(settings.api.auth_cache_ttl));
-        let replays = Arc::new(ReplayCache::new(settings.api.replay_cache_entries));
         let rate_limiter = Arc::new(RateLimiter::new(settings.api.rate_limit));
+        let api = Arc::new(settings.api.clone());
         let workers = settings.workers.max(1);
         // One pool per worker, created on that worker's thread (see db::lazy_pool).
-        let pool_per_worker = (database.pool_size / workers as u32).max(1);
-        let server = HttpServer::new(move || {
-            let pool = db::lazy_pool(&database, pool_per_worker);
-            worker_observability.register(&pool);
-            let payments = PaymentContext {
-                pool: pool.clone(),
-                provider: worker_provider.clone(),
-                settings: payment_settings,
-                replays: replays.clone(),
-            };
-            let observability = worker_observability.clone();
-            let (accounts, replays, rate_limiter) = (accounts.clone(), replays.clone(), rate_limiter.clone());
-            let state = AppState {
-                pool,
-                settings: api.clone(),
-                payments,
-                observability,
-                accounts,
-                replays,
-                rate_limiter,
-            };
-            App::new()
-                .app_data(web::Data::new(state))
-                .wrap(ErrorHandlers::new().default_handler(http::problem_for_foreign_errors))
-                .wrap(from_fn(http::echo_idempotency_key))
-                .wrap(from_fn(http::observe::observe))
-                .configure(http::routes)
-                .default_service(web::to(http::route_not_found))
-        })
-        .workers(workers)
-        // On SIGTERM: stop accepting, let in-flight requests finish for up to the grace period.
-        .shutdown_timeout(settings.shutdown_grace.as_secs())
-        // A client that does not finish sending its request head in time is answered 408 and
-        // disconnected, so slow clients cannot hold connections.
-        .client_request_timeout(settings.client_timeout)
-        .client_disconnect_timeout(Duration::from_secs(1))
-        .listen(listener)?
-        .run();
+        let pool_per_worker = (settings.database.pool_size / workers as u32).max(1);
+        let server = {
+            let (worker_settings, provider, observability) =
+                (settings.clone(), provider.clone(), observability.clone());
+            let rate_limiter = rate_limiter.clone();
+            HttpServer::new(move || {
+                let pool = db::lazy_pool(&worker_settings.database, pool_per_worker);
+                observability.register(&pool);
+                let state = AppState {
+                    engine: engine(&worker_settings, pool.clone(), provider.clone()),
+                    pool,
+                    keys: keys.clone(),
+                    settings: api.clone(),
+                    observability: observability.clone(),
+                    accounts: accounts.clone(),
+                    rate_limiter: rate_limiter.clone(),
+                };
+                App::new()
+                    .app_data(web::Data::new(state))
+                    .wrap(ErrorHandlers::new().default_handler(http::problem_for_foreign_errors))
+                    .wrap(from_fn(http::echo_idempotency_key))
+                    .wrap(from_fn(http::observe::observe))
+                    .configure(http::routes)
+                    .default_service(web::to(http::route_not_found))
+            })
+            .workers(workers)
+            // On SIGTERM: stop accepting, let in-flight requests finish for up to the grace period.
+            .shutdown_timeout(settings.shutdown_grace.as_secs())
+            // A client that does not finish sending its request head in time is answered 408 and
+            // disconnected, so slow clients cannot hold connections.
+            .client_request_timeout(settings.client_timeout)
+            .client_disconnect_timeout(Duration::from_secs(1))
+            .listen(listener)?
+            .run()
+        };
 
         let (shutdown, shutdown_signal) = watch::channel(false);
         let background_pool = db::lazy_pool(&settings.database, 4);
         observability.register(&background_pool);
-        let reconciler_context = PaymentContext {
-            pool: background_pool.clone(),
-            provider,
-            settings: settings.payments,
-            replays: Arc::new(ReplayCache::new(0)),
-        };
         let handle = observability.metrics.clone();
-        // The exporter keeps histogram data until upkeep drains it.
+        // The exporter keeps histogram data until upkeep drains it; idle rate-limit buckets are
+        // forgotten on the same beat.
         let upkeep =
             background::every(Duration::from_secs(5), Duration::ZERO, shutdown_signal.clone(), move || {
                 handle.run_upkeep();
+                rate_limiter.prune();
                 std::future::ready(false)
             });
+        let reconciler_engine = engine(&settings, background_pool.clone(), provider);
         let background = vec![
             tokio::spawn(sweeper::run(background_pool, settings.sweeper, shutdown_signal.clone())),
-            tokio::spawn(reconciliation::run(reconciler_context, settings.reconciler, shutdown_signal)),
+            tokio::spawn(reconciler::run(reconciler_engine, settings.reconciler, shutdown_signal)),
             tokio::spawn(upkeep),
         ];
         tracing::info!(port, workers, "orderpay listening on {}", settings.listen);

@@ -8,7 +8,7 @@
 //! `ORDERPAY_RECONCILE_INTERVAL_MS`, `ORDERPAY_RECONCILE_BATCH_SIZE`,
 //! `ORDERPAY_RECONCILE_MAX_ATTEMPTS`, `ORDERPAY_RECONCILE_BACKOFF_BASE_MS`,
 //! `ORDERPAY_RECONCILE_BACKOFF_CAP_MS`, `ORDERPAY_SHUTDOWN_GRACE_SECS`, `ORDERPAY_AUTH_CACHE_SECS`,
-//! `ORDERPAY_REPLAY_CACHE_ENTRIES`, `ORDERPAY_RATE_LIMIT_PER_SEC`,
+//! `ORDERPAY_REPLAY_CACHE_BYTES`, `ORDERPAY_RATE_LIMIT_PER_SEC`,
 //! `ORDERPAY_RATE_LIMIT_BURST`, `ORDERPAY_CLIENT_TIMEOUT_MS`; for the mock provider `MOCK_PROVIDER_LISTEN`,
 //! `MOCK_PROVIDER_TIMEOUT_HOLD_MS`, `MOCK_PROVIDER_SETTLE_MS`; and, for logging (see
 //! telemetry.rs), `ORDERPAY_LOG_FORMAT` and `RUST_LOG`.
@@ -19,10 +19,10 @@ use clap::{ArgAction, Args};
 
 use crate::db::DatabaseConfig;
 use crate::idempotency::sweeper::SweeperConfig;
-use crate::payments::service::PaymentSettings;
+use crate::operations::Timing;
+use crate::operations::reconciler::ReconcilerConfig;
 use crate::provider::mock::MockSettings;
 use crate::rate_limit::RateLimit;
-use crate::reconciliation::ReconcilerConfig;
 
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/orderpay";
 
@@ -197,10 +197,10 @@ pub struct ServeArgs {
     #[arg(long, env = "ORDERPAY_AUTH_CACHE_SECS", default_value_t = 60)]
     pub auth_cache_secs: u64,
 
-    /// Completed idempotent answers kept in memory, so that a replay needs no database round
-    /// trip (0 turns the cache off; about 1 KB each).
-    #[arg(long, env = "ORDERPAY_REPLAY_CACHE_ENTRIES", default_value_t = 10_000)]
-    pub replay_cache_entries: usize,
+    /// Bytes of final idempotent answers kept in memory, so that a replay needs no database
+    /// round trip (0 turns the cache off; an order's answer is about 1 KB).
+    #[arg(long, env = "ORDERPAY_REPLAY_CACHE_BYTES", default_value_t = 16 << 20)]
+    pub replay_cache_bytes: u64,
 
     /// Sustained requests per second allowed per account (0: no limit). Beyond it: 429.
     #[arg(long, env = "ORDERPAY_RATE_LIMIT_PER_SEC", default_value_t = 1000)]
@@ -226,8 +226,8 @@ pub struct ApiSettings {
     pub idempotency_retention: Duration,
     /// How long an authenticated API key is remembered in memory (zero: never).
     pub auth_cache_ttl: Duration,
-    /// Completed idempotent answers kept in memory for replays (zero: none).
-    pub replay_cache_entries: usize,
+    /// Bytes of final idempotent answers kept in memory for replays (zero: none).
+    pub replay_cache_bytes: u64,
     /// Per-account request rate limit.
     pub rate_limit: RateLimit,
 }
@@ -241,7 +241,7 @@ pub struct Settings {
     pub api: ApiSettings,
     pub sweeper: SweeperConfig,
     pub provider: ProviderConfig,
-    pub payments: PaymentSettings,
+    pub timing: Timing,
     pub reconciler: ReconcilerConfig,
     pub shutdown_grace: Duration,
     pub client_timeout: Duration,
@@ -281,7 +281,7 @@ impl ServeArgs {
                 require_idempotency_key: self.require_idempotency_key,
                 idempotency_retention: retention,
                 auth_cache_ttl: Duration::from_secs(self.auth_cache_secs),
-                replay_cache_entries: self.replay_cache_entries,
+                replay_cache_bytes: self.replay_cache_bytes,
                 rate_limit: RateLimit { per_second: self.rate_limit_per_sec, burst: self.rate_limit_burst },
             },
             sweeper: SweeperConfig {
@@ -289,9 +289,8 @@ impl ServeArgs {
                 batch_size: self.sweep_batch_size,
             },
             provider,
-            payments: PaymentSettings {
+            timing: Timing {
                 lease: Duration::from_millis(self.payment_lease_ms),
-                retention,
                 recheck_after: reconciler.backoff_base,
             },
             reconciler,

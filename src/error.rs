@@ -13,8 +13,9 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
-use crate::idempotency::StoredResponse;
-use crate::telemetry::metrics;
+use crate::idempotency::{KeyConflict, StoredResponse};
+use crate::ids::{OrderId, PaymentId};
+use crate::operations::EngineError;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -107,7 +108,7 @@ pub enum ApiError {
     /// 409 `payment-in-progress`: another payment of this order has an unknown outcome; retry
     /// after `Retry-After` seconds. Not stored.
     #[error("order {order_id} has a payment in progress ({payment_id}); retry when it is settled")]
-    PaymentInProgress { order_id: Uuid, payment_id: Uuid },
+    PaymentInProgress { order_id: OrderId, payment_id: PaymentId },
 
     /// 429 `rate-limited`: the account sends more requests than its limit; retry after
     /// `Retry-After` seconds.
@@ -242,12 +243,6 @@ impl ResponseError for ApiError {
 
     fn error_response(&self) -> HttpResponse {
         match self {
-            ApiError::IdempotencyKeyReused(_) => metrics::idempotency_outcome("reused"),
-            ApiError::IdempotencyKeyInUse { .. } => metrics::idempotency_outcome("in_use"),
-            ApiError::IdempotencyKeyMissing => metrics::idempotency_outcome("missing"),
-            _ => {}
-        }
-        match self {
             ApiError::Internal(cause) => tracing::error!(error = ?cause, "internal error"),
             ApiError::Unavailable(cause) => {
                 tracing::warn!(error = ?cause, "dependency unavailable")
@@ -290,6 +285,27 @@ impl From<diesel::result::Error> for ApiError {
                 _,
             ) => ApiError::Unavailable(error.into()),
             other => ApiError::Internal(other.into()),
+        }
+    }
+}
+
+/// A key that cannot serve the request: reused for another intent (422) or still in use (409).
+impl From<KeyConflict> for ApiError {
+    fn from(conflict: KeyConflict) -> Self {
+        match conflict {
+            KeyConflict::Reused(message) => ApiError::IdempotencyKeyReused(message),
+            KeyConflict::InUse { retry_after, resource_id } => ApiError::key_in_use(retry_after, resource_id),
+        }
+    }
+}
+
+/// The engine could not record what it learned.
+impl From<EngineError> for ApiError {
+    fn from(error: EngineError) -> Self {
+        match error {
+            EngineError::Database(error) => error.into(),
+            EngineError::Pool(error) => error.into(),
+            vanished @ EngineError::Vanished(_) => ApiError::Internal(vanished.into()),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! orderpay: orders and payments over HTTP where every write is safe to retry.
 //!
-//! See README.md for the API and ../shared/design/ for the design this crate implements.
+//! See README.md for the API and docs/ for the design this crate implements.
 
 pub mod accounts;
 pub mod app;
@@ -11,10 +11,11 @@ pub mod db;
 pub mod error;
 pub mod http;
 pub mod idempotency;
+pub mod ids;
 pub mod money;
+pub mod operations;
 pub mod orders;
 pub mod payments;
 pub mod provider;
 pub mod rate_limit;
-pub mod reconciliation;
 pub mod telemetry;

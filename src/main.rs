@@ -3,16 +3,11 @@
 use clap::{Parser, Subcommand};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use orderpay::app::Application;
+use orderpay::app::{self, Application};
 use orderpay::config::{DatabaseArgs, MockProviderArgs, ProviderArgs, ReconcileArgs, ServeArgs};
-use orderpay::idempotency::cache::ReplayCache;
-use orderpay::payments::service::{PaymentContext, PaymentSettings};
-use orderpay::provider::client::HttpProvider;
+use orderpay::operations::{Engine, Timing, reconciler};
 use orderpay::provider::mock::MockProvider;
-use orderpay::{accounts, db, reconciliation, telemetry};
+use orderpay::{accounts, db, telemetry};
 
 #[derive(Parser)]
 #[command(
@@ -83,19 +78,15 @@ async fn main() -> anyhow::Result<()> {
             db::prepare(&database.database_url).await?;
             let provider_config = provider.config();
             let config = reconcile.config(&provider_config)?;
-            let context = PaymentContext {
+            // Outside requests no lease is handed to a request: only the recheck matters.
+            let timing = Timing { lease: config.claim_for, recheck_after: config.backoff_base };
+            let engine = Engine {
                 pool: db::lazy_pool(&database.config(), 2),
-                provider: Arc::new(HttpProvider::new(&provider_config.url, provider_config.timeout)?),
-                // Only `recheck_after` matters outside requests.
-                settings: PaymentSettings {
-                    lease: Duration::ZERO,
-                    retention: Duration::ZERO,
-                    recheck_after: config.backoff_base,
-                },
-                replays: Arc::new(ReplayCache::new(0)),
+                provider: app::provider(&provider_config)?,
+                timing,
             };
             if once {
-                let report = reconciliation::run_pass(&context, &config).await?;
+                let report = reconciler::run_pass(&engine, &config).await?;
                 println!(
                     "claimed={} settled={} redriven={} rescheduled={} stuck={} gave_up={} errors={}",
                     report.claimed,
@@ -109,7 +100,7 @@ async fn main() -> anyhow::Result<()> {
                 return Ok(());
             }
             let (stop, stopped) = tokio::sync::watch::channel(false);
-            let task = tokio::spawn(reconciliation::run(context, config, stopped));
+            let task = tokio::spawn(reconciler::run(engine, config, stopped));
             tokio::signal::ctrl_c().await?;
             let _ = stop.send(true);
             Ok(task.await?)

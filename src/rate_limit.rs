@@ -1,12 +1,19 @@
-//! Per-account request rate limit: a token bucket per account, in process memory, so that one
-//! tenant cannot starve the others. Each instance limits on its own (N instances allow up to N
-//! times the rate); a shared limit would cost a database or cache round trip per request.
+//! Per-account request rate limit, so that one tenant cannot starve the others: governor's GCRA
+//! (a token bucket in one atomic word) per account, in a sharded map, in process memory. Each
+//! instance limits on its own (N instances allow up to N times the rate); a shared limit would
+//! cost a database or cache round trip per request.
+//!
+//! Memory stays bounded: only authenticated accounts get a bucket, and [`RateLimiter::prune`]
+//! (run periodically by `serve`) forgets every account whose bucket has refilled, which is the
+//! same as having none.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::num::NonZeroU32;
+use std::time::Duration;
 
-use uuid::Uuid;
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota};
+
+use crate::ids::AccountId;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RateLimit {
@@ -16,50 +23,38 @@ pub struct RateLimit {
     pub burst: u32,
 }
 
-struct Bucket {
-    tokens: f64,
-    refilled_at: Instant,
-}
-
 pub struct RateLimiter {
-    limit: RateLimit,
-    buckets: Mutex<HashMap<Uuid, Bucket>>,
+    /// `None` when limiting is off.
+    buckets: Option<DefaultKeyedRateLimiter<AccountId>>,
+    clock: DefaultClock,
 }
 
 impl RateLimiter {
-    /// Buckets kept at most; idle accounts are forgotten past this (a full bucket is the same
-    /// as no bucket).
-    const CAPACITY: usize = 100_000;
-
     pub fn new(limit: RateLimit) -> Self {
-        RateLimiter { limit, buckets: Mutex::default() }
+        let buckets = NonZeroU32::new(limit.per_second).map(|per_second| {
+            let burst = NonZeroU32::new(limit.burst).unwrap_or(NonZeroU32::MIN);
+            DefaultKeyedRateLimiter::dashmap(Quota::per_second(per_second).allow_burst(burst))
+        });
+        RateLimiter { buckets, clock: DefaultClock::default() }
     }
 
     /// Takes one request from `account`'s bucket. `Err` carries how long until one is free.
-    pub fn check(&self, account: Uuid) -> Result<(), Duration> {
-        self.check_at(account, Instant::now())
+    pub fn check(&self, account: AccountId) -> Result<(), Duration> {
+        let Some(buckets) = &self.buckets else { return Ok(()) };
+        buckets.check_key(&account).map_err(|not_until| not_until.wait_time_from(self.clock.now()))
     }
 
-    fn check_at(&self, account: Uuid, now: Instant) -> Result<(), Duration> {
-        if self.limit.per_second == 0 {
-            return Ok(());
+    /// Forgets accounts whose bucket is full again.
+    pub fn prune(&self) {
+        if let Some(buckets) = &self.buckets {
+            buckets.retain_recent();
+            buckets.shrink_to_fit();
         }
-        let (rate, burst) = (f64::from(self.limit.per_second), f64::from(self.limit.burst.max(1)));
-        // Every update is a whole-value write: a poisoned map is consistent.
-        let mut buckets = self.buckets.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if buckets.len() >= Self::CAPACITY && !buckets.contains_key(&account) {
-            buckets.clear();
-        }
-        let bucket = buckets.entry(account).or_insert(Bucket { tokens: burst, refilled_at: now });
-        let elapsed = now.saturating_duration_since(bucket.refilled_at).as_secs_f64();
-        bucket.tokens = (bucket.tokens + elapsed * rate).min(burst);
-        bucket.refilled_at = now;
-        if bucket.tokens >= 1.0 {
-            bucket.tokens -= 1.0;
-            Ok(())
-        } else {
-            Err(Duration::from_secs_f64((1.0 - bucket.tokens) / rate))
-        }
+    }
+
+    /// Accounts with a bucket in memory.
+    pub fn tracked_accounts(&self) -> usize {
+        self.buckets.as_ref().map_or(0, |buckets| buckets.len())
     }
 }
 
@@ -68,22 +63,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_burst_then_the_sustained_rate() {
+    fn a_burst_then_a_wait() {
         let limiter = RateLimiter::new(RateLimit { per_second: 10, burst: 3 });
-        let (account, start) = (Uuid::now_v7(), Instant::now());
+        let account = AccountId::generate();
         for _ in 0..3 {
-            assert!(limiter.check_at(account, start).is_ok());
+            assert!(limiter.check(account).is_ok());
         }
-        let wait = limiter.check_at(account, start).unwrap_err();
+        let wait = limiter.check(account).unwrap_err();
         assert!(wait <= Duration::from_millis(100) && wait > Duration::ZERO, "{wait:?}");
-        assert!(limiter.check_at(account, start + Duration::from_millis(100)).is_ok());
-        assert!(limiter.check_at(Uuid::now_v7(), start).is_ok(), "another account has its own bucket");
+        assert!(limiter.check(AccountId::generate()).is_ok(), "another account has its own bucket");
+    }
+
+    #[test]
+    fn refilled_buckets_are_forgotten() {
+        let limiter = RateLimiter::new(RateLimit { per_second: 1000, burst: 1 });
+        for _ in 0..100 {
+            assert!(limiter.check(AccountId::generate()).is_ok());
+        }
+        assert_eq!(limiter.tracked_accounts(), 100);
+        std::thread::sleep(Duration::from_millis(5));
+        limiter.prune();
+        assert_eq!(limiter.tracked_accounts(), 0);
     }
 
     #[test]
     fn zero_means_off() {
         let limiter = RateLimiter::new(RateLimit { per_second: 0, burst: 0 });
-        let account = Uuid::now_v7();
+        let account = AccountId::generate();
         assert!((0..10_000).all(|_| limiter.check(account).is_ok()));
     }
 }

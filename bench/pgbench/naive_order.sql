@@ -1,12 +1,12 @@
--- The naive form of a new order (issue 5's comparison point): one transaction of five
--- statements, the key claimed in progress and completed by a separate UPDATE. Run with
+-- The naive form of a new order (the benchmark's comparison point): one transaction of five
+-- statements, the key claimed without its answer and completed by a separate UPDATE. Run with
 -- -M prepared -D account_id=<uuid>. Ids derive from a per-transaction random number.
 \set n random(1, 9000000000000)
 BEGIN;
-INSERT INTO idempotency_keys (account_id, key, method, route, fingerprint, state, recovery_point,
+INSERT INTO idempotency_keys (account_id, key, method, route, fingerprint, resource_kind,
     resource_id, created_at, expires_at)
   VALUES (:account_id::uuid, 'naive-' || :client_id::text || '-' || :n::text, 'POST', '/orders',
-    sha256(:n::text::bytea), 'in_progress', 'started', md5('o' || :client_id::text || '-' || :n::text)::uuid,
+    sha256(:n::text::bytea), 'order', md5('o' || :client_id::text || '-' || :n::text)::uuid,
     now(), now() + interval '1 day')
   ON CONFLICT DO NOTHING;
 INSERT INTO orders (account_id, id, status, currency, total_amount, customer_id, metadata, created_at, updated_at)
@@ -15,7 +15,7 @@ INSERT INTO orders (account_id, id, status, currency, total_amount, customer_id,
 INSERT INTO order_items (account_id, order_id, line_number, sku, quantity, unit_price, amount)
   VALUES (:account_id::uuid, md5('o' || :client_id::text || '-' || :n::text)::uuid, 0, 'tee-black-m', 2, 19.99, 39.98),
          (:account_id::uuid, md5('o' || :client_id::text || '-' || :n::text)::uuid, 1, 'mug', 1, 8.50, 8.50);
-UPDATE idempotency_keys SET state = 'completed', recovery_point = 'finished', response_status = 201,
+UPDATE idempotency_keys SET response_status = 201,
     response_headers = '[["content-type","application/json"]]', response_body = convert_to(repeat('x', 420), 'UTF8')
   WHERE account_id = :account_id::uuid AND key = 'naive-' || :client_id::text || '-' || :n::text;
 COMMIT;

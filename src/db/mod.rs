@@ -3,6 +3,7 @@
 
 pub mod schema;
 pub mod statement;
+pub mod text_enum;
 
 use std::time::Duration;
 

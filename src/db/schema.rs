@@ -1,5 +1,4 @@
-// @generated-equivalent: written to match `diesel print-schema` for the migrations in
-// migrations/; the integration tests exercise every table through it.
+// @generated automatically by Diesel CLI.
 
 diesel::table! {
     accounts (id) {
@@ -7,6 +6,35 @@ diesel::table! {
         name -> Text,
         api_key_hash -> Bytea,
         created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    idempotency_keys (account_id, key) {
+        account_id -> Uuid,
+        key -> Text,
+        method -> Text,
+        route -> Text,
+        fingerprint -> Bytea,
+        resource_id -> Uuid,
+        response_status -> Nullable<Int2>,
+        response_headers -> Nullable<Jsonb>,
+        response_body -> Nullable<Bytea>,
+        created_at -> Timestamptz,
+        expires_at -> Timestamptz,
+        resource_kind -> Text,
+    }
+}
+
+diesel::table! {
+    order_items (account_id, order_id, line_number) {
+        account_id -> Uuid,
+        order_id -> Uuid,
+        line_number -> Int2,
+        sku -> Text,
+        quantity -> Int4,
+        unit_price -> Numeric,
+        amount -> Numeric,
     }
 }
 
@@ -25,34 +53,15 @@ diesel::table! {
 }
 
 diesel::table! {
-    order_items (account_id, order_id, line_number) {
+    payment_events (account_id, payment_id, id) {
         account_id -> Uuid,
-        order_id -> Uuid,
-        line_number -> Int2,
-        sku -> Text,
-        quantity -> Int4,
-        unit_price -> Numeric,
-        amount -> Numeric,
-    }
-}
-
-diesel::table! {
-    idempotency_keys (account_id, key) {
-        account_id -> Uuid,
-        key -> Text,
-        method -> Text,
-        route -> Text,
-        fingerprint -> Bytea,
-        state -> Text,
-        locked_until -> Nullable<Timestamptz>,
-        recovery_point -> Text,
-        resource_id -> Nullable<Uuid>,
-        response_status -> Nullable<Int2>,
-        response_headers -> Nullable<Jsonb>,
-        response_body -> Nullable<Bytea>,
-        created_at -> Timestamptz,
-        expires_at -> Timestamptz,
-        lease_id -> Nullable<Uuid>,
+        payment_id -> Uuid,
+        id -> Int8,
+        from_status -> Text,
+        to_status -> Text,
+        actor -> Text,
+        detail -> Nullable<Text>,
+        at -> Timestamptz,
     }
 }
 
@@ -74,27 +83,19 @@ diesel::table! {
         last_error -> Nullable<Text>,
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
-    }
-}
-
-diesel::table! {
-    payment_events (account_id, payment_id, id) {
-        account_id -> Uuid,
-        payment_id -> Uuid,
-        id -> Int8,
-        from_status -> Text,
-        to_status -> Text,
-        actor -> Text,
-        detail -> Nullable<Text>,
-        at -> Timestamptz,
+        lease_until -> Nullable<Timestamptz>,
+        lease_id -> Nullable<Uuid>,
+        last_send_at -> Nullable<Timestamptz>,
+        answer_status -> Nullable<Int2>,
+        answer_body -> Nullable<Bytea>,
     }
 }
 
 diesel::allow_tables_to_appear_in_same_query!(
     accounts,
-    orders,
-    order_items,
     idempotency_keys,
+    order_items,
+    orders,
+    payment_events,
     payments,
-    payment_events
 );

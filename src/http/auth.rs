@@ -7,8 +7,8 @@ use actix_web::dev::Payload;
 use actix_web::http::header::AUTHORIZATION;
 use actix_web::{FromRequest, HttpRequest, web};
 
+use super::AppState;
 use crate::accounts::{self, Account};
-use crate::app::AppState;
 use crate::error::{ApiError, retry_after_secs};
 
 /// The authenticated caller. Every query a handler makes is scoped by `account.id`.

@@ -8,9 +8,9 @@ use serde_json::json;
 
 use chrono::Utc;
 
-use crate::app::AppState;
+use super::AppState;
 use crate::error::ApiError;
-use crate::idempotency::store;
+use crate::payments::repository as payments;
 use crate::telemetry::metrics;
 
 /// The OpenAPI document, compiled in so the binary always serves the spec it implements.
@@ -44,12 +44,12 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     let observability = &state.observability;
     let (in_use, idle) = observability.pool_connections();
     metrics::pool_connections(in_use, idle);
-    let past_lease = async {
+    let waiting = async {
         let mut conn = state.pool.get().await.ok()?;
-        store::count_past_lease(&mut conn, Utc::now()).await.ok()
+        payments::count_waiting(&mut conn, Utc::now()).await.ok()
     };
-    if let Ok(Some(count)) = tokio::time::timeout(Duration::from_secs(1), past_lease).await {
-        metrics::keys_past_lease(count);
+    if let Ok(Some(count)) = tokio::time::timeout(Duration::from_secs(1), waiting).await {
+        metrics::operations_waiting("payment", count);
     }
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")

@@ -2,15 +2,15 @@
 
 use std::future::{Ready, ready};
 
-use actix_web::dev::Payload;
+use actix_web::dev::{Payload, ServiceResponse};
 use actix_web::http::StatusCode;
 use actix_web::http::header::HeaderName;
 use actix_web::{FromRequest, HttpRequest, HttpResponse};
 use serde_json::Value;
-use uuid::Uuid;
 
 use crate::error::ApiError;
 use crate::idempotency::{Execution, Fingerprint, IdempotencyKey, KeyError, KeyedRequest};
+use crate::ids::AccountId;
 use crate::telemetry::metrics;
 
 pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -58,7 +58,7 @@ impl IdempotencyHeader {
     /// (400 `idempotency-key-missing`).
     pub fn bind(
         &self,
-        account_id: Uuid,
+        account_id: AccountId,
         request: &HttpRequest,
         route: &str,
         body: Option<&Value>,
@@ -98,4 +98,16 @@ pub fn respond(execution: Execution, keyed: bool) -> HttpResponse {
         response.insert_header((IDEMPOTENT_REPLAYED, "true"));
     }
     response.body(stored.body)
+}
+
+/// Counts a keyed request that was refused because of its key (422 reused, 409 in use, 400
+/// missing): the idempotency outcomes that end in an error rather than in [`respond`].
+pub fn count_refusal<B>(response: &ServiceResponse<B>) {
+    let outcome = match response.response().error().and_then(|error| error.as_error::<ApiError>()) {
+        Some(ApiError::IdempotencyKeyReused(_)) => "reused",
+        Some(ApiError::IdempotencyKeyInUse { .. }) => "in_use",
+        Some(ApiError::IdempotencyKeyMissing) => "missing",
+        _ => return,
+    };
+    metrics::idempotency_outcome(outcome);
 }

@@ -11,6 +11,8 @@ pub mod observe;
 pub mod orders;
 pub mod payments;
 
+use std::sync::Arc;
+
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::StatusCode;
@@ -19,7 +21,28 @@ use actix_web::middleware::{ErrorHandlerResponse, Next};
 use actix_web::{HttpRequest, HttpResponse, Resource, web};
 use serde_json::json;
 
+use crate::accounts::AccountCache;
+use crate::config::ApiSettings;
+use crate::db::Pool;
 use crate::error::{ApiError, PROBLEM_JSON};
+use crate::idempotency::Keys;
+use crate::operations::Engine;
+use crate::rate_limit::RateLimiter;
+use crate::telemetry::Observability;
+
+/// Per-worker state handed to every handler.
+pub struct AppState {
+    /// This worker's database pool (built on the worker's thread).
+    pub pool: Pool,
+    /// The provider-operations engine, on the same pool.
+    pub engine: Engine,
+    /// Key retention and the in-memory copies of final answers, shared by all workers.
+    pub keys: Keys,
+    pub settings: Arc<ApiSettings>,
+    pub observability: Arc<Observability>,
+    pub accounts: Arc<AccountCache>,
+    pub rate_limiter: Arc<RateLimiter>,
+}
 
 /// Registers every route. Each resource answers an unsupported method with 405 and `Allow`.
 pub fn routes(config: &mut web::ServiceConfig) {
@@ -45,8 +68,12 @@ fn resource(path: &str, allowed: &'static str) -> Resource {
 }
 
 /// A resource id from the path. A malformed id names no resource: the same 404 as an unknown one.
-pub fn parse_id(resource: &'static str, raw: &str) -> Result<uuid::Uuid, ApiError> {
-    uuid::Uuid::try_parse(raw).map_err(|_| ApiError::NotFound { resource, id: raw.to_owned() })
+pub fn parse_id<Id>(
+    resource: &'static str,
+    raw: &str,
+    parse: fn(&str) -> Option<Id>,
+) -> Result<Id, ApiError> {
+    parse(raw).ok_or_else(|| ApiError::NotFound { resource, id: raw.to_owned() })
 }
 
 /// The app's default service: no route matched.
@@ -62,6 +89,7 @@ pub async fn echo_idempotency_key(
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let key = request.headers().get(idempotency::IDEMPOTENCY_KEY).cloned();
     let mut response = next.call(request).await?;
+    idempotency::count_refusal(&response);
     if let Some(key) = key {
         response.headers_mut().insert(idempotency::IDEMPOTENCY_KEY, key);
     }

@@ -1,24 +1,24 @@
-//! `/orders`: request DTOs, their validation, the order representation and the handlers.
+//! `/orders`: request DTOs, their validation, and the handlers. The order's representation lives
+//! with the order domain (`orders::representation`).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use uuid::Uuid;
 use validator::{Validate, ValidationError, ValidationErrors, ValidationErrorsKind};
 
+use super::AppState;
 use super::auth::Authenticated;
 use super::body::{self, JsonBody, OptionalJsonBody};
 use super::idempotency::{IdempotencyHeader, respond};
-use crate::app::AppState;
 use crate::error::{ApiError, FieldError};
-use crate::idempotency::StoredResponse;
+use crate::ids::OrderId;
 use crate::money::{Amount, Currency};
-use crate::orders::{LineItem, Metadata, NewLineItem, NewOrder, Order, PlaceError, Quantity, Sku, service};
+use crate::orders::representation::OrderResource;
+use crate::orders::{NewLineItem, NewOrder, Order, PlaceError, Quantity, Sku, service};
 
 /// `POST /orders` body.
 #[derive(Debug, Deserialize, Validate)]
@@ -176,66 +176,6 @@ fn place_error(error: PlaceError) -> ApiError {
     ApiError::Validation(vec![FieldError::new(field, error)])
 }
 
-/// The public representation of an order.
-#[derive(Serialize)]
-struct OrderResource<'a> {
-    id: Uuid,
-    object: &'static str,
-    status: &'static str,
-    currency: &'static str,
-    total_amount: Amount,
-    items: Vec<ItemResource<'a>>,
-    customer_id: Option<&'a str>,
-    metadata: &'a Metadata,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-}
-
-#[derive(Serialize)]
-struct ItemResource<'a> {
-    sku: &'a str,
-    quantity: u32,
-    unit_price: Amount,
-    amount: Amount,
-}
-
-impl<'a> From<&'a Order> for OrderResource<'a> {
-    fn from(order: &'a Order) -> Self {
-        OrderResource {
-            id: order.id,
-            object: "order",
-            status: order.status.as_str(),
-            currency: order.currency.code(),
-            total_amount: order.total_amount,
-            items: order.items.iter().map(ItemResource::from).collect(),
-            customer_id: order.customer_id.as_deref(),
-            metadata: &order.metadata,
-            created_at: order.created_at,
-            updated_at: order.updated_at,
-        }
-    }
-}
-
-impl<'a> From<&'a LineItem> for ItemResource<'a> {
-    fn from(item: &'a LineItem) -> Self {
-        ItemResource {
-            sku: item.sku.as_str(),
-            quantity: item.quantity.get(),
-            unit_price: item.unit_price,
-            amount: item.amount,
-        }
-    }
-}
-
-fn json_bytes(value: &impl Serialize) -> Vec<u8> {
-    // Serialising our own plain structs cannot fail.
-    serde_json::to_vec(value).unwrap_or_default()
-}
-
-fn order_response(status: StatusCode, order: &Order) -> StoredResponse {
-    StoredResponse::json(status.as_u16(), json_bytes(&OrderResource::from(order)))
-}
-
 /// `POST /orders`
 pub async fn create(
     state: web::Data<AppState>,
@@ -248,17 +188,7 @@ pub async fn create(
     let keyed = key.bind(account.id, &request, "/orders", Some(&body), settings.require_idempotency_key)?;
     let new_order = parse_new_order(body)?;
     let order = Order::place(account.id, new_order, Utc::now()).map_err(place_error)?;
-    let response =
-        order_response(StatusCode::CREATED, &order).with_header("location", format!("/orders/{}", order.id));
-    let execution = service::create(
-        &state.pool,
-        &state.replays,
-        &order,
-        keyed.as_ref(),
-        &response,
-        settings.idempotency_retention,
-    )
-    .await?;
+    let execution = service::create(&state.pool, &state.keys, &order, keyed.as_ref()).await?;
     Ok(respond(execution, keyed.is_some()))
 }
 
@@ -268,7 +198,7 @@ pub async fn get(
     Authenticated(account): Authenticated,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let order = service::get(&state.pool, account.id, super::parse_id("order", &id)?).await?;
+    let order = service::get(&state.pool, account.id, super::parse_id("order", &id, OrderId::parse)?).await?;
     Ok(HttpResponse::Ok().json(OrderResource::from(&order)))
 }
 
@@ -293,8 +223,8 @@ pub async fn list(
         .starting_after
         .as_deref()
         .map(|text| {
-            Uuid::try_parse(text)
-                .map_err(|_| ApiError::InvalidParameter("starting_after must be an order id".into()))
+            OrderId::parse(text)
+                .ok_or_else(|| ApiError::InvalidParameter("starting_after must be an order id".into()))
         })
         .transpose()?;
     let (orders, has_more) = service::list(&state.pool, account.id, limit, starting_after).await?;
@@ -318,20 +248,12 @@ pub async fn cancel(
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<HttpResponse, ApiError> {
     let settings = &state.settings;
-    let order_id = super::parse_id("order", &id)?;
+    let order_id = super::parse_id("order", &id, OrderId::parse)?;
     let route = format!("/orders/{order_id}/cancel");
     let keyed = key.bind(account.id, &request, &route, body.as_ref(), settings.require_idempotency_key)?;
     if let Some(body) = body {
         let CancelOrderRequest {} = body::deserialize(body)?;
     }
-    let execution = service::cancel(
-        &state.pool,
-        account.id,
-        order_id,
-        keyed.as_ref(),
-        settings.idempotency_retention,
-        |order| order_response(StatusCode::OK, order),
-    )
-    .await?;
+    let execution = service::cancel(&state.pool, &state.keys, account.id, order_id, keyed.as_ref()).await?;
     Ok(respond(execution, keyed.is_some()))
 }

@@ -1,18 +1,18 @@
 //! `/payments`: the request DTO, its validation, and the handlers. The payment representation
-//! lives in `payments::representation` (the reconciler renders final answers too).
+//! lives in `payments::representation` (every driver of a payment renders its final answer).
 
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use serde_json::Value;
-use uuid::Uuid;
 
+use super::AppState;
 use super::auth::Authenticated;
 use super::body::{self, JsonBody};
 use super::idempotency::{IdempotencyHeader, respond};
 use super::observe::RequestId;
-use crate::app::AppState;
 use crate::error::{ApiError, FieldError};
+use crate::ids::{OrderId, PaymentId};
 use crate::payments::PaymentMethod;
 use crate::payments::representation::{location, payment_json};
 use crate::payments::service::{self, PayCommand, PayResult};
@@ -31,8 +31,8 @@ pub struct CreatePaymentRequest {
 fn parse_pay_command(body: Value) -> Result<PayCommand, ApiError> {
     let request: CreatePaymentRequest = body::deserialize(body)?;
     let mut errors = Vec::new();
-    let order_id = Uuid::try_parse(&request.order_id)
-        .map_err(|_| errors.push(FieldError::new("order_id", "must be an order id (a UUID)")))
+    let order_id = OrderId::parse(&request.order_id)
+        .ok_or_else(|| errors.push(FieldError::new("order_id", "must be an order id (a UUID)")))
         .ok();
     let payment_method = PaymentMethod::parse(&request.payment_method)
         .map_err(|message| errors.push(FieldError::new("payment_method", message)))
@@ -72,7 +72,7 @@ pub async fn create(
         .bind(account.id, &request, "/payments", Some(&body), true)?
         .ok_or(ApiError::IdempotencyKeyMissing)?;
     let command = parse_pay_command(body)?;
-    match service::pay(&state.payments, account.id, &keyed, &command, &request_id.0).await? {
+    match service::pay(&state.engine, &state.keys, &keyed, &command, &request_id.0).await? {
         PayResult::Answered(execution) => Ok(respond(execution, true)),
         // Not stored: a retry with the same key resumes the payment and gets its final answer.
         PayResult::Processing(payment) => Ok(HttpResponse::Accepted()
@@ -89,7 +89,7 @@ pub async fn get(
     Authenticated(account): Authenticated,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let payment_id = super::parse_id("payment", &id)?;
-    let payment = service::get(&state.pool, account.id, payment_id).await?;
+    let payment_id = super::parse_id("payment", &id, PaymentId::parse)?;
+    let payment = service::get(&state.engine, account.id, payment_id).await?;
     Ok(HttpResponse::Ok().content_type("application/json").body(payment_json(&payment)))
 }

@@ -1,10 +1,12 @@
-//! Idempotency: keys, fingerprints, the key store and its sweeper.
+//! Idempotency: keys, fingerprints, the key store, the in-memory copies of final answers, and
+//! the sweeper. The contract it implements is docs/idempotency.md.
 //!
-//! Generic on purpose: this module knows keys, bindings (method, route, body fingerprint), leases,
-//! recovery points and stored responses, not orders or payments. A domain service calls
-//! [`store::claim`] inside its own transaction, does its writes, and stores the answer with the
-//! claim (when known up front) or with [`store::complete`], all in that one transaction. The
-//! contract it implements is ../shared/design/IDEMPOTENCY.md.
+//! Generic on purpose: this module knows keys, bindings (method, route, body fingerprint) and
+//! stored answers, not orders or payments. A key row is written once, when its request claims
+//! it, inside the statement or transaction of the operation it protects. Its answer is either on
+//! the row itself (a local operation such as an order, whose answer is known when it commits) or
+//! on the row of the provider operation the key started (a payment), which moves while the
+//! operation runs and holds the answer once it settles.
 
 pub mod cache;
 pub mod fingerprint;
@@ -12,16 +14,18 @@ pub mod key;
 pub mod store;
 pub mod sweeper;
 
-use uuid::Uuid;
+use std::time::Duration;
+
+use crate::ids::AccountId;
 
 pub use fingerprint::Fingerprint;
 pub use key::{IdempotencyKey, KeyError};
-pub use store::{Claim, ClaimAs, Existing, KeyRecord};
+pub use store::{KeyConflict, KeyRecord, Resolved, ResourceKind};
 
 /// A request that carried an `Idempotency-Key`: what the key is scoped to and bound to.
 #[derive(Debug, Clone)]
 pub struct KeyedRequest {
-    pub account_id: Uuid,
+    pub account_id: AccountId,
     pub key: IdempotencyKey,
     pub method: String,
     pub route: String,
@@ -51,6 +55,13 @@ impl StoredResponse {
         self.headers.push((name.to_owned(), value));
         self
     }
+
+    /// The stored form of the headers: `[[name, value], ...]`.
+    pub fn headers_json(&self) -> serde_json::Value {
+        serde_json::Value::Array(
+            self.headers.iter().map(|(name, value)| serde_json::json!([name, value])).collect(),
+        )
+    }
 }
 
 /// How a keyed operation ended up answering.
@@ -71,5 +82,26 @@ impl Execution {
 
     pub fn is_replay(&self) -> bool {
         matches!(self, Execution::Replayed(_))
+    }
+}
+
+/// What every keyed use case needs besides its database: how long keys live, and the
+/// in-memory copies of final answers.
+#[derive(Clone)]
+pub struct Keys {
+    pub retention: Duration,
+    pub replays: std::sync::Arc<cache::ReplayCache>,
+}
+
+impl Keys {
+    /// Keeps a final answer for replays from memory, until its key expires.
+    pub fn remember(&self, request: &KeyedRequest, response: &StoredResponse) {
+        let expires_at = crate::clock::after(chrono::Utc::now(), self.retention);
+        self.replays.remember(request, response, expires_at);
+    }
+
+    /// The final answer for `request` if memory has it.
+    pub fn replay(&self, request: &KeyedRequest) -> Option<Execution> {
+        self.replays.replay(request, chrono::Utc::now()).map(Execution::Replayed)
     }
 }

@@ -1,48 +1,37 @@
 //! The key store: one row per `(account_id, key)` in `idempotency_keys`.
 //!
-//! First writer wins by the primary key, not by application locks: [`claim`] inserts with
-//! `ON CONFLICT DO NOTHING`, which makes a concurrent duplicate wait for the first transaction
-//! to commit (or roll back) before it reads the winner's row. So it holds across any number of
-//! service instances.
+//! First writer wins by the primary key, not by application locks: the claim inserts with
+//! `ON CONFLICT DO NOTHING` (`claim_key.sql`), which makes a concurrent duplicate wait for the
+//! first transaction to commit (or roll back) before it reads the winner's row. So it holds
+//! across any number of service instances.
+//!
+//! The writers of a key row, one each: the claim (`claim_key.sql`, alone here in [`claim`] or
+//! leading the statement that starts an operation), [`complete`] (the answer of a transaction
+//! that claimed the key without one), [`abandon`] (a claim whose operation refused to start:
+//! not stored, the client may fix its request), [`expire`] (one key met past its retention) and
+//! [`delete_expired`] (the sweeper).
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Bytea, Int2, Jsonb, Nullable, Text, Timestamptz, Uuid as SqlUuid};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use super::{KeyedRequest, StoredResponse};
-use crate::clock::after;
 use crate::db::schema::idempotency_keys;
-use crate::error::ApiError;
+use crate::db::statement::ParameterGroup;
+use crate::ids::AccountId;
 
-const IN_PROGRESS: &str = "in_progress";
-const COMPLETED: &str = "completed";
-/// The recovery point of a key whose answer is stored.
-const FINISHED: &str = "finished";
-
-/// The state a claimed key starts in.
-#[derive(Debug, Clone, Copy)]
-pub enum ClaimAs<'a> {
-    /// The operation's answer is known before it runs (creating an order: every field of the
-    /// response is computed up front), so the key is stored completed at once: one statement.
-    Completed { response: &'a StoredResponse, resource_id: Option<Uuid> },
-    /// The answer is only known after the operation; call [`complete`] in the same transaction.
-    /// A multi-step operation passes a lease so that another request can tell a live owner from
-    /// a crashed one, and the recovery point a successor resumes from if this transaction
-    /// commits before the answer is known.
-    InProgress { lease: Option<Duration>, resource_id: Option<Uuid>, recovery_point: &'static str },
-}
-
-/// The outcome of trying to claim a key.
-#[derive(Debug)]
-pub enum Claim {
-    /// The key is new and now belongs to this transaction, with the lease (if one was asked for)
-    /// that only this owner may release.
-    Acquired(Option<Uuid>),
-    /// Someone used the key before (their transaction has committed).
-    Existing(Box<KeyRecord>),
+crate::text_enum! {
+    /// What a key created or acted on, and so where its answer lives.
+    pub enum ResourceKind {
+        /// An order (created or cancelled): the answer is on the key row.
+        Order = "order",
+        /// A payment: its row holds the answer once it settles.
+        Payment = "payment",
+    }
 }
 
 /// A stored key row.
@@ -50,170 +39,204 @@ pub enum Claim {
 #[diesel(table_name = idempotency_keys)]
 #[diesel(check_for_backend(diesel::pg::Pg))]
 pub struct KeyRecord {
-    pub account_id: Uuid,
+    pub account_id: AccountId,
     pub key: String,
     pub method: String,
     pub route: String,
     pub fingerprint: Vec<u8>,
-    pub state: String,
-    pub locked_until: Option<DateTime<Utc>>,
-    pub recovery_point: String,
-    pub resource_id: Option<Uuid>,
+    pub resource_kind: ResourceKind,
+    pub resource_id: Uuid,
     pub response_status: Option<i16>,
     pub response_headers: Option<serde_json::Value>,
     pub response_body: Option<Vec<u8>>,
     pub created_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
-    pub lease_id: Option<Uuid>,
+}
+
+/// The SQL type of a [`KeyRecord`] as the statements return it (`existing.*` in table order).
+pub type KeyRecordSql = diesel::dsl::SqlTypeOf<<idempotency_keys::table as diesel::Table>::AllColumns>;
+
+/// Why a key cannot serve this request.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyConflict {
+    /// The key was first used for another method, route or body: 422, nothing executed.
+    #[error("{0}")]
+    Reused(String),
+    /// The first request with this key is still running: 409, retry after the wait.
+    #[error("a request with this Idempotency-Key is still being processed")]
+    InUse { retry_after: Duration, resource_id: Option<Uuid> },
 }
 
 /// What an existing key means for a request that matches its binding.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Existing {
-    /// The first request completed: replay its answer.
-    Replay(StoredResponse),
-    /// The first request is still running (its lease is held).
-    InUse { retry_after: Duration, resource_id: Option<Uuid> },
-    /// The first request's owner is gone (its lease expired or was released): the caller may take
-    /// the key over and resume from the recovery point.
-    Abandoned { recovery_point: String, resource_id: Option<Uuid> },
+pub enum Resolved {
+    /// The first request's answer, stored on the key row: replay it.
+    Answer(StoredResponse),
+    /// The key started a provider operation, whose row holds the answer (or, while it runs,
+    /// the lease of whoever drives it).
+    Operation { kind: ResourceKind, resource_id: Uuid },
 }
 
 impl KeyRecord {
-    /// Checks the binding and says what the stored row means. A different method, route or body
-    /// is a reuse of the key for another intent: 422, nothing executed.
-    pub fn resolve(&self, request: &KeyedRequest, now: DateTime<Utc>) -> Result<Existing, ApiError> {
+    /// Checks the binding and says what the stored row means; `None` when the key is past its
+    /// retention and counts as new (the caller [`expire`]s it and claims it again).
+    pub fn resolve(
+        &self,
+        request: &KeyedRequest,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Resolved>, KeyConflict> {
+        if self.expires_at <= now {
+            return Ok(None);
+        }
         if self.method != request.method || self.route != request.route {
-            return Err(ApiError::IdempotencyKeyReused(format!(
+            return Err(KeyConflict::Reused(format!(
                 "this Idempotency-Key was first used for {} {}; use a new key for {} {}",
                 self.method, self.route, request.method, request.route
             )));
         }
         if self.fingerprint.as_slice() != request.fingerprint.as_bytes() {
-            return Err(ApiError::IdempotencyKeyReused(
+            return Err(KeyConflict::Reused(
                 "this Idempotency-Key was first used with a different request body; \
                  use a new key for a new request"
                     .to_owned(),
             ));
         }
-        if self.state == COMPLETED {
-            return self.stored_response().map(Existing::Replay);
+        if let Some(response) = self.stored_response() {
+            return Ok(Some(Resolved::Answer(response)));
         }
-        match self.locked_until {
-            Some(until) if until > now => Ok(Existing::InUse {
-                retry_after: (until - now).to_std().unwrap_or(Duration::ZERO),
-                resource_id: self.resource_id,
-            }),
-            _ => Ok(Existing::Abandoned {
-                recovery_point: self.recovery_point.clone(),
-                resource_id: self.resource_id,
+        match self.resource_kind {
+            ResourceKind::Payment => {
+                Ok(Some(Resolved::Operation { kind: self.resource_kind, resource_id: self.resource_id }))
+            }
+            // A local operation commits its key with its answer; a row without one belongs to
+            // a transaction that has not committed, which no other statement can see.
+            ResourceKind::Order => Err(KeyConflict::InUse {
+                retry_after: Duration::from_secs(1),
+                resource_id: Some(self.resource_id),
             }),
         }
     }
 
-    fn stored_response(&self) -> Result<StoredResponse, ApiError> {
-        let corrupt = || ApiError::Internal(anyhow::anyhow!("completed key {} has no response", self.key));
-        let status = self.response_status.and_then(|s| u16::try_from(s).ok()).ok_or_else(corrupt)?;
-        let body = self.response_body.clone().ok_or_else(corrupt)?;
+    /// The answer stored on this row, if it holds one (and it is well-formed).
+    fn stored_response(&self) -> Option<StoredResponse> {
+        let status = u16::try_from(self.response_status?).ok()?;
+        let body = self.response_body.clone()?;
         let headers = match &self.response_headers {
-            Some(headers) => serde_json::from_value(headers.clone())
-                .map_err(|e| ApiError::Internal(anyhow::anyhow!("stored headers: {e}")))?,
+            Some(headers) => serde_json::from_value(headers.clone()).ok()?,
             None => Vec::new(),
         };
-        Ok(StoredResponse { status, headers, body })
+        Some(StoredResponse { status, headers, body })
     }
 }
 
-#[derive(Insertable)]
-#[diesel(table_name = idempotency_keys)]
-struct NewKeyRow<'a> {
-    account_id: Uuid,
-    key: &'a str,
-    method: &'a str,
-    route: &'a str,
-    fingerprint: &'a [u8],
-    state: &'a str,
-    locked_until: Option<DateTime<Utc>>,
-    recovery_point: &'a str,
-    resource_id: Option<Uuid>,
-    response_status: Option<i16>,
-    response_headers: Option<serde_json::Value>,
-    response_body: Option<&'a [u8]>,
-    created_at: DateTime<Utc>,
-    expires_at: DateTime<Utc>,
-    lease_id: Option<Uuid>,
+/// The parameters of `claim_key.sql` ($1 to $12), for every statement that starts with it.
+pub struct ClaimParameters<'a> {
+    pub account_id: AccountId,
+    /// `None`: no key, nothing is claimed (an order created without one).
+    pub key: Option<&'a str>,
+    pub method: &'a str,
+    pub route: &'a str,
+    pub fingerprint: &'a [u8],
+    pub resource_kind: ResourceKind,
+    pub resource_id: Uuid,
+    pub answer_status: Option<i16>,
+    pub answer_headers: Option<serde_json::Value>,
+    pub answer_body: Option<&'a [u8]>,
+    pub now: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
 }
 
-/// The stored form of an answer's headers: `[[name, value], ...]`.
-pub fn headers_json(response: &StoredResponse) -> serde_json::Value {
-    serde_json::Value::Array(
-        response.headers.iter().map(|(name, value)| serde_json::json!([name, value])).collect(),
-    )
+impl<'a> ClaimParameters<'a> {
+    /// A claim of `request`'s key (or none), for `resource`, with `answer` if it is known now.
+    pub fn new(
+        account_id: AccountId,
+        request: Option<&'a KeyedRequest>,
+        (resource_kind, resource_id): (ResourceKind, Uuid),
+        answer: Option<&'a StoredResponse>,
+        now: DateTime<Utc>,
+        retention: Duration,
+    ) -> Self {
+        ClaimParameters {
+            account_id,
+            key: request.map(|request| request.key.as_str()),
+            method: request.map_or("", |request| request.method.as_str()),
+            route: request.map_or("", |request| request.route.as_str()),
+            fingerprint: request.map_or(&[][..], |request| request.fingerprint.as_bytes().as_slice()),
+            resource_kind,
+            resource_id,
+            answer_status: answer.map(|answer| answer.status as i16),
+            answer_headers: answer.map(StoredResponse::headers_json),
+            answer_body: answer.map(|answer| answer.body.as_slice()),
+            now,
+            expires_at: crate::clock::after(now, retention),
+        }
+    }
 }
 
-/// Claims `request`'s key inside the caller's transaction.
-///
-/// If another transaction holds an uncommitted row for the key, this waits for it to finish.
-/// A completed row past its retention is treated as absent: it is deleted and the key claimed
-/// anew. An in-progress row is never deleted, however old: its operation (a payment whose
-/// outcome is unknown) still owns the key.
+impl ParameterGroup for ClaimParameters<'_> {
+    const PARAMETERS: &'static [usize] = &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
+
+    fn bind<'b>(
+        &'b self,
+        number: usize,
+        out: &mut diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>,
+    ) -> QueryResult<bool> {
+        match number {
+            1 => out.push_bind_param::<SqlUuid, _>(&self.account_id)?,
+            2 => out.push_bind_param::<Nullable<Text>, _>(&self.key)?,
+            3 => out.push_bind_param::<Text, _>(self.method)?,
+            4 => out.push_bind_param::<Text, _>(self.route)?,
+            5 => out.push_bind_param::<Bytea, _>(self.fingerprint)?,
+            6 => out.push_bind_param::<Text, _>(&self.resource_kind)?,
+            7 => out.push_bind_param::<SqlUuid, _>(&self.resource_id)?,
+            8 => out.push_bind_param::<Nullable<Int2>, _>(&self.answer_status)?,
+            9 => out.push_bind_param::<Nullable<Jsonb>, _>(&self.answer_headers)?,
+            10 => out.push_bind_param::<Nullable<Bytea>, _>(&self.answer_body)?,
+            11 => out.push_bind_param::<Timestamptz, _>(&self.now)?,
+            12 => out.push_bind_param::<Timestamptz, _>(&self.expires_at)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+crate::prepared_statement! {
+    /// The claim alone, inside a transaction that writes the rest.
+    pub(crate) struct ClaimKey<'a>("claim_key.sql", "claim_key_alone.sql") -> BigInt {
+        group claim: ClaimParameters<'a>,
+    }
+}
+
+/// What a claim found.
+#[derive(Debug)]
+pub enum Claim {
+    /// The key is new and now belongs to this transaction.
+    Acquired,
+    /// Someone used the key before (their transaction has committed).
+    Existing(Box<KeyRecord>),
+}
+
+/// Claims `request`'s key inside the caller's transaction, without an answer: the transaction
+/// [`complete`]s it before it commits. If another transaction holds an uncommitted row for the
+/// key, this waits for it to finish. A row past its retention is expired and the key claimed
+/// anew.
 pub async fn claim(
     conn: &mut AsyncPgConnection,
     request: &KeyedRequest,
-    claim_as: ClaimAs<'_>,
+    resource: (ResourceKind, Uuid),
     retention: Duration,
     now: DateTime<Utc>,
 ) -> QueryResult<Claim> {
-    let (state, locked_until, resource_id, response, recovery_point) = match claim_as {
-        ClaimAs::Completed { response, resource_id } => {
-            (COMPLETED, None, resource_id, Some(response), FINISHED)
-        }
-        ClaimAs::InProgress { lease, resource_id, recovery_point } => {
-            (IN_PROGRESS, lease.map(|lease| after(now, lease)), resource_id, None, recovery_point)
-        }
-    };
-    let lease_id = locked_until.map(|_| Uuid::now_v7());
-    let row = NewKeyRow {
-        account_id: request.account_id,
-        key: request.key.as_str(),
-        method: &request.method,
-        route: &request.route,
-        fingerprint: request.fingerprint.as_bytes(),
-        state,
-        locked_until,
-        recovery_point,
-        resource_id,
-        response_status: response.map(|r| r.status as i16),
-        response_headers: response.map(headers_json),
-        response_body: response.map(|r| r.body.as_slice()),
-        created_at: now,
-        expires_at: after(now, retention),
-        lease_id,
-    };
-    // Two rounds at most: a conflicting row can vanish (swept, or expired and deleted here)
-    // between the insert and the read.
+    // A conflicting row can vanish (swept, or expired here) between the insert and the read.
     for _ in 0..3 {
-        let inserted = diesel::insert_into(idempotency_keys::table)
-            .values(&row)
-            .on_conflict_do_nothing()
-            .execute(conn)
-            .await?;
-        if inserted == 1 {
-            return Ok(Claim::Acquired(lease_id));
+        let claim = ClaimParameters::new(request.account_id, Some(request), resource, None, now, retention);
+        if (ClaimKey { claim }).get_result::<i64>(conn).await? == 1 {
+            return Ok(Claim::Acquired);
         }
-        let existing = find(conn, request.account_id, request.key.as_str()).await?;
-        match existing {
-            Some(record) if record.expires_at > now || record.state != COMPLETED => {
-                return Ok(Claim::Existing(Box::new(record)));
-            }
+        match find(conn, request.account_id, request.key.as_str()).await? {
+            Some(record) if record.expires_at > now => return Ok(Claim::Existing(Box::new(record))),
             Some(_) => {
-                diesel::delete(idempotency_keys::table)
-                    .filter(idempotency_keys::account_id.eq(request.account_id))
-                    .filter(idempotency_keys::key.eq(request.key.as_str()))
-                    .filter(idempotency_keys::state.eq(COMPLETED))
-                    .filter(idempotency_keys::expires_at.le(now))
-                    .execute(conn)
-                    .await?;
+                expire(conn, request.account_id, request.key.as_str(), now).await?;
             }
             None => {}
         }
@@ -224,7 +247,7 @@ pub async fn claim(
 /// Reads a key row.
 pub async fn find(
     conn: &mut AsyncPgConnection,
-    account_id: Uuid,
+    account_id: AccountId,
     key: &str,
 ) -> QueryResult<Option<KeyRecord>> {
     idempotency_keys::table
@@ -235,12 +258,11 @@ pub async fn find(
         .optional()
 }
 
-/// Stores the final answer for a key that is in progress for `resource_id`, in the caller's
-/// transaction. Returns whether it did: `false` when the key row is gone, already completed, or
-/// now belongs to another resource (the key expired and was reused).
+/// Stores the answer of a transaction that claimed the key for `resource_id` without one, in
+/// that transaction. Returns whether it did.
 pub async fn complete(
     conn: &mut AsyncPgConnection,
-    account_id: Uuid,
+    account_id: AccountId,
     key: &str,
     resource_id: Uuid,
     response: &StoredResponse,
@@ -248,15 +270,11 @@ pub async fn complete(
     let updated = diesel::update(idempotency_keys::table)
         .filter(idempotency_keys::account_id.eq(account_id))
         .filter(idempotency_keys::key.eq(key))
-        .filter(idempotency_keys::state.eq(IN_PROGRESS))
         .filter(idempotency_keys::resource_id.eq(resource_id))
+        .filter(idempotency_keys::response_status.is_null())
         .set((
-            idempotency_keys::state.eq(COMPLETED),
-            idempotency_keys::locked_until.eq(None::<DateTime<Utc>>),
-            idempotency_keys::lease_id.eq(None::<Uuid>),
-            idempotency_keys::recovery_point.eq(FINISHED),
             idempotency_keys::response_status.eq(Some(response.status as i16)),
-            idempotency_keys::response_headers.eq(Some(headers_json(response))),
+            idempotency_keys::response_headers.eq(Some(response.headers_json())),
             idempotency_keys::response_body.eq(Some(response.body.as_slice())),
         ))
         .execute(conn)
@@ -264,88 +282,44 @@ pub async fn complete(
     Ok(updated == 1)
 }
 
-/// Takes over the in-progress key of `resource_id` when its lease has run out (or was released):
-/// an atomic compare-and-set, so of two takers racing for an abandoned key exactly one wins. A
-/// taker waits for a concurrent one's uncommitted lease and then sees it held. Returns the new
-/// lease's id when this caller now holds it.
-pub async fn take_over(
-    conn: &mut AsyncPgConnection,
-    account_id: Uuid,
-    key: &str,
-    resource_id: Uuid,
-    lease: Duration,
-    now: DateTime<Utc>,
-) -> QueryResult<Option<Uuid>> {
-    let lease_id = Uuid::now_v7();
-    let updated = diesel::update(idempotency_keys::table)
-        .filter(idempotency_keys::account_id.eq(account_id))
-        .filter(idempotency_keys::key.eq(key))
-        .filter(idempotency_keys::state.eq(IN_PROGRESS))
-        .filter(idempotency_keys::resource_id.eq(resource_id))
-        .filter(idempotency_keys::locked_until.is_null().or(idempotency_keys::locked_until.le(now)))
-        .set((
-            idempotency_keys::locked_until.eq(Some(after(now, lease))),
-            idempotency_keys::lease_id.eq(Some(lease_id)),
-        ))
-        .execute(conn)
-        .await?;
-    Ok((updated == 1).then_some(lease_id))
-}
-
-/// Deletes an in-progress claim for `resource_id` whose operation refused to start (not stored:
-/// the client may fix its request and use the key again).
+/// Deletes the unanswered claim of an operation that refused to start (not stored: the client
+/// may fix its request and use the key again).
 pub async fn abandon(
     conn: &mut AsyncPgConnection,
-    account_id: Uuid,
+    account_id: AccountId,
     key: &str,
     resource_id: Uuid,
 ) -> QueryResult<()> {
     diesel::delete(idempotency_keys::table)
         .filter(idempotency_keys::account_id.eq(account_id))
         .filter(idempotency_keys::key.eq(key))
-        .filter(idempotency_keys::state.eq(IN_PROGRESS))
         .filter(idempotency_keys::resource_id.eq(resource_id))
+        .filter(idempotency_keys::response_status.is_null())
         .execute(conn)
         .await?;
     Ok(())
 }
 
-/// Gives up a lease (the outcome is unknown; a retry may take the key over at once), if the
-/// caller still owns it: a lease taken over meanwhile belongs to its new owner.
-pub async fn release_lease(
+/// Deletes one key if it is past its retention: a key met there counts as new.
+pub async fn expire(
     conn: &mut AsyncPgConnection,
-    account_id: Uuid,
+    account_id: AccountId,
     key: &str,
-    lease_id: Uuid,
-) -> QueryResult<bool> {
-    let updated = diesel::update(idempotency_keys::table)
+    now: DateTime<Utc>,
+) -> QueryResult<()> {
+    diesel::delete(idempotency_keys::table)
         .filter(idempotency_keys::account_id.eq(account_id))
         .filter(idempotency_keys::key.eq(key))
-        .filter(idempotency_keys::state.eq(IN_PROGRESS))
-        .filter(idempotency_keys::lease_id.eq(lease_id))
-        .set((
-            idempotency_keys::locked_until.eq(None::<DateTime<Utc>>),
-            idempotency_keys::lease_id.eq(None::<Uuid>),
-        ))
+        .filter(idempotency_keys::expires_at.le(now))
         .execute(conn)
         .await?;
-    Ok(updated == 1)
+    Ok(())
 }
 
-/// In-progress keys whose lease has run out: payments whose driver is gone, waiting for a retry
-/// or the reconciler (the `orderpay_idempotency_keys_past_lease` gauge).
-pub async fn count_past_lease(conn: &mut AsyncPgConnection, now: DateTime<Utc>) -> QueryResult<i64> {
-    idempotency_keys::table
-        .filter(idempotency_keys::state.eq(IN_PROGRESS))
-        .filter(idempotency_keys::locked_until.le(now))
-        .count()
-        .get_result(conn)
-        .await
-}
-
-/// Deletes up to `batch_size` completed rows past their retention, oldest first, skipping rows
-/// other transactions hold. In-progress rows are kept: their operation still owns the key.
-/// Returns how many were deleted.
+/// Deletes up to `batch_size` rows past their retention, oldest first, skipping rows other
+/// transactions hold. Returns how many were deleted. A payment whose key is deleted while it
+/// still runs keeps everything it needs on its own row; a retry with the expired key then starts
+/// afresh and meets the order's payment in flight (409 `payment-in-progress`).
 pub async fn delete_expired(
     conn: &mut AsyncPgConnection,
     batch_size: i64,
@@ -353,30 +327,11 @@ pub async fn delete_expired(
 ) -> QueryResult<usize> {
     diesel::sql_query(
         "DELETE FROM idempotency_keys WHERE (account_id, key) IN ( \
-             SELECT account_id, key FROM idempotency_keys \
-             WHERE expires_at <= $1 AND state = 'completed' \
+             SELECT account_id, key FROM idempotency_keys WHERE expires_at <= $1 \
              ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
     )
-    .bind::<diesel::sql_types::Timestamptz, _>(now)
-    .bind::<diesel::sql_types::BigInt, _>(batch_size)
+    .bind::<Timestamptz, _>(now)
+    .bind::<BigInt, _>(batch_size)
     .execute(conn)
     .await
-}
-
-/// For operations that run entirely inside one transaction (orders): an existing key is replayed
-/// or refused. Such an operation's key is never seen in progress by others (it commits
-/// completed), so a row in progress here belongs to a multi-step operation on the same route and
-/// is reported as in use rather than run twice.
-pub fn replay_local(
-    record: &KeyRecord,
-    request: &KeyedRequest,
-    now: DateTime<Utc>,
-) -> Result<super::Execution, ApiError> {
-    match record.resolve(request, now)? {
-        Existing::Replay(response) => Ok(super::Execution::Replayed(response)),
-        Existing::InUse { retry_after, resource_id } => Err(ApiError::key_in_use(retry_after, resource_id)),
-        Existing::Abandoned { resource_id, .. } => {
-            Err(ApiError::IdempotencyKeyInUse { retry_after_secs: 1, resource_id })
-        }
-    }
 }

@@ -1,49 +1,26 @@
-//! Orders: the order domain (types and state machine), its repository and its service.
+//! Orders: the order domain (types and state machine), its repository, its representation and
+//! its service.
 //!
 //! An order is `pending_payment` when placed and moves to `paid` (by a payment) or `cancelled`
 //! (by the client); both are terminal. Totals are computed here, exactly, from parsed amounts.
 
 pub mod repository;
+pub mod representation;
 pub mod service;
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use chrono::{DateTime, SubsecRound, Utc};
-use uuid::Uuid;
 
+use crate::ids::{AccountId, OrderId};
 use crate::money::{Amount, AmountError, Currency};
 
-/// Order lifecycle. Only `pending_payment` can change; the rest are absorbing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OrderStatus {
-    PendingPayment,
-    Paid,
-    Cancelled,
-}
-
-impl OrderStatus {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            OrderStatus::PendingPayment => "pending_payment",
-            OrderStatus::Paid => "paid",
-            OrderStatus::Cancelled => "cancelled",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "pending_payment" => Some(OrderStatus::PendingPayment),
-            "paid" => Some(OrderStatus::Paid),
-            "cancelled" => Some(OrderStatus::Cancelled),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for OrderStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+crate::text_enum! {
+    /// Order lifecycle. Only `pending_payment` can change; the rest are absorbing.
+    pub enum OrderStatus {
+        PendingPayment = "pending_payment",
+        Paid = "paid",
+        Cancelled = "cancelled",
     }
 }
 
@@ -116,8 +93,8 @@ pub struct LineItem {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Order {
-    pub id: Uuid,
-    pub account_id: Uuid,
+    pub id: OrderId,
+    pub account_id: AccountId,
     pub status: OrderStatus,
     pub currency: Currency,
     pub total_amount: Amount,
@@ -142,7 +119,7 @@ impl Order {
     /// exactly, refusing (never wrapping) amounts past [`Amount::MAX`]. Times are cut to
     /// microseconds, PostgreSQL's precision, so the answer given now equals what a later read
     /// returns.
-    pub fn place(account_id: Uuid, new: NewOrder, now: DateTime<Utc>) -> Result<Order, PlaceError> {
+    pub fn place(account_id: AccountId, new: NewOrder, now: DateTime<Utc>) -> Result<Order, PlaceError> {
         let now = now.trunc_subsecs(6);
         let mut total = Amount::zero(new.currency);
         let mut items = Vec::with_capacity(new.items.len());
@@ -160,7 +137,7 @@ impl Order {
             });
         }
         Ok(Order {
-            id: Uuid::now_v7(),
+            id: OrderId::generate(),
             account_id,
             status: OrderStatus::PendingPayment,
             currency: new.currency,
@@ -198,8 +175,12 @@ mod tests {
 
     #[test]
     fn totals_are_exact() {
-        let order = Order::place(Uuid::nil(), new_order(vec![item("0.10", 3), item("19.99", 2)]), Utc::now())
-            .unwrap();
+        let order = Order::place(
+            AccountId::generate(),
+            new_order(vec![item("0.10", 3), item("19.99", 2)]),
+            Utc::now(),
+        )
+        .unwrap();
         assert_eq!(order.items[0].amount.to_string(), "0.30");
         assert_eq!(order.total_amount.to_string(), "40.28");
         assert_eq!(order.status, OrderStatus::PendingPayment);
@@ -209,11 +190,11 @@ mod tests {
     fn overflowing_totals_are_refused() {
         let huge = "999999999999999";
         assert!(matches!(
-            Order::place(Uuid::nil(), new_order(vec![item(huge, 2)]), Utc::now()),
+            Order::place(AccountId::generate(), new_order(vec![item(huge, 2)]), Utc::now()),
             Err(PlaceError::LineAmount { line: 0, .. })
         ));
         assert!(matches!(
-            Order::place(Uuid::nil(), new_order(vec![item(huge, 1), item(huge, 1)]), Utc::now()),
+            Order::place(AccountId::generate(), new_order(vec![item(huge, 1), item(huge, 1)]), Utc::now()),
             Err(PlaceError::Total(AmountError::TooLarge))
         ));
     }

@@ -1,56 +1,32 @@
 //! Order persistence: the only code that knows the `orders` and `order_items` tables.
 //!
-//! Every query is scoped by `account_id`. Status changes are guarded UPDATEs
+//! Every query is scoped by `account_id`. An order is written by one statement only,
+//! `new_order.sql`, keyed or not. Status changes are guarded UPDATEs
 //! (`WHERE status = 'pending_payment'`), so two racing writers cannot both apply a transition.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::result::Error as DbError;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use rust_decimal::Decimal;
-use uuid::Uuid;
 
 use super::{LineItem, Metadata, Order, OrderStatus, Quantity, Sku};
 use crate::db::schema::{order_items, orders};
-use crate::db::statement;
-use crate::idempotency::{KeyRecord, KeyedRequest, StoredResponse};
+use crate::idempotency::store::{ClaimParameters, ResourceKind};
+use crate::idempotency::{KeyedRequest, StoredResponse};
+use crate::ids::{AccountId, OrderId};
 use crate::money::{Amount, Currency};
-
-#[derive(Insertable)]
-#[diesel(table_name = orders)]
-struct NewOrderRow<'a> {
-    account_id: Uuid,
-    id: Uuid,
-    status: &'a str,
-    currency: &'a str,
-    total_amount: Decimal,
-    customer_id: Option<&'a str>,
-    metadata: serde_json::Value,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-}
-
-#[derive(Insertable)]
-#[diesel(table_name = order_items)]
-struct NewItemRow<'a> {
-    account_id: Uuid,
-    order_id: Uuid,
-    line_number: i16,
-    sku: &'a str,
-    quantity: i32,
-    unit_price: Decimal,
-    amount: Decimal,
-}
 
 #[derive(Queryable, Selectable)]
 #[diesel(table_name = orders)]
 #[diesel(check_for_backend(diesel::pg::Pg))]
 struct OrderRow {
-    account_id: Uuid,
-    id: Uuid,
-    status: String,
+    account_id: AccountId,
+    id: OrderId,
+    status: OrderStatus,
     currency: String,
     total_amount: Decimal,
     customer_id: Option<String>,
@@ -63,7 +39,7 @@ struct OrderRow {
 #[diesel(table_name = order_items)]
 #[diesel(check_for_backend(diesel::pg::Pg))]
 struct ItemRow {
-    order_id: Uuid,
+    order_id: OrderId,
     sku: String,
     quantity: i32,
     unit_price: Decimal,
@@ -99,7 +75,7 @@ impl OrderRow {
         Ok(Order {
             id: self.id,
             account_id: self.account_id,
-            status: OrderStatus::parse(&self.status).ok_or_else(|| corrupt("order status"))?,
+            status: self.status,
             currency,
             total_amount: amount(self.total_amount)?,
             customer_id: self.customer_id,
@@ -112,116 +88,35 @@ impl OrderRow {
     }
 }
 
-/// The idempotency key row written together with a new order by [`insert_with_key`].
-pub struct NewKey<'a> {
-    pub request: &'a KeyedRequest,
-    pub response: &'a StoredResponse,
-    pub expires_at: DateTime<Utc>,
-}
-
-const NEW_ORDER_SQL: &str = include_str!("new_order.sql");
-
-/// `new_order.sql` with its parameters: a statement diesel can prepare once per connection and
-/// reuse (raw `sql_query` text is prepared anew on every call, one more round trip).
-struct NewOrderStatement<'a> {
-    account_id: Uuid,
-    key: &'a str,
-    method: &'a str,
-    route: &'a str,
-    fingerprint: &'a [u8],
-    response_body: &'a [u8],
-    response_headers: serde_json::Value,
-    response_status: i16,
-    now: DateTime<Utc>,
-    expires_at: DateTime<Utc>,
-    order_id: Uuid,
-    currency: &'a str,
-    total: Decimal,
-    customer_id: Option<&'a str>,
-    metadata: serde_json::Value,
-    skus: Vec<&'a str>,
-    quantities: Vec<i32>,
-    unit_prices: Vec<Decimal>,
-    amounts: Vec<Decimal>,
-}
-
-impl diesel::query_builder::QueryId for NewOrderStatement<'_> {
-    type QueryId = NewOrderStatement<'static>;
-    const HAS_STATIC_QUERY_ID: bool = true;
-}
-
-impl diesel::query_builder::Query for NewOrderStatement<'_> {
-    type SqlType = (
-        diesel::sql_types::BigInt,
-        // The key row's columns in table order, as `KeyRecord` reads them.
-        diesel::sql_types::Nullable<
-            diesel::dsl::SqlTypeOf<<crate::db::schema::idempotency_keys::table as diesel::Table>::AllColumns>,
-        >,
-    );
-}
-
-/// What [`insert_with_key`] did.
-#[derive(Debug)]
-pub enum KeyedInsert {
-    /// The key was new: key, order and items are written.
-    Inserted,
-    /// The key exists; nothing was written. The row, when this statement could see it.
-    Exists(Option<Box<KeyRecord>>),
-}
-
-impl diesel::query_builder::QueryFragment<diesel::pg::Pg> for NewOrderStatement<'_> {
-    fn walk_ast<'b>(
-        &'b self,
-        mut out: diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>,
-    ) -> QueryResult<()> {
-        use diesel::sql_types::{
-            Array, Bytea, Int2, Int4, Jsonb, Nullable, Numeric, Text, Timestamptz, Uuid as SqlUuid,
-        };
-        let sql = statement::strip_comments(NEW_ORDER_SQL);
-        statement::walk_numbered(&mut out, "new_order.sql", &sql, |number, out| match number {
-            1 => out.push_bind_param::<SqlUuid, _>(&self.account_id),
-            2 => out.push_bind_param::<Text, _>(self.key),
-            3 => out.push_bind_param::<Text, _>(self.method),
-            4 => out.push_bind_param::<Text, _>(self.route),
-            5 => out.push_bind_param::<Bytea, _>(self.fingerprint),
-            6 => out.push_bind_param::<Bytea, _>(self.response_body),
-            7 => out.push_bind_param::<Jsonb, _>(&self.response_headers),
-            8 => out.push_bind_param::<Timestamptz, _>(&self.now),
-            9 => out.push_bind_param::<Timestamptz, _>(&self.expires_at),
-            10 => out.push_bind_param::<SqlUuid, _>(&self.order_id),
-            11 => out.push_bind_param::<Text, _>(self.currency),
-            12 => out.push_bind_param::<Numeric, _>(&self.total),
-            13 => out.push_bind_param::<Nullable<Text>, _>(&self.customer_id),
-            14 => out.push_bind_param::<Jsonb, _>(&self.metadata),
-            15 => out.push_bind_param::<Array<Text>, _>(&self.skus),
-            16 => out.push_bind_param::<Array<Int4>, _>(&self.quantities),
-            17 => out.push_bind_param::<Array<Numeric>, _>(&self.unit_prices),
-            18 => out.push_bind_param::<Array<Numeric>, _>(&self.amounts),
-            19 => out.push_bind_param::<Int2, _>(&self.response_status),
-            other => Err(statement::unknown_parameter("new_order.sql", other)),
-        })
+crate::prepared_statement! {
+    /// `new_order.sql` with its parameters: the key claim, the order and its items.
+    pub(crate) struct NewOrderStatement<'a>("../idempotency/claim_key.sql", "new_order.sql") -> BigInt {
+        group claim: ClaimParameters<'a>,
+        13 => currency: &'a str as Text,
+        14 => total: Decimal as Numeric,
+        15 => customer_id: Option<&'a str> as Nullable<Text>,
+        16 => metadata: serde_json::Value as Jsonb,
+        17 => skus: Vec<&'a str> as Array<Text>,
+        18 => quantities: Vec<i32> as Array<Int4>,
+        19 => unit_prices: Vec<Decimal> as Array<Numeric>,
+        20 => amounts: Vec<Decimal> as Array<Numeric>,
     }
 }
 
-/// Inserts an order, its items and its completed idempotency key in one statement, or, when the
-/// key already exists, writes nothing and returns the existing row.
-pub async fn insert_with_key(
+/// Inserts an order and its items, with `keyed`'s key and its stored `answer` when there is a
+/// key. Returns false, having written nothing, when the key exists.
+pub async fn insert(
     conn: &mut AsyncPgConnection,
     order: &Order,
-    key: NewKey<'_>,
-) -> QueryResult<KeyedInsert> {
+    keyed: Option<&KeyedRequest>,
+    answer: &StoredResponse,
+    retention: Duration,
+) -> QueryResult<bool> {
+    let resource = (ResourceKind::Order, order.id.as_uuid());
+    let claim =
+        ClaimParameters::new(order.account_id, keyed, resource, Some(answer), order.created_at, retention);
     let statement = NewOrderStatement {
-        account_id: order.account_id,
-        key: key.request.key.as_str(),
-        method: &key.request.method,
-        route: &key.request.route,
-        fingerprint: key.request.fingerprint.as_bytes(),
-        response_body: &key.response.body,
-        response_headers: crate::idempotency::store::headers_json(key.response),
-        response_status: key.response.status as i16,
-        now: order.created_at,
-        expires_at: key.expires_at,
-        order_id: order.id,
+        claim,
         currency: order.currency.code(),
         total: order.total_amount.value(),
         customer_id: order.customer_id.as_deref(),
@@ -231,51 +126,14 @@ pub async fn insert_with_key(
         unit_prices: order.items.iter().map(|item| item.unit_price.value()).collect(),
         amounts: order.items.iter().map(|item| item.amount.value()).collect(),
     };
-    let (claimed, existing): (i64, Option<KeyRecord>) = statement.get_result(conn).await?;
-    Ok(if claimed == 1 { KeyedInsert::Inserted } else { KeyedInsert::Exists(existing.map(Box::new)) })
-}
-
-/// Inserts an order and its items.
-pub async fn insert(conn: &mut AsyncPgConnection, order: &Order) -> QueryResult<()> {
-    let metadata = serde_json::to_value(&order.metadata).map_err(|e| corrupt(e.to_string()))?;
-    diesel::insert_into(orders::table)
-        .values(NewOrderRow {
-            account_id: order.account_id,
-            id: order.id,
-            status: order.status.as_str(),
-            currency: order.currency.code(),
-            total_amount: order.total_amount.value(),
-            customer_id: order.customer_id.as_deref(),
-            metadata,
-            created_at: order.created_at,
-            updated_at: order.updated_at,
-        })
-        .execute(conn)
-        .await?;
-    let items: Vec<NewItemRow> = order
-        .items
-        .iter()
-        .enumerate()
-        .map(|(line, item)| NewItemRow {
-            account_id: order.account_id,
-            order_id: order.id,
-            // At most 100 lines: validated before an order exists.
-            line_number: line as i16,
-            sku: item.sku.as_str(),
-            quantity: item.quantity.get() as i32,
-            unit_price: item.unit_price.value(),
-            amount: item.amount.value(),
-        })
-        .collect();
-    diesel::insert_into(order_items::table).values(&items).execute(conn).await?;
-    Ok(())
+    Ok(statement.get_result::<i64>(conn).await? == 1)
 }
 
 async fn load_items(
     conn: &mut AsyncPgConnection,
-    account_id: Uuid,
-    order_ids: &[Uuid],
-) -> QueryResult<HashMap<Uuid, Vec<ItemRow>>> {
+    account_id: AccountId,
+    order_ids: &[OrderId],
+) -> QueryResult<HashMap<OrderId, Vec<ItemRow>>> {
     let rows: Vec<ItemRow> = order_items::table
         .filter(order_items::account_id.eq(account_id))
         .filter(order_items::order_id.eq_any(order_ids))
@@ -283,7 +141,7 @@ async fn load_items(
         .select(ItemRow::as_select())
         .load(conn)
         .await?;
-    let mut by_order: HashMap<Uuid, Vec<ItemRow>> = HashMap::with_capacity(order_ids.len());
+    let mut by_order: HashMap<OrderId, Vec<ItemRow>> = HashMap::with_capacity(order_ids.len());
     for row in rows {
         by_order.entry(row.order_id).or_default().push(row);
     }
@@ -291,7 +149,11 @@ async fn load_items(
 }
 
 /// One order of the account, with its items.
-pub async fn find(conn: &mut AsyncPgConnection, account_id: Uuid, id: Uuid) -> QueryResult<Option<Order>> {
+pub async fn find(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    id: OrderId,
+) -> QueryResult<Option<Order>> {
     let row: Option<OrderRow> =
         orders::table.find((account_id, id)).select(OrderRow::as_select()).first(conn).await.optional()?;
     let Some(row) = row else { return Ok(None) };
@@ -303,9 +165,9 @@ pub async fn find(conn: &mut AsyncPgConnection, account_id: Uuid, id: Uuid) -> Q
 /// older than `starting_after` when given. Returns the page and whether more follow.
 pub async fn list(
     conn: &mut AsyncPgConnection,
-    account_id: Uuid,
+    account_id: AccountId,
     limit: i64,
-    starting_after: Option<Uuid>,
+    starting_after: Option<OrderId>,
 ) -> QueryResult<(Vec<Order>, bool)> {
     let mut query = orders::table.filter(orders::account_id.eq(account_id)).into_boxed();
     if let Some(cursor) = starting_after {
@@ -315,7 +177,7 @@ pub async fn list(
         query.order(orders::id.desc()).limit(limit + 1).select(OrderRow::as_select()).load(conn).await?;
     let has_more = rows.len() as i64 > limit;
     rows.truncate(limit as usize);
-    let ids: Vec<Uuid> = rows.iter().map(|row| row.id).collect();
+    let ids: Vec<OrderId> = rows.iter().map(|row| row.id).collect();
     let mut items = load_items(conn, account_id, &ids).await?;
     let orders = rows
         .into_iter()
@@ -338,10 +200,10 @@ pub struct LockedOrder {
 /// total: the one place where a status change and the checks before it are serialised.
 pub async fn lock(
     conn: &mut AsyncPgConnection,
-    account_id: Uuid,
-    id: Uuid,
+    account_id: AccountId,
+    id: OrderId,
 ) -> QueryResult<Option<LockedOrder>> {
-    let row: Option<(String, String, Decimal)> = orders::table
+    let row: Option<(OrderStatus, String, Decimal)> = orders::table
         .find((account_id, id))
         .select((orders::status, orders::currency, orders::total_amount))
         .for_update()
@@ -351,7 +213,7 @@ pub async fn lock(
     let Some((status, currency, total)) = row else { return Ok(None) };
     let currency = Currency::parse(&currency).map_err(|e| corrupt(format!("order currency: {e}")))?;
     Ok(Some(LockedOrder {
-        status: OrderStatus::parse(&status).ok_or_else(|| corrupt("order status"))?,
+        status,
         total_amount: Amount::from_decimal(total, currency)
             .map_err(|e| corrupt(format!("order total: {e}")))?,
     }))
@@ -361,8 +223,8 @@ pub async fn lock(
 /// this call made the change.
 pub async fn transition(
     conn: &mut AsyncPgConnection,
-    account_id: Uuid,
-    id: Uuid,
+    account_id: AccountId,
+    id: OrderId,
     from: OrderStatus,
     to: OrderStatus,
     now: DateTime<Utc>,
@@ -370,8 +232,8 @@ pub async fn transition(
     let updated = diesel::update(orders::table)
         .filter(orders::account_id.eq(account_id))
         .filter(orders::id.eq(id))
-        .filter(orders::status.eq(from.as_str()))
-        .set((orders::status.eq(to.as_str()), orders::updated_at.eq(now)))
+        .filter(orders::status.eq(from))
+        .set((orders::status.eq(to), orders::updated_at.eq(now)))
         .execute(conn)
         .await?;
     Ok(updated == 1)

@@ -1,72 +1,65 @@
-//! Order use cases, each one database transaction: the order writes and the idempotency record
-//! commit together or not at all (the product's central invariant).
-
-use std::time::Duration;
+//! Order use cases. Each writes in one statement or one transaction: the order writes and the
+//! idempotency record commit together or not at all (the product's central invariant).
 
 use chrono::Utc;
 use diesel_async::AsyncConnection;
-use uuid::Uuid;
 
-use super::repository::KeyedInsert;
-use super::{Order, OrderStatus, repository};
-use crate::clock::after;
+use super::{Order, OrderStatus, repository, representation};
 use crate::db::Pool;
 use crate::error::ApiError;
-use crate::idempotency::cache::ReplayCache;
-use crate::idempotency::store::{self, Claim, ClaimAs};
-use crate::idempotency::{Execution, KeyedRequest, StoredResponse};
+use crate::idempotency::store::{self, Claim, ResourceKind};
+use crate::idempotency::{Execution, KeyedRequest, Keys, Resolved, StoredResponse};
+use crate::ids::{AccountId, OrderId};
 use crate::payments;
 
-/// Stores a placed order. `response` is its answer, rendered before anything is written (every
-/// field is known once the order is placed), so with a key the key row is written already
-/// completed. A new key takes the fast path: key, order and items in one statement, one round
-/// trip (`new_order.sql`). A key seen before takes the general path of `idempotency::store`, in
-/// one transaction: replay, refuse, or (a key past its retention) run anew.
+/// How often a keyed write tries again when its key changes under it (swept or expired between
+/// two statements); more means the database is misbehaving.
+const KEY_ROUNDS: usize = 3;
+
+/// Stores a placed order. Its answer is rendered before anything is written (every field is
+/// known once the order is placed), so the key row is written with it, in the same statement as
+/// the order (`new_order.sql`), keyed or not. A key seen before writes nothing; its row is then
+/// read to replay or refuse, or, past its retention, expired and claimed again.
 pub async fn create(
     pool: &Pool,
-    replays: &ReplayCache,
+    keys: &Keys,
     order: &Order,
     keyed: Option<&KeyedRequest>,
-    response: &StoredResponse,
-    retention: Duration,
 ) -> Result<Execution, ApiError> {
-    let now = Utc::now();
-    if let Some(request) = keyed
-        && let Some(stored) = replays.replay(request, now)
-    {
-        return Ok(Execution::Replayed(stored));
+    if let Some(replay) = keyed.and_then(|request| keys.replay(request)) {
+        return Ok(replay);
     }
+    let answer = representation::created(order);
     let mut conn = pool.get().await?;
-    if let Some(request) = keyed {
-        let expires_at = after(now, retention);
-        let key = repository::NewKey { request, response, expires_at };
-        match repository::insert_with_key(&mut conn, order, key).await? {
-            KeyedInsert::Inserted => {
-                replays.remember(request, response, expires_at);
-                return Ok(Execution::Executed(response.clone()));
+    for _ in 0..KEY_ROUNDS {
+        let inserted = repository::insert(&mut conn, order, keyed, &answer, keys.retention).await?;
+        let Some(request) = keyed else {
+            return Ok(Execution::Executed(answer));
+        };
+        if inserted {
+            keys.remember(request, &answer);
+            return Ok(Execution::Executed(answer));
+        }
+        let now = Utc::now();
+        let Some(record) = store::find(&mut conn, request.account_id, request.key.as_str()).await? else {
+            continue; // swept meanwhile: the key is free again
+        };
+        match record.resolve(request, now)? {
+            Some(Resolved::Answer(stored)) => {
+                keys.remember(request, &stored);
+                return Ok(Execution::Replayed(stored));
             }
-            // A replay or a reuse, decided without a transaction or a commit.
-            KeyedInsert::Exists(Some(record)) if record.expires_at > now => {
-                replays.remember_record(request, &record);
-                return store::replay_local(&record, request, now);
+            Some(Resolved::Operation { .. }) => {
+                return Err(ApiError::Internal(anyhow::anyhow!("an order key names a provider operation")));
             }
-            // Past its retention, or not visible yet: the general path below.
-            KeyedInsert::Exists(_) => {}
+            None => store::expire(&mut conn, request.account_id, request.key.as_str(), now).await?,
         }
     }
-    conn.transaction(async |conn| {
-        if let Some(request) = keyed {
-            let claim_as = ClaimAs::Completed { response, resource_id: Some(order.id) };
-            if let Claim::Existing(record) =
-                store::claim(conn, request, claim_as, retention, Utc::now()).await?
-            {
-                return store::replay_local(&record, request, Utc::now());
-            }
-        }
-        repository::insert(conn, order).await?;
-        Ok(Execution::Executed(response.clone()))
-    })
-    .await
+    Err(key_keeps_changing())
+}
+
+fn key_keeps_changing() -> ApiError {
+    ApiError::Unavailable(anyhow::anyhow!("an idempotency key kept changing while it was claimed"))
 }
 
 /// Cancels a `pending_payment` order. Any other state is a final answer too (409
@@ -75,58 +68,73 @@ pub async fn create(
 /// taken here and by a payment's phase 1 orders the two.
 pub async fn cancel(
     pool: &Pool,
-    account_id: Uuid,
-    order_id: Uuid,
+    keys: &Keys,
+    account_id: AccountId,
+    order_id: OrderId,
     keyed: Option<&KeyedRequest>,
-    retention: Duration,
-    render: impl Fn(&Order) -> StoredResponse + Send + Sync,
 ) -> Result<Execution, ApiError> {
+    if let Some(replay) = keyed.and_then(|request| keys.replay(request)) {
+        return Ok(replay);
+    }
     let mut conn = pool.get().await?;
-    conn.transaction(async |conn| {
-        if let Some(request) = keyed {
-            let claim_as =
-                ClaimAs::InProgress { lease: None, resource_id: Some(order_id), recovery_point: "started" };
-            if let Claim::Existing(record) =
-                store::claim(conn, request, claim_as, retention, Utc::now()).await?
+    let execution = conn
+        .transaction(async |conn| {
+            if let Some(request) = keyed {
+                let resource = (ResourceKind::Order, order_id.as_uuid());
+                if let Claim::Existing(record) =
+                    store::claim(conn, request, resource, keys.retention, Utc::now()).await?
+                {
+                    return match record.resolve(request, Utc::now())? {
+                        Some(Resolved::Answer(stored)) => Ok(Execution::Replayed(stored)),
+                        _ => Err(key_keeps_changing()),
+                    };
+                }
+            }
+            let not_found = || ApiError::NotFound { resource: "order", id: order_id.to_string() };
+            let status = repository::lock(conn, account_id, order_id).await?.ok_or_else(not_found)?.status;
+            if status == OrderStatus::PendingPayment
+                && let Some(payment_id) =
+                    payments::repository::processing_for_order(conn, account_id, order_id).await?
             {
-                return store::replay_local(&record, request, Utc::now());
+                // Its outcome is unknown: the customer may have been charged. Not a final answer.
+                return Err(ApiError::PaymentInProgress { order_id, payment_id });
             }
-        }
-        let not_found = || ApiError::NotFound { resource: "order", id: order_id.to_string() };
-        let status = repository::lock(conn, account_id, order_id).await?.ok_or_else(not_found)?.status;
-        if status == OrderStatus::PendingPayment
-            && let Some(payment_id) =
-                payments::repository::processing_for_order(conn, account_id, order_id).await?
-        {
-            // Its outcome is unknown: the customer may have been charged. Not a final answer.
-            return Err(ApiError::PaymentInProgress { order_id, payment_id });
-        }
-        let response = if status == OrderStatus::PendingPayment {
-            let now = Utc::now();
-            repository::transition(conn, account_id, order_id, status, OrderStatus::Cancelled, now).await?;
-            let order = repository::find(conn, account_id, order_id).await?.ok_or_else(not_found)?;
-            render(&order)
-        } else {
-            ApiError::InvalidState {
-                resource: "order",
-                id: order_id,
-                current: status.to_string(),
-                action: "cancelled",
+            let answer = if status == OrderStatus::PendingPayment {
+                let now = Utc::now();
+                repository::transition(conn, account_id, order_id, status, OrderStatus::Cancelled, now)
+                    .await?;
+                let order = repository::find(conn, account_id, order_id).await?.ok_or_else(not_found)?;
+                representation::ok(&order)
+            } else {
+                not_cancellable(order_id, status)
+            };
+            if let Some(request) = keyed
+                && !store::complete(conn, account_id, request.key.as_str(), order_id.as_uuid(), &answer)
+                    .await?
+            {
+                return Err(ApiError::Internal(anyhow::anyhow!("the claimed key vanished")));
             }
-            .to_stored_response()
-        };
-        if let Some(request) = keyed
-            && !store::complete(conn, account_id, request.key.as_str(), order_id, &response).await?
-        {
-            return Err(ApiError::Internal(anyhow::anyhow!("the claimed key vanished")));
-        }
-        Ok(Execution::Executed(response))
-    })
-    .await
+            Ok(Execution::Executed(answer))
+        })
+        .await?;
+    if let Some(request) = keyed {
+        keys.remember(request, execution.response());
+    }
+    Ok(execution)
+}
+
+fn not_cancellable(order_id: OrderId, current: OrderStatus) -> StoredResponse {
+    ApiError::InvalidState {
+        resource: "order",
+        id: order_id.as_uuid(),
+        current: current.to_string(),
+        action: "cancelled",
+    }
+    .to_stored_response()
 }
 
 /// One order of the account.
-pub async fn get(pool: &Pool, account_id: Uuid, order_id: Uuid) -> Result<Order, ApiError> {
+pub async fn get(pool: &Pool, account_id: AccountId, order_id: OrderId) -> Result<Order, ApiError> {
     let mut conn = pool.get().await?;
     repository::find(&mut conn, account_id, order_id)
         .await?
@@ -136,9 +144,9 @@ pub async fn get(pool: &Pool, account_id: Uuid, order_id: Uuid) -> Result<Order,
 /// A page of the account's orders, newest first.
 pub async fn list(
     pool: &Pool,
-    account_id: Uuid,
+    account_id: AccountId,
     limit: i64,
-    starting_after: Option<Uuid>,
+    starting_after: Option<OrderId>,
 ) -> Result<(Vec<Order>, bool), ApiError> {
     let mut conn = pool.get().await?;
     Ok(repository::list(&mut conn, account_id, limit, starting_after).await?)

@@ -1,5 +1,7 @@
-//! Payments: the payment domain (types, state machine, what a provider answer means), its
-//! repository, its representation, and the two-phase service of IDEMPOTENCY.md and PAYMENTS.md.
+//! Payments: the payment domain (types and state machine), its repository, its representation,
+//! and the request flow of `POST /payments` (the service). Driving a payment at the provider and
+//! settling it belong to the provider-operations engine (`crate::operations`), which the
+//! request, a retry that takes a payment over, and the reconciler share.
 //!
 //! A payment is `processing` until its outcome is known, then `succeeded` or `failed`; both are
 //! terminal. Only a definite decline fails a payment: a timeout, a 5xx, a refused or broken
@@ -9,43 +11,17 @@ pub mod repository;
 pub mod representation;
 pub mod service;
 
-use std::fmt;
-
 use chrono::{DateTime, Utc};
-use uuid::Uuid;
 
+use crate::ids::{AccountId, LeaseId, OrderId, PaymentId};
 use crate::money::Amount;
-use crate::provider::{Charge, ChargeRequest, ChargeStatus, ProviderError};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PaymentStatus {
-    Processing,
-    Succeeded,
-    Failed,
-}
-
-impl PaymentStatus {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            PaymentStatus::Processing => "processing",
-            PaymentStatus::Succeeded => "succeeded",
-            PaymentStatus::Failed => "failed",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "processing" => Some(PaymentStatus::Processing),
-            "succeeded" => Some(PaymentStatus::Succeeded),
-            "failed" => Some(PaymentStatus::Failed),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for PaymentStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+crate::text_enum! {
+    /// Payment lifecycle: `processing` until the outcome is known; the rest are absorbing.
+    pub enum PaymentStatus {
+        Processing = "processing",
+        Succeeded = "succeeded",
+        Failed = "failed",
     }
 }
 
@@ -73,21 +49,33 @@ impl PaymentMethod {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Payment {
-    pub id: Uuid,
-    pub account_id: Uuid,
-    pub order_id: Uuid,
+    pub id: PaymentId,
+    pub account_id: AccountId,
+    pub order_id: OrderId,
     pub status: PaymentStatus,
     pub amount: Amount,
     pub payment_method: String,
     pub provider_charge_id: Option<String>,
     pub failure_code: Option<String>,
     pub failure_message: Option<String>,
+    /// The client's key that created the payment: its retries replay the payment's answer.
     pub idempotency_key: Option<String>,
+    /// Reconciliation: checks made, the next one due, and what the last one saw.
     pub attempts: i32,
     pub next_check_at: Option<DateTime<Utc>>,
     pub last_error: Option<String>,
+    /// Who drives the payment now, and until when (`None`: nobody; a retry or the reconciler
+    /// may take it over).
+    pub lease: Option<Lease>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// A driver's hold on a payment in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    pub id: LeaseId,
+    pub until: DateTime<Utc>,
 }
 
 impl Payment {
@@ -96,123 +84,22 @@ impl Payment {
         downstream_key(self.id)
     }
 
-    pub fn charge_request(&self, request_id: Option<&str>) -> ChargeRequest {
-        ChargeRequest {
-            downstream_key: self.downstream_key(),
-            amount: self.amount,
-            payment_method: self.payment_method.clone(),
-            reference: self.id,
-            request_id: request_id.map(str::to_owned),
-        }
+    /// Whether its outcome is known (and so final).
+    pub fn is_settled(&self) -> bool {
+        self.status != PaymentStatus::Processing
     }
 }
 
-pub fn downstream_key(payment_id: Uuid) -> String {
+pub fn downstream_key(payment_id: PaymentId) -> String {
     format!("orderpay_pay_{payment_id}")
 }
 
-/// What one provider answer means for a payment.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// Charged: the payment succeeds and the order is paid.
-    Succeeded { charge_id: String },
-    /// Definitely not charged: the payment fails, the order stays payable.
-    Declined { code: String, message: String },
-    /// We do not know (yet): the payment stays `processing`.
-    Unknown { reason: String },
-    /// The provider has no charge for the downstream key: it never received one, so nothing
-    /// was charged. (Only a lookup answers this; a charge request never does.)
-    NotReceived,
-}
-
-/// Maps a provider answer to an outcome. Exhaustive on purpose: a new provider error does not
-/// compile until someone decides what it means for money.
-pub fn outcome_of(answer: Result<Charge, ProviderError>) -> Outcome {
-    match answer {
-        Ok(Charge { id, status: ChargeStatus::Succeeded }) => Outcome::Succeeded { charge_id: id },
-        Ok(Charge { status: ChargeStatus::Declined { code, message }, .. }) => {
-            Outcome::Declined { code, message }
-        }
-        Ok(Charge { id, status: ChargeStatus::Pending }) => {
-            Outcome::Unknown { reason: format!("charge {id} is pending at the provider") }
-        }
-        Err(error @ ProviderError::Timeout) => Outcome::Unknown { reason: error.to_string() },
-        Err(error @ ProviderError::Connection(_)) => Outcome::Unknown { reason: error.to_string() },
-        Err(error @ ProviderError::ServerError(_)) => Outcome::Unknown { reason: error.to_string() },
-        // A refusal that is not a decline (a malformed request, a key conflict) is our bug or
-        // theirs, not an answer about the card: it is retried and eventually given up on.
-        Err(error @ ProviderError::Rejected { .. }) => Outcome::Unknown { reason: error.to_string() },
-        Err(error @ ProviderError::Malformed(_)) => Outcome::Unknown { reason: error.to_string() },
-    }
-}
-
-/// The terminal state a payment is being moved to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Settlement {
-    Succeeded { charge_id: String },
-    Failed { code: String, message: String },
-}
-
-impl Settlement {
-    pub fn status(&self) -> PaymentStatus {
-        match self {
-            Settlement::Succeeded { .. } => PaymentStatus::Succeeded,
-            Settlement::Failed { .. } => PaymentStatus::Failed,
-        }
-    }
-}
-
-/// A status change the state machine does not allow: terminal states are absorbing.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("payment {payment_id} is {current}; it cannot become {wanted}")]
-pub struct IllegalTransition {
-    pub payment_id: Uuid,
-    pub current: PaymentStatus,
-    pub wanted: PaymentStatus,
-}
-
-/// Who applied a transition, for the audit trail.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Actor {
-    Request,
-    Reconciler,
-}
-
-impl Actor {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Actor::Request => "request",
-            Actor::Reconciler => "reconciler",
-        }
-    }
-}
+/// The failure code of a payment the reconciler gave up on.
+pub const GAVE_UP_CODE: &str = "reconciliation_gave_up";
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_a_definite_decline_is_final_failure() {
-        let charge = |status| Ok(Charge { id: "ch_1".into(), status });
-        assert_eq!(
-            outcome_of(charge(ChargeStatus::Succeeded)),
-            Outcome::Succeeded { charge_id: "ch_1".into() }
-        );
-        assert!(matches!(
-            outcome_of(charge(ChargeStatus::Declined { code: "c".into(), message: "m".into() })),
-            Outcome::Declined { .. }
-        ));
-        for unknown in [
-            charge(ChargeStatus::Pending),
-            Err(ProviderError::Timeout),
-            Err(ProviderError::Connection("reset".into())),
-            Err(ProviderError::ServerError(503)),
-            Err(ProviderError::Rejected { status: 400, message: "bad".into() }),
-            Err(ProviderError::Malformed("?".into())),
-        ] {
-            assert!(matches!(outcome_of(unknown), Outcome::Unknown { .. }));
-        }
-    }
 
     #[test]
     fn payment_methods_are_provider_tokens() {

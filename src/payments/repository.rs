@@ -1,30 +1,35 @@
 //! Payment persistence: the only code that knows the `payments` and `payment_events` tables.
 //!
-//! Every status change is a guarded UPDATE (`WHERE status = 'processing'`) that records its
-//! transition in `payment_events` in the same transaction: of two workers racing on one payment,
-//! exactly one applies the transition and the other sees the result.
+//! One writer per change of a payment row:
+//! - [`start`] (`start_payment.sql`): phase 1, claiming the key and inserting the payment;
+//! - [`lease`]: a driver takes a payment whose lease is free (a retry taking it over, or the
+//!   reconciler claiming due ones), by compare-and-set;
+//! - [`mark_sending`]: a driver about to re-send the charge notes when, under its lease;
+//! - [`release`]: the outcome stays unknown; the driver lets go and schedules the next check;
+//! - [`settle`] (`settle_payment.sql`): the terminal status, the final answer, the order, and the
+//!   audit row, guarded by `status = 'processing'` so that of two settlers exactly one applies.
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::result::Error as DbError;
+use diesel::sql_types::{BigInt, Int4, Nullable, Timestamptz, Uuid as SqlUuid};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use rust_decimal::Decimal;
-use uuid::Uuid;
 
-use super::{Payment, PaymentStatus};
-use crate::db::schema::{idempotency_keys, payments};
-use crate::db::statement;
-use crate::idempotency::KeyRecord;
+use super::{Lease, Payment, PaymentStatus};
+use crate::db::schema::payments;
+use crate::idempotency::store::ClaimParameters;
+use crate::ids::{AccountId, LeaseId, OrderId, PaymentId};
 use crate::money::{Amount, Currency};
 
-#[derive(Queryable, QueryableByName, Selectable, Insertable)]
+#[derive(Queryable, QueryableByName, Selectable)]
 #[diesel(table_name = payments)]
 #[diesel(check_for_backend(diesel::pg::Pg))]
 struct PaymentRow {
-    account_id: Uuid,
-    id: Uuid,
-    order_id: Uuid,
-    status: String,
+    account_id: AccountId,
+    id: PaymentId,
+    order_id: OrderId,
+    status: PaymentStatus,
     amount: Decimal,
     currency: String,
     payment_method: String,
@@ -35,6 +40,8 @@ struct PaymentRow {
     attempts: i32,
     next_check_at: Option<DateTime<Utc>>,
     last_error: Option<String>,
+    lease_until: Option<DateTime<Utc>>,
+    lease_id: Option<LeaseId>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -47,11 +54,15 @@ impl PaymentRow {
     fn into_payment(self) -> QueryResult<Payment> {
         let currency =
             Currency::parse(&self.currency).map_err(|e| corrupt(format!("payment currency: {e}")))?;
+        let lease = match (self.lease_id, self.lease_until) {
+            (Some(id), Some(until)) => Some(Lease { id, until }),
+            _ => None,
+        };
         Ok(Payment {
             id: self.id,
             account_id: self.account_id,
             order_id: self.order_id,
-            status: PaymentStatus::parse(&self.status).ok_or_else(|| corrupt("payment status"))?,
+            status: self.status,
             amount: Amount::from_decimal(self.amount, currency)
                 .map_err(|e| corrupt(format!("payment amount: {e}")))?,
             payment_method: self.payment_method,
@@ -62,311 +73,261 @@ impl PaymentRow {
             attempts: self.attempts,
             next_check_at: self.next_check_at,
             last_error: self.last_error,
+            lease,
             created_at: self.created_at,
             updated_at: self.updated_at,
         })
     }
-
-    fn of(payment: &Payment) -> PaymentRow {
-        PaymentRow {
-            account_id: payment.account_id,
-            id: payment.id,
-            order_id: payment.order_id,
-            status: payment.status.as_str().to_owned(),
-            amount: payment.amount.value(),
-            currency: payment.amount.currency().code().to_owned(),
-            payment_method: payment.payment_method.clone(),
-            provider_charge_id: payment.provider_charge_id.clone(),
-            failure_code: payment.failure_code.clone(),
-            failure_message: payment.failure_message.clone(),
-            idempotency_key: payment.idempotency_key.clone(),
-            attempts: payment.attempts,
-            next_check_at: payment.next_check_at,
-            last_error: payment.last_error.clone(),
-            created_at: payment.created_at,
-            updated_at: payment.updated_at,
-        }
-    }
 }
 
-pub async fn insert(conn: &mut AsyncPgConnection, payment: &Payment) -> QueryResult<()> {
-    diesel::insert_into(payments::table).values(PaymentRow::of(payment)).execute(conn).await?;
-    Ok(())
+/// A payment with the final answer stored for its key, once it has one.
+#[derive(Debug, Clone)]
+pub struct Answered {
+    pub payment: Payment,
+    /// `(status, body)`; the headers follow from the payment (see `representation`).
+    pub answer: Option<(u16, Vec<u8>)>,
 }
 
-pub async fn find(conn: &mut AsyncPgConnection, account_id: Uuid, id: Uuid) -> QueryResult<Option<Payment>> {
-    payments::table
+pub async fn find(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    id: PaymentId,
+) -> QueryResult<Option<Payment>> {
+    Ok(find_answered(conn, account_id, id).await?.map(|found| found.payment))
+}
+
+/// The payment and its stored answer.
+pub async fn find_answered(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    id: PaymentId,
+) -> QueryResult<Option<Answered>> {
+    let found: Option<(PaymentRow, Option<i16>, Option<Vec<u8>>)> = payments::table
         .find((account_id, id))
-        .select(PaymentRow::as_select())
+        .select((PaymentRow::as_select(), payments::answer_status, payments::answer_body))
         .first(conn)
         .await
-        .optional()?
-        .map(PaymentRow::into_payment)
+        .optional()?;
+    found
+        .map(|(row, status, body)| {
+            let answer = match (status.and_then(|status| u16::try_from(status).ok()), body) {
+                (Some(status), Some(body)) => Some((status, body)),
+                _ => None,
+            };
+            Ok(Answered { payment: row.into_payment()?, answer })
+        })
         .transpose()
 }
 
 /// The order's payment whose outcome is still unknown, if any (at most one: a unique index).
 pub async fn processing_for_order(
     conn: &mut AsyncPgConnection,
-    account_id: Uuid,
-    order_id: Uuid,
-) -> QueryResult<Option<Uuid>> {
+    account_id: AccountId,
+    order_id: OrderId,
+) -> QueryResult<Option<PaymentId>> {
     payments::table
         .filter(payments::account_id.eq(account_id))
         .filter(payments::order_id.eq(order_id))
-        .filter(payments::status.eq(PaymentStatus::Processing.as_str()))
+        .filter(payments::status.eq(PaymentStatus::Processing))
         .select(payments::id)
         .first(conn)
         .await
         .optional()
 }
 
-/// Leaves a `processing` payment for a later check at `next_check_at`, noting why.
-pub async fn reschedule(
-    conn: &mut AsyncPgConnection,
-    account_id: Uuid,
-    id: Uuid,
-    next_check_at: DateTime<Utc>,
-    last_error: &str,
-    now: DateTime<Utc>,
-) -> QueryResult<bool> {
-    let updated = diesel::update(payments::table)
-        .filter(payments::account_id.eq(account_id))
-        .filter(payments::id.eq(id))
-        .filter(payments::status.eq(PaymentStatus::Processing.as_str()))
-        .set((
-            payments::next_check_at.eq(Some(next_check_at)),
-            payments::last_error.eq(Some(last_error)),
-            payments::updated_at.eq(now),
-        ))
-        .execute(conn)
-        .await?;
-    Ok(updated == 1)
-}
-
-/// A payment claimed by the reconciler, with the lease on its key that the reconciler now owns
-/// (`None` when the payment has no key row any more).
-#[derive(Debug)]
-pub struct Claimed {
-    pub payment: Payment,
-    pub lease_id: Option<Uuid>,
-}
-
-/// The reconciler's claim: up to `limit` `processing` payments that are due, skipping rows
-/// another reconciler holds (`FOR UPDATE SKIP LOCKED`) and payments whose key is leased by a
-/// live driver. The key's lease is the lock: it is taken here by compare-and-set (waiting for a
-/// concurrent takeover to commit, then seeing it held), and a payment whose lease cannot be taken
-/// is left alone. Each claimed payment counts an attempt and is hidden from other reconcilers
-/// until `claimed_until`, when its lease runs out too.
-pub async fn claim_due(
-    conn: &mut AsyncPgConnection,
-    now: DateTime<Utc>,
-    limit: i64,
-    claimed_until: DateTime<Utc>,
-) -> QueryResult<Vec<Claimed>> {
-    let due: Vec<PaymentRow> = diesel::sql_query(
-        "SELECT p.* FROM payments p \
-         WHERE p.status = 'processing' AND p.next_check_at <= $1 \
-           AND NOT EXISTS ( \
-               SELECT 1 FROM idempotency_keys k \
-               WHERE k.account_id = p.account_id AND k.key = p.idempotency_key \
-                 AND k.resource_id = p.id AND k.state = 'in_progress' AND k.locked_until > $1) \
-         ORDER BY p.next_check_at \
-         LIMIT $2 \
-         FOR UPDATE OF p SKIP LOCKED",
-    )
-    .bind::<diesel::sql_types::Timestamptz, _>(now)
-    .bind::<diesel::sql_types::BigInt, _>(limit)
-    .load(conn)
-    .await?;
-    let mut claimed = Vec::with_capacity(due.len());
-    for row in due {
-        let payment = row.into_payment()?;
-        let lease_id = match &payment.idempotency_key {
-            None => None,
-            Some(key) => {
-                let lease_id = Uuid::now_v7();
-                let in_progress = idempotency_keys::table
-                    .filter(idempotency_keys::account_id.eq(payment.account_id))
-                    .filter(idempotency_keys::key.eq(key))
-                    .filter(idempotency_keys::state.eq("in_progress"))
-                    .filter(idempotency_keys::resource_id.eq(payment.id));
-                let leased = diesel::update(in_progress)
-                    .filter(
-                        idempotency_keys::locked_until.is_null().or(idempotency_keys::locked_until.le(now)),
-                    )
-                    .set((
-                        idempotency_keys::locked_until.eq(Some(claimed_until)),
-                        idempotency_keys::lease_id.eq(Some(lease_id)),
-                    ))
-                    .execute(conn)
-                    .await?;
-                if leased == 1 {
-                    Some(lease_id)
-                } else if diesel::select(diesel::dsl::exists(in_progress)).get_result(conn).await? {
-                    continue; // a live driver holds it
-                } else {
-                    None // the key row is gone (or reused): nothing to lease
-                }
-            }
-        };
-        diesel::update(payments::table)
-            .filter(payments::account_id.eq(payment.account_id))
-            .filter(payments::id.eq(payment.id))
-            .set((
-                payments::next_check_at.eq(Some(claimed_until)),
-                payments::attempts.eq(payments::attempts + 1),
-            ))
-            .execute(conn)
-            .await?;
-        let payment =
-            Payment { attempts: payment.attempts + 1, next_check_at: Some(claimed_until), ..payment };
-        claimed.push(Claimed { payment, lease_id });
+crate::text_enum! {
+    /// What phase 1's statement decided. Each refusal says why; nothing is inferred from a
+    /// statement that wrote nothing.
+    pub enum StartOutcome {
+        /// The payment is inserted `processing`, leased to this request.
+        Started = "started",
+        /// The key existed; nothing was written.
+        KeyExists = "key_exists",
+        OrderNotFound = "order_not_found",
+        /// The order is not `pending_payment` (paid or cancelled): a final answer.
+        OrderNotPayable = "order_not_payable",
+        /// Another payment of the order has an unknown outcome.
+        PaymentInProgress = "payment_in_progress",
+        /// The client's `amount` is not the order's total.
+        AmountMismatch = "amount_mismatch",
     }
-    Ok(claimed)
 }
 
-const START_PAYMENT_SQL: &str = include_str!("start_payment.sql");
-const SETTLE_PAYMENT_SQL: &str = include_str!("settle_payment.sql");
-
-/// Phase 1's one statement (`start_payment.sql`) and its parameters.
-pub struct StartPayment<'a> {
-    pub account_id: Uuid,
-    pub key: &'a str,
-    pub method: &'a str,
-    pub route: &'a str,
-    pub fingerprint: &'a [u8],
-    pub now: DateTime<Utc>,
-    pub key_expires_at: DateTime<Utc>,
-    pub lease_until: DateTime<Utc>,
-    pub lease_id: Uuid,
-    pub payment_id: Uuid,
-    pub order_id: Uuid,
-    pub payment_method: &'a str,
-    pub first_check_at: DateTime<Utc>,
-    pub amount: Option<Decimal>,
-}
-
-impl diesel::query_builder::QueryId for StartPayment<'_> {
-    type QueryId = StartPayment<'static>;
-    const HAS_STATIC_QUERY_ID: bool = true;
-}
-
-impl diesel::query_builder::Query for StartPayment<'_> {
-    type SqlType = (
-        diesel::sql_types::BigInt,
-        diesel::sql_types::Nullable<diesel::sql_types::Text>,
-        diesel::sql_types::Nullable<diesel::sql_types::Numeric>,
-        diesel::sql_types::Nullable<diesel::sql_types::Text>,
-        diesel::sql_types::BigInt,
-        diesel::sql_types::Nullable<
-            diesel::dsl::SqlTypeOf<<idempotency_keys::table as diesel::Table>::AllColumns>,
-        >,
-    );
-}
-
-impl diesel::query_builder::QueryFragment<diesel::pg::Pg> for StartPayment<'_> {
-    fn walk_ast<'b>(
-        &'b self,
-        mut out: diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>,
-    ) -> QueryResult<()> {
-        use diesel::sql_types::{Bytea, Nullable, Numeric, Text, Timestamptz, Uuid as SqlUuid};
-        let sql = statement::strip_comments(START_PAYMENT_SQL);
-        statement::walk_numbered(&mut out, "start_payment.sql", &sql, |number, out| match number {
-            1 => out.push_bind_param::<SqlUuid, _>(&self.account_id),
-            2 => out.push_bind_param::<Text, _>(self.key),
-            3 => out.push_bind_param::<Text, _>(self.method),
-            4 => out.push_bind_param::<Text, _>(self.route),
-            5 => out.push_bind_param::<Bytea, _>(self.fingerprint),
-            6 => out.push_bind_param::<Timestamptz, _>(&self.now),
-            7 => out.push_bind_param::<Timestamptz, _>(&self.key_expires_at),
-            8 => out.push_bind_param::<Timestamptz, _>(&self.lease_until),
-            9 => out.push_bind_param::<SqlUuid, _>(&self.lease_id),
-            10 => out.push_bind_param::<SqlUuid, _>(&self.payment_id),
-            11 => out.push_bind_param::<SqlUuid, _>(&self.order_id),
-            12 => out.push_bind_param::<Text, _>(self.payment_method),
-            13 => out.push_bind_param::<Timestamptz, _>(&self.first_check_at),
-            14 => out.push_bind_param::<Nullable<Numeric>, _>(&self.amount),
-            other => Err(statement::unknown_parameter("start_payment.sql", other)),
-        })
+crate::prepared_statement! {
+    /// Phase 1's one statement: the key claim, then `start_payment.sql`.
+    pub struct StartPayment<'a>("../idempotency/claim_key.sql", "start_payment.sql")
+        -> (Text, Nullable<Text>, Nullable<Numeric>, Nullable<Text>, Nullable<Uuid>)
+    {
+        group claim: ClaimParameters<'a>,
+        13 => order_id: OrderId as Uuid,
+        14 => amount: Option<Decimal> as Nullable<Numeric>,
+        15 => payment_method: &'a str as Text,
+        16 => lease_until: DateTime<Utc> as Timestamptz,
+        17 => lease_id: LeaseId as Uuid,
     }
 }
 
 /// What phase 1's statement found and did.
 #[derive(Debug)]
 pub struct Started {
-    /// The key was new and is now claimed (committed, in progress, leased).
-    pub claimed: bool,
+    pub outcome: StartOutcome,
     /// The order's status, total and currency, when the key was claimed and the order exists.
     pub order: Option<(String, Decimal, String)>,
-    /// The payment was inserted `processing`.
-    pub started: bool,
-    /// The key's existing row, when it was not claimed and this statement could see it.
-    pub existing: Option<KeyRecord>,
+    /// The order's payment in flight, for [`StartOutcome::PaymentInProgress`].
+    pub in_flight: Option<PaymentId>,
 }
 
-/// Runs phase 1's statement.
-pub async fn start(conn: &mut AsyncPgConnection, start: &StartPayment<'_>) -> QueryResult<Started> {
-    type Row = (i64, Option<String>, Option<Decimal>, Option<String>, i64, Option<KeyRecord>);
-    let (claimed, status, total, currency, started, existing): Row = start.get_result(conn).await?;
+/// Runs phase 1's statement. A second payment in flight that committed after the statement
+/// began violates `payments_one_active_per_order`: see [`is_second_active_payment`].
+pub async fn start(conn: &mut AsyncPgConnection, start: StartPayment<'_>) -> QueryResult<Started> {
+    type Row = (StartOutcome, Option<String>, Option<Decimal>, Option<String>, Option<PaymentId>);
+    let (outcome, status, total, currency, in_flight): Row = start.get_result(conn).await?;
     let order = match (status, total, currency) {
         (Some(status), Some(total), Some(currency)) => Some((status, total, currency)),
         _ => None,
     };
-    Ok(Started { claimed: claimed == 1, order, started: started == 1, existing })
+    Ok(Started { outcome, order, in_flight })
 }
 
-/// Phase 2's one statement (`settle_payment.sql`) and its parameters.
-pub struct SettlePayment<'a> {
-    pub account_id: Uuid,
-    pub payment_id: Uuid,
-    pub status: &'static str,
-    pub provider_charge_id: Option<&'a str>,
-    pub failure_code: Option<&'a str>,
-    pub failure_message: Option<&'a str>,
-    pub now: DateTime<Utc>,
-    pub actor: &'static str,
-    pub detail: Option<&'a str>,
-    pub response_status: i16,
-    pub response_headers: serde_json::Value,
-    pub response_body: &'a [u8],
+/// Whether `error` is the partial unique index refusing a second active payment for an order:
+/// one committed while phase 1's statement waited for the order's lock, which its snapshot
+/// could not see. Nothing was written; the statement runs again and sees it.
+pub fn is_second_active_payment(error: &DbError) -> bool {
+    matches!(
+        error,
+        DbError::DatabaseError(diesel::result::DatabaseErrorKind::UniqueViolation, info)
+            if info.constraint_name() == Some("payments_one_active_per_order")
+    )
 }
 
-impl diesel::query_builder::QueryId for SettlePayment<'_> {
-    type QueryId = SettlePayment<'static>;
-    const HAS_STATIC_QUERY_ID: bool = true;
+/// Which payments a driver leases.
+#[derive(Debug, Clone, Copy)]
+pub enum LeaseTarget {
+    /// This one, if nobody holds it (a retry taking an abandoned payment over).
+    One(AccountId, PaymentId),
+    /// Up to `limit` due ones, skipping rows other reconcilers are claiming; each counts an
+    /// attempt (the reconciler's claim).
+    Due { limit: i64 },
 }
 
-impl diesel::query_builder::Query for SettlePayment<'_> {
-    type SqlType = (diesel::sql_types::BigInt, diesel::sql_types::BigInt);
+/// Leases `processing` payments whose lease is free (never held, released, or run out) to
+/// `lease` by compare-and-set: of two drivers racing for one payment exactly one gets it (a
+/// taker waits for a concurrent one's uncommitted lease, then sees it held). The payment is not
+/// checked by the reconciler before the lease runs out. Returns the payments now leased.
+pub async fn lease(
+    conn: &mut AsyncPgConnection,
+    target: LeaseTarget,
+    lease: Lease,
+    now: DateTime<Utc>,
+) -> QueryResult<Vec<Payment>> {
+    let (account_id, payment_id, limit, attempt) = match target {
+        LeaseTarget::One(account_id, payment_id) => (Some(account_id), Some(payment_id), 1, 0),
+        LeaseTarget::Due { limit } => (None, None, limit, 1),
+    };
+    let rows: Vec<PaymentRow> = diesel::sql_query(
+        "UPDATE payments SET lease_until = $1, lease_id = $2, next_check_at = $1, \
+             attempts = attempts + $3 \
+         WHERE (account_id, id) IN ( \
+             SELECT account_id, id FROM payments \
+             WHERE status = 'processing' AND (lease_until IS NULL OR lease_until <= $4) \
+               AND CASE WHEN $5::uuid IS NULL THEN next_check_at <= $4 \
+                        ELSE account_id = $5 AND id = $6 END \
+             ORDER BY next_check_at LIMIT $7 FOR UPDATE SKIP LOCKED) \
+         RETURNING *",
+    )
+    .bind::<Timestamptz, _>(lease.until)
+    .bind::<SqlUuid, _>(lease.id)
+    .bind::<Int4, _>(attempt)
+    .bind::<Timestamptz, _>(now)
+    .bind::<Nullable<SqlUuid>, _>(account_id)
+    .bind::<Nullable<SqlUuid>, _>(payment_id)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?;
+    rows.into_iter().map(PaymentRow::into_payment).collect()
 }
 
-impl diesel::query_builder::QueryFragment<diesel::pg::Pg> for SettlePayment<'_> {
-    fn walk_ast<'b>(
-        &'b self,
-        mut out: diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>,
-    ) -> QueryResult<()> {
-        use diesel::sql_types::{Bytea, Int2, Jsonb, Nullable, Text, Timestamptz, Uuid as SqlUuid};
-        let sql = statement::strip_comments(SETTLE_PAYMENT_SQL);
-        statement::walk_numbered(&mut out, "settle_payment.sql", &sql, |number, out| match number {
-            1 => out.push_bind_param::<SqlUuid, _>(&self.account_id),
-            2 => out.push_bind_param::<SqlUuid, _>(&self.payment_id),
-            3 => out.push_bind_param::<Text, _>(self.status),
-            4 => out.push_bind_param::<Nullable<Text>, _>(&self.provider_charge_id),
-            5 => out.push_bind_param::<Nullable<Text>, _>(&self.failure_code),
-            6 => out.push_bind_param::<Nullable<Text>, _>(&self.failure_message),
-            7 => out.push_bind_param::<Timestamptz, _>(&self.now),
-            8 => out.push_bind_param::<Text, _>(self.actor),
-            9 => out.push_bind_param::<Nullable<Text>, _>(&self.detail),
-            10 => out.push_bind_param::<Int2, _>(&self.response_status),
-            11 => out.push_bind_param::<Jsonb, _>(&self.response_headers),
-            12 => out.push_bind_param::<Bytea, _>(self.response_body),
-            other => Err(statement::unknown_parameter("settle_payment.sql", other)),
-        })
+/// Notes, under `lease`, that the charge is about to be sent again, at the database's clock.
+/// Returns false (send nothing) when the payment is settled or its lease was taken over.
+pub async fn mark_sending(
+    conn: &mut AsyncPgConnection,
+    payment: &Payment,
+    lease: LeaseId,
+) -> QueryResult<bool> {
+    let updated = diesel::update(payments::table)
+        .filter(payments::account_id.eq(payment.account_id))
+        .filter(payments::id.eq(payment.id))
+        .filter(payments::status.eq(PaymentStatus::Processing))
+        .filter(payments::lease_id.eq(lease))
+        .set(payments::last_send_at.eq(diesel::dsl::sql::<Nullable<Timestamptz>>("clock_timestamp()")))
+        .execute(conn)
+        .await?;
+    Ok(updated == 1)
+}
+
+/// Leaves a `processing` payment for a check at `next_check_at`, noting why, and lets go of
+/// `lease` if the caller still holds it (so that a retry may take the payment over at once).
+/// Returns the payment as it now is: someone else may have settled it meanwhile.
+pub async fn release(
+    conn: &mut AsyncPgConnection,
+    payment: &Payment,
+    lease: LeaseId,
+    next_check_at: DateTime<Utc>,
+    last_error: &str,
+    now: DateTime<Utc>,
+) -> QueryResult<Option<Payment>> {
+    let released: Option<PaymentRow> = diesel::update(payments::table)
+        .filter(payments::account_id.eq(payment.account_id))
+        .filter(payments::id.eq(payment.id))
+        .filter(payments::status.eq(PaymentStatus::Processing))
+        .filter(payments::lease_id.eq(lease))
+        .set((
+            payments::next_check_at.eq(Some(next_check_at)),
+            payments::last_error.eq(Some(last_error)),
+            payments::lease_until.eq(None::<DateTime<Utc>>),
+            payments::lease_id.eq(None::<LeaseId>),
+            payments::updated_at.eq(now),
+        ))
+        .returning(PaymentRow::as_returning())
+        .get_result(conn)
+        .await
+        .optional()?;
+    match released {
+        Some(row) => row.into_payment().map(Some),
+        None => find(conn, payment.account_id, payment.id).await,
+    }
+}
+
+/// Payments with an unknown outcome that no driver holds: waiting for a retry or the reconciler
+/// (the `orderpay_operations_waiting` gauge).
+pub async fn count_waiting(conn: &mut AsyncPgConnection, now: DateTime<Utc>) -> QueryResult<i64> {
+    payments::table
+        .filter(payments::status.eq(PaymentStatus::Processing))
+        .filter(payments::lease_until.is_null().or(payments::lease_until.le(now)))
+        .count()
+        .get_result(conn)
+        .await
+}
+
+crate::prepared_statement! {
+    /// Phase 2's one statement (`settle_payment.sql`).
+    pub struct SettlePayment<'a>("settle_payment.sql") -> (BigInt, BigInt) {
+        1 => account_id: AccountId as Uuid,
+        2 => payment_id: PaymentId as Uuid,
+        3 => order_id: OrderId as Uuid,
+        4 => status: PaymentStatus as Text,
+        5 => provider_charge_id: Option<&'a str> as Nullable<Text>,
+        6 => failure_code: Option<&'a str> as Nullable<Text>,
+        7 => failure_message: Option<&'a str> as Nullable<Text>,
+        8 => now: DateTime<Utc> as Timestamptz,
+        9 => actor: &'a str as Text,
+        10 => detail: Option<&'a str> as Nullable<Text>,
+        11 => answer_status: i16 as Int2,
+        12 => answer_body: &'a [u8] as Bytea,
     }
 }
 
 /// Runs phase 2's statement. Returns (payments settled, orders marked paid).
-pub async fn settle(conn: &mut AsyncPgConnection, settle: &SettlePayment<'_>) -> QueryResult<(i64, i64)> {
+pub async fn settle(conn: &mut AsyncPgConnection, settle: SettlePayment<'_>) -> QueryResult<(i64, i64)> {
     settle.get_result(conn).await
 }

@@ -1,42 +1,48 @@
--- Phase 1 of a payment, as one statement: one round trip, one transaction.
--- Claims the key in progress with a lease, locks the order, and inserts the payment
--- `processing` for the order's total if the order is payable (and, when the client gave an
--- amount, it matches). The key row commits with the payment, so a crash after this statement
--- leaves a payment a retry or the reconciler can finish.
--- Returns whether the key was claimed, the order as it was (status, total, currency; NULL if it
--- does not exist), whether the payment was inserted, and, when the key existed, its row.
--- A second payment in flight for the order violates payments_one_active_per_order: the
--- statement fails and nothing is written.
--- Parameters: 1 account, 2 key, 3 method, 4 route, 5 fingerprint, 6 now, 7 key expires at,
--- 8 lease until, 9 lease id, 10 payment id, 11 order id, 12 payment method, 13 first check at,
--- 14 the amount the client expects (NULL: any).
-WITH claimed AS (
-    INSERT INTO idempotency_keys (account_id, key, method, route, fingerprint, state, locked_until,
-        lease_id, recovery_point, resource_id, created_at, expires_at)
-    VALUES ($1, $2, $3, $4, $5, 'in_progress', $8, $9, 'payment_created', $10, $6, $7)
-    ON CONFLICT DO NOTHING
-    RETURNING 1
-), payable AS (
-    SELECT orders.status, orders.total_amount, orders.currency
+-- Phase 1 of a payment, as one statement after the key claim of claim_key.sql (resource kind
+-- 'payment', $7 the new payment's id, no answer): one round trip, one transaction.
+-- Locks the order, decides, and when the decision is 'started' inserts the payment
+-- `processing` for the order's total, leased to this request until $16 and marked as being
+-- sent now (the charge request leaves right after the commit). The key row commits with the
+-- payment, so a crash after this statement leaves a payment a retry or the reconciler finishes.
+-- Returns the decision (each refusal named; see payments::repository::StartOutcome), the order
+-- as it was (status, total, currency; NULL if not found) and the order's payment in flight.
+-- Lock order (docs/architecture.md): the new key row, then the order row, then the payment.
+-- `live` reads with the statement's snapshot, taken before the order's lock was granted: a
+-- payment committed in between is missed there, and its unique index entry then refuses the
+-- insert (payments_one_active_per_order); the caller runs the statement again.
+-- Parameters after the claim's: 13 order id, 14 the amount the client expects (NULL: any),
+-- 15 payment method, 16 lease until (also the reconciler's first check), 17 lease id.
+, payable AS (
+    SELECT status, total_amount, currency
     FROM orders
-    WHERE orders.account_id = $1 AND orders.id = $11 AND EXISTS (SELECT 1 FROM claimed)
+    WHERE account_id = $1 AND id = $13 AND EXISTS (SELECT 1 FROM claimed)
     FOR UPDATE
+), live AS (
+    SELECT id FROM payments
+    WHERE account_id = $1 AND order_id = $13 AND status = 'processing'
+        AND EXISTS (SELECT 1 FROM payable)
+    LIMIT 1
+), decided AS (
+    SELECT CASE
+        WHEN NOT EXISTS (SELECT 1 FROM claimed) THEN 'key_exists'
+        WHEN NOT EXISTS (SELECT 1 FROM payable) THEN 'order_not_found'
+        WHEN (SELECT status FROM payable) <> 'pending_payment' THEN 'order_not_payable'
+        WHEN EXISTS (SELECT 1 FROM live) THEN 'payment_in_progress'
+        WHEN $14::numeric IS NOT NULL AND $14 <> (SELECT total_amount FROM payable)
+            THEN 'amount_mismatch'
+        ELSE 'started'
+    END AS outcome
 ), started AS (
     INSERT INTO payments (account_id, id, order_id, status, amount, currency, payment_method,
-        idempotency_key, attempts, next_check_at, created_at, updated_at)
-    SELECT $1, $10, $11, 'processing', payable.total_amount, payable.currency, $12, $2, 0, $13,
-        $6, $6
-    FROM payable
-    WHERE payable.status = 'pending_payment' AND ($14 IS NULL OR $14 = payable.total_amount)
+        idempotency_key, attempts, next_check_at, lease_until, lease_id, last_send_at,
+        created_at, updated_at)
+    SELECT $1, $7, $13, 'processing', payable.total_amount, payable.currency, $15, $2, 0, $16,
+        $16, $17, clock_timestamp(), $11, $11
+    FROM payable, decided
+    WHERE decided.outcome = 'started'
     RETURNING 1
 )
-SELECT outcome.claimed, payable.status, payable.total_amount, payable.currency,
-    (SELECT count(*) FROM started) AS started,
-    existing.account_id, existing.key, existing.method, existing.route, existing.fingerprint,
-    existing.state, existing.locked_until, existing.recovery_point, existing.resource_id,
-    existing.response_status, existing.response_headers, existing.response_body,
-    existing.created_at, existing.expires_at, existing.lease_id
-FROM (SELECT count(*) AS claimed FROM claimed) AS outcome
+SELECT decided.outcome, payable.status, payable.total_amount, payable.currency,
+    (SELECT id FROM live)
+FROM decided
 LEFT JOIN payable ON true
-LEFT JOIN idempotency_keys AS existing
-    ON outcome.claimed = 0 AND existing.account_id = $1 AND existing.key = $2

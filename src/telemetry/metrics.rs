@@ -6,7 +6,7 @@
 //! | `orderpay_http_requests_total` | counter | `method`, `route`, `status` |
 //! | `orderpay_http_request_duration_seconds` | histogram | `method`, `route`, `status` |
 //! | `orderpay_idempotency_requests_total` | counter | `outcome`: executed, replayed, reused, in_use, takeover, missing |
-//! | `orderpay_idempotency_keys_past_lease` | gauge | in-progress keys whose lease ran out (read at scrape) |
+//! | `orderpay_operations_waiting` | gauge | `kind`: provider operations with an unknown outcome that no driver holds, waiting for a retry or the reconciler (read at scrape) |
 //! | `orderpay_idempotency_keys_swept_total` | counter | |
 //! | `orderpay_payments_settled_total` | counter | `status`: succeeded, failed |
 //! | `orderpay_reconciler_passes_total` | counter | |
@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::reconciliation::PassReport;
+use crate::operations::reconciler::PassReport;
 
 const HTTP_DURATION: &str = "orderpay_http_request_duration_seconds";
 
@@ -49,7 +49,10 @@ fn describe() {
     describe_counter!("orderpay_http_requests_total", "HTTP requests by method, route and status");
     describe_histogram!(HTTP_DURATION, metrics::Unit::Seconds, "HTTP request latency");
     describe_counter!("orderpay_idempotency_requests_total", "Keyed requests by idempotency outcome");
-    describe_gauge!("orderpay_idempotency_keys_past_lease", "In-progress keys whose lease has run out");
+    describe_gauge!(
+        "orderpay_operations_waiting",
+        "Provider operations with an unknown outcome that no driver holds"
+    );
     describe_counter!(
         "orderpay_idempotency_keys_swept_total",
         "Expired idempotency keys deleted by the sweeper"
@@ -71,8 +74,9 @@ pub fn idempotency_outcome(outcome: &'static str) {
     counter!("orderpay_idempotency_requests_total", "outcome" => outcome).increment(1);
 }
 
-pub fn keys_past_lease(count: i64) {
-    gauge!("orderpay_idempotency_keys_past_lease").set(count as f64);
+/// `kind`: payment (later refunds, captures and voids).
+pub fn operations_waiting(kind: &'static str, count: i64) {
+    gauge!("orderpay_operations_waiting", "kind" => kind).set(count as f64);
 }
 
 pub fn keys_swept(count: usize) {

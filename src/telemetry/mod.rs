@@ -8,7 +8,43 @@
 
 pub mod metrics;
 
+use std::sync::Mutex;
+
+use metrics_exporter_prometheus::PrometheusHandle;
 use tracing_subscriber::EnvFilter;
+
+use crate::db::Pool;
+
+/// What `GET /metrics` reads: the recorder's handle and every pool of the process.
+pub struct Observability {
+    pub metrics: PrometheusHandle,
+    pools: Mutex<Vec<Pool>>,
+}
+
+impl Observability {
+    /// Installs the metrics recorder (once per process).
+    pub fn new() -> Self {
+        Observability { metrics: metrics::install(), pools: Mutex::default() }
+    }
+
+    pub fn register(&self, pool: &Pool) {
+        self.pools.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(pool.clone());
+    }
+
+    /// Connections in use and idle, over every pool.
+    pub fn pool_connections(&self) -> (u32, u32) {
+        let pools = self.pools.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        pools.iter().map(|pool| pool.state()).fold((0, 0), |(in_use, idle), state| {
+            (in_use + state.connections - state.idle_connections, idle + state.idle_connections)
+        })
+    }
+}
+
+impl Default for Observability {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 pub fn init() {
     let configured = std::env::var("RUST_LOG").unwrap_or_default();

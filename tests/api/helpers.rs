@@ -8,10 +8,10 @@ use orderpay::app::Application;
 use orderpay::config::{ApiSettings, ProviderConfig, Settings, claim_for};
 use orderpay::db::DatabaseConfig;
 use orderpay::idempotency::sweeper::SweeperConfig;
-use orderpay::payments::service::{PaymentContext, PaymentSettings};
-use orderpay::provider::client::HttpProvider;
+use orderpay::ids::AccountId;
+use orderpay::operations::Timing;
+use orderpay::operations::reconciler::{PassReport, ReconcilerConfig};
 use orderpay::provider::mock::{MockProvider, MockSettings};
-use orderpay::reconciliation::{PassReport, ReconcilerConfig};
 use reqwest::{Method, RequestBuilder, Response};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -38,7 +38,7 @@ pub struct TestApp {
     pub address: String,
     pub client: reqwest::Client,
     pub api_key: String,
-    pub account_id: Uuid,
+    pub account_id: AccountId,
     pub database_url: String,
     pub settings: Settings,
     pub provider: TestProvider,
@@ -121,17 +121,13 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings, &mut MockSetti
             require_idempotency_key: false,
             idempotency_retention: Duration::from_secs(86_400),
             auth_cache_ttl: Duration::from_secs(60),
-            replay_cache_entries: 10_000,
+            replay_cache_bytes: 16 << 20,
             // Off in tests, but where a test turns it on.
             rate_limit: orderpay::rate_limit::RateLimit { per_second: 0, burst: 0 },
         },
         sweeper: SweeperConfig { interval: Duration::from_secs(3600), batch_size: 1000 },
         provider: ProviderConfig { url: String::new(), timeout: Duration::from_secs(1) },
-        payments: PaymentSettings {
-            lease: Duration::from_secs(2),
-            retention: Duration::from_secs(86_400),
-            recheck_after: Duration::from_millis(50),
-        },
+        timing: Timing { lease: Duration::from_secs(2), recheck_after: Duration::from_millis(50) },
         // Off unless a test turns it on: tests run passes themselves to control their timing.
         reconciler: ReconcilerConfig {
             interval: Duration::from_secs(3600),
@@ -159,7 +155,7 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings, &mut MockSetti
         address,
         client: http_client(),
         api_key: String::new(),
-        account_id: Uuid::nil(),
+        account_id: AccountId::generate(),
         database_url,
         settings,
         provider,
@@ -265,7 +261,7 @@ impl TestApp {
     }
 
     /// Creates another account in this test's database; returns its id and API key.
-    pub async fn create_account(&self, name: &str) -> (Uuid, String) {
+    pub async fn create_account(&self, name: &str) -> (AccountId, String) {
         let mut conn = self.db().await;
         let (account, key) = orderpay::accounts::create(&mut conn, name).await.expect("account");
         (account.id, key.reveal().to_owned())
@@ -293,15 +289,10 @@ impl TestApp {
 
     /// One reconciler pass, as `orderpay reconcile --once` runs it.
     pub async fn reconcile_once(&self) -> PassReport {
-        let context = PaymentContext {
-            pool: orderpay::db::lazy_pool(&self.settings.database, 2),
-            provider: std::sync::Arc::new(
-                HttpProvider::new(&self.settings.provider.url, self.settings.provider.timeout).unwrap(),
-            ),
-            settings: self.settings.payments,
-            replays: std::sync::Arc::new(orderpay::idempotency::cache::ReplayCache::new(0)),
-        };
-        orderpay::reconciliation::run_pass(&context, &self.settings.reconciler)
+        let provider = orderpay::app::provider(&self.settings.provider).unwrap();
+        let pool = orderpay::db::lazy_pool(&self.settings.database, 2);
+        let engine = orderpay::app::engine(&self.settings, pool, provider);
+        orderpay::operations::reconciler::run_pass(&engine, &self.settings.reconciler)
             .await
             .expect("reconciler pass")
     }

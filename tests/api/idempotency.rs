@@ -239,7 +239,7 @@ async fn the_sweeper_deletes_expired_keys_which_then_run_as_new() {
     // the database, so it runs without them.
     let app = spawn_app_with(|settings, _| {
         settings.sweeper.interval = Duration::from_millis(100);
-        settings.api.replay_cache_entries = 0;
+        settings.api.replay_cache_bytes = 0;
     })
     .await;
     let key = new_key();
@@ -271,7 +271,7 @@ async fn the_sweeper_deletes_expired_keys_which_then_run_as_new() {
 
 #[tokio::test]
 async fn an_expired_key_not_yet_swept_is_treated_as_new() {
-    let app = spawn_app_with(|settings, _| settings.api.replay_cache_entries = 0).await;
+    let app = spawn_app_with(|settings, _| settings.api.replay_cache_bytes = 0).await;
     let key = new_key();
     let first = json(app.post_order(&order_body(), Some(&key)).await).await;
     app.execute("UPDATE idempotency_keys SET expires_at = now() - interval '1 second'").await;

@@ -34,7 +34,7 @@ async fn metrics_count_requests_idempotency_payments_and_pools() {
         r#"orderpay_idempotency_requests_total{outcome="replayed"} 1"#,
         r#"orderpay_idempotency_requests_total{outcome="reused"} 1"#,
         r#"orderpay_payments_settled_total{status="succeeded"} 1"#,
-        "orderpay_idempotency_keys_past_lease 0",
+        r#"orderpay_operations_waiting{kind="payment"} 0"#,
         r#"orderpay_http_request_duration_seconds_bucket{method="POST",route="/payments",status="201",le="+Inf"} 1"#,
         r#"orderpay_db_pool_connections{state="in_use"}"#,
     ] {

@@ -130,6 +130,57 @@ async fn twenty_concurrent_copies_of_a_payment_charge_once() {
     assert_eq!(app.order_status(&order_id).await, "paid");
 }
 
+/// Many clients paying one order at once, each with its own key: starting a payment (order row,
+/// then the payment's unique index) and settling another (order row, then the payment) take
+/// their locks in one order, so the load ends with one payment per order and only final or
+/// "wait" answers: no deadlock, no 500, no 202 without a provider fault, and never "key in use"
+/// for a key nobody else used.
+#[tokio::test]
+async fn concurrent_payers_of_one_order_never_deadlock() {
+    // Enough connections for the payers to meet in the database.
+    let app = spawn_app_with(|settings, _| settings.database.pool_size = 16).await;
+    let deadlocks_before = deadlocks(&app).await;
+    let mut orders = Vec::new();
+    for _ in 0..30 {
+        orders.push(order_id(&app).await);
+    }
+    let attempts = orders.iter().flat_map(|order_id| (0..10).map(move |_| order_id.clone()));
+    let app = &app;
+    let answers = join_all(attempts.map(|order_id| async move {
+        let response = app.pay(&order_id, "pm_card_ok", &new_key()).await;
+        let status = response.status().as_u16();
+        (order_id, status, json(response).await)
+    }))
+    .await;
+    let mut paid = HashSet::new();
+    for (order_id, status, body) in &answers {
+        match status {
+            201 => assert!(paid.insert(order_id.clone()), "one payment per order: {body}"),
+            409 => assert!(
+                ["payment-in-progress", "invalid-state"].contains(&body["type"].as_str().unwrap()),
+                "a new key is never in use elsewhere: {body}"
+            ),
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!(paid.len(), orders.len(), "every order paid once");
+    let succeeded =
+        app.provider.charges().await.iter().filter(|charge| charge["status"] == "succeeded").count();
+    assert_eq!(succeeded, orders.len());
+    assert_eq!(deadlocks(app).await, deadlocks_before, "PostgreSQL detected no deadlock");
+}
+
+/// Deadlocks PostgreSQL detected in the test's database. A backend reports its statistics when
+/// it ends, so the app's connections are ended first (its pools open new ones).
+async fn deadlocks(app: &crate::helpers::TestApp) -> i64 {
+    app.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity          WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    app.count("SELECT deadlocks AS count FROM pg_stat_database WHERE datname = current_database()").await
+}
+
 #[tokio::test]
 async fn a_duplicate_while_the_first_is_at_the_provider_is_told_to_wait() {
     let app = spawn_app().await;

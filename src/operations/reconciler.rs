@@ -1,12 +1,12 @@
-//! The reconciler: settles payments whose outcome a request did not see (a crash, a timeout, a
+//! The reconciler: settles operations whose outcome a request did not see (a crash, a timeout, a
 //! provider 5xx, a `pending` charge) by asking the provider.
 //!
-//! Each pass claims a bounded batch of due `processing` payments with `FOR UPDATE SKIP LOCKED`
-//! (so any number of instances run side by side with no leader), looks each one up by its
-//! downstream key, settles terminal ones (payment, order and the key's stored answer in one
-//! transaction), re-sends a charge the provider never received (same key), and reschedules the
-//! rest with capped exponential backoff. A payment whose key is leased by a live driver is not
-//! touched, and the reconciler takes that lease itself while it drives a payment.
+//! Each pass leases a bounded batch of due `processing` payments whose lease is free, in one
+//! statement with `FOR UPDATE SKIP LOCKED` (so any number of instances run side by side with no
+//! leader, and a payment a live request or retry holds is left alone), looks each one up by its
+//! downstream key, settles final ones through the same engine as requests, re-sends a charge the
+//! provider never received (same key), and releases the rest for a later check with capped
+//! exponential backoff.
 //!
 //! After `max_attempts` checks the last one only looks: a payment the provider never received is
 //! failed (`reconciliation_gave_up`; nothing was charged, and its key is never sent again). One
@@ -17,17 +17,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use diesel_async::AsyncConnection;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
+use super::{Actor, DriveMode, Engine, EngineError, Outcome, Settlement, charge, settle};
 use crate::background::{Shutdown, every};
 use crate::clock::after;
-use crate::error::ApiError;
-use crate::payments::repository::{self, Claimed};
-use crate::payments::service::{self, DriveMode, GAVE_UP_CODE, PaymentContext};
-use crate::payments::{Actor, Outcome, Payment, Settlement};
+use crate::ids::LeaseId;
+use crate::payments::repository::{self, LeaseTarget};
+use crate::payments::{GAVE_UP_CODE, Lease, Payment};
 
 #[derive(Debug, Clone, Copy)]
 pub struct ReconcilerConfig {
@@ -82,27 +81,24 @@ impl PassReport {
 const CONCURRENCY: usize = 8;
 
 /// One pass over the due payments.
-pub async fn run_pass(context: &PaymentContext, config: &ReconcilerConfig) -> anyhow::Result<PassReport> {
+pub async fn run_pass(engine: &Engine, config: &ReconcilerConfig) -> Result<PassReport, EngineError> {
     let now = Utc::now();
-    // The claim covers the whole batch, driven CONCURRENCY at a time.
+    // The lease covers the whole batch, driven CONCURRENCY at a time.
     let rounds = (config.batch_size.max(1) as u32).div_ceil(CONCURRENCY as u32);
-    let claimed_until = after(now, config.claim_for.saturating_mul(rounds));
+    let lease = Lease { id: LeaseId::generate(), until: after(now, config.claim_for.saturating_mul(rounds)) };
     let claimed = {
-        let mut conn = context.pool.get().await?;
-        conn.transaction(async |conn| {
-            repository::claim_due(conn, now, config.batch_size, claimed_until).await
-        })
-        .await?
+        let mut conn = engine.pool.get().await?;
+        repository::lease(&mut conn, LeaseTarget::Due { limit: config.batch_size }, lease, now).await?
     };
     let mut report = PassReport { claimed: claimed.len(), ..PassReport::default() };
     let limit = Arc::new(Semaphore::new(CONCURRENCY));
     let mut tasks = JoinSet::new();
-    for Claimed { payment, lease_id } in claimed {
-        let (context, config, limit) = (context.clone(), *config, limit.clone());
+    for payment in claimed {
+        let (engine, config, limit) = (engine.clone(), *config, limit.clone());
         tasks.spawn(async move {
             let _permit = limit.acquire_owned().await;
             let mut one = PassReport::default();
-            if let Err(error) = reconcile(&context, &config, &payment, lease_id, &mut one).await {
+            if let Err(error) = reconcile(&engine, &config, &payment, lease.id, &mut one).await {
                 one.errors += 1;
                 tracing::warn!(payment_id = %payment.id, error = %error, "reconciling a payment failed; retried later");
             }
@@ -123,18 +119,17 @@ pub async fn run_pass(context: &PaymentContext, config: &ReconcilerConfig) -> an
 }
 
 async fn reconcile(
-    context: &PaymentContext,
+    engine: &Engine,
     config: &ReconcilerConfig,
     payment: &Payment,
-    lease_id: Option<Uuid>,
+    lease: LeaseId,
     report: &mut PassReport,
-) -> Result<(), ApiError> {
+) -> Result<(), EngineError> {
     // The last check only looks: a charge sent now could succeed after we gave up on it.
     let last_check = payment.attempts >= config.max_attempts;
     let mode = if last_check { DriveMode::LookupOnly } else { DriveMode::Redrive };
     let request_id = format!("reconcile-{}", Uuid::now_v7());
-    let (outcome, sent) =
-        service::ask_provider(context.provider.as_ref(), payment, mode, Some(&request_id)).await;
+    let (outcome, sent) = charge::drive(engine, payment, lease, mode, Some(&request_id)).await;
     report.redriven += usize::from(sent);
     let (settlement, giving_up) = match outcome {
         Outcome::Succeeded { charge_id } => (Settlement::Succeeded { charge_id }, false),
@@ -161,11 +156,11 @@ async fn reconcile(
                 report.rescheduled += 1;
                 config.backoff(payment.attempts)
             };
-            service::release(&context.pool, payment, lease_id, after(Utc::now(), wait), &reason).await?;
+            settle::release(&engine.pool, payment, lease, after(Utc::now(), wait), &reason).await?;
             return Ok(());
         }
     };
-    let settled = service::settle(&context.pool, payment, &settlement, Actor::Reconciler).await?;
+    let settled = settle::settle(&engine.pool, payment, &settlement, Actor::Reconciler).await?;
     if settled.applied {
         if giving_up {
             report.gave_up += 1;
@@ -178,11 +173,11 @@ async fn reconcile(
 
 /// Runs a pass every `interval` until `shutdown`; a full batch is followed at once by another
 /// pass. Errors (the database away) are logged and the next round tries again.
-pub async fn run(context: PaymentContext, config: ReconcilerConfig, shutdown: Shutdown) {
+pub async fn run(engine: Engine, config: ReconcilerConfig, shutdown: Shutdown) {
     every(config.interval, Duration::ZERO, shutdown, || {
-        let context = context.clone();
+        let engine = engine.clone();
         async move {
-            match run_pass(&context, &config).await {
+            match run_pass(&engine, &config).await {
                 Ok(report) => {
                     if report.claimed > 0 {
                         tracing::info!(?report, "reconciler pass");
