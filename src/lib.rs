@@ -18,3 +18,4 @@ pub mod provider;
 pub mod rate_limit;
 pub mod reconciliation;
 pub mod telemetry;
+pub mod webhook_signature;
