@@ -79,8 +79,11 @@ impl Application {
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
         let port = listener.local_addr()?.port();
 
-        let provider: Arc<dyn PaymentProvider> =
-            Arc::new(HttpProvider::new(&settings.provider.url, settings.provider.timeout)?);
+        let provider: Arc<dyn PaymentProvider> = Arc::new(HttpProvider::new(
+            &settings.provider.url,
+            settings.provider.timeout,
+            settings.provider.api_key.clone(),
+        )?);
         let database = settings.database.clone();
         let api = Arc::new(settings.api.clone());
         let payment_settings = settings.payments;

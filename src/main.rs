@@ -85,7 +85,11 @@ async fn main() -> anyhow::Result<()> {
             let config = reconcile.config(&provider_config)?;
             let context = PaymentContext {
                 pool: db::lazy_pool(&database.config(), 2),
-                provider: Arc::new(HttpProvider::new(&provider_config.url, provider_config.timeout)?),
+                provider: Arc::new(HttpProvider::new(
+                    &provider_config.url,
+                    provider_config.timeout,
+                    provider_config.api_key.clone(),
+                )?),
                 // Only `recheck_after` matters outside requests.
                 settings: PaymentSettings {
                     lease: Duration::ZERO,

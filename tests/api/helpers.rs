@@ -65,6 +65,7 @@ pub fn test_mock_settings() -> MockSettings {
         listen: "127.0.0.1:0".to_owned(),
         timeout_hold: Duration::from_secs(3),
         settle_after: Duration::from_millis(300),
+        ..MockSettings::default()
     }
 }
 
@@ -126,7 +127,7 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings, &mut MockSetti
             rate_limit: orderpay::rate_limit::RateLimit { per_second: 0, burst: 0 },
         },
         sweeper: SweeperConfig { interval: Duration::from_secs(3600), batch_size: 1000 },
-        provider: ProviderConfig { url: String::new(), timeout: Duration::from_secs(1) },
+        provider: ProviderConfig { url: String::new(), timeout: Duration::from_secs(1), api_key: None },
         payments: PaymentSettings {
             lease: Duration::from_secs(2),
             retention: Duration::from_secs(86_400),
@@ -296,7 +297,12 @@ impl TestApp {
         let context = PaymentContext {
             pool: orderpay::db::lazy_pool(&self.settings.database, 2),
             provider: std::sync::Arc::new(
-                HttpProvider::new(&self.settings.provider.url, self.settings.provider.timeout).unwrap(),
+                HttpProvider::new(
+                    &self.settings.provider.url,
+                    self.settings.provider.timeout,
+                    self.settings.provider.api_key.clone(),
+                )
+                .unwrap(),
             ),
             settings: self.settings.payments,
             replays: std::sync::Arc::new(orderpay::idempotency::cache::ReplayCache::new(0)),
