@@ -90,6 +90,22 @@ impl TestProvider {
         self.charges().await.into_iter().filter(|charge| charge["idempotency_key"] == key.as_str()).collect()
     }
 
+    /// Every refund the provider made (`GET /_admin/refunds`).
+    pub async fn refunds(&self) -> Vec<Value> {
+        self.admin_list("refunds").await
+    }
+
+    /// Every webhook event with its delivery attempts (`GET /_admin/webhooks`).
+    pub async fn webhooks(&self) -> Vec<Value> {
+        self.admin_list("webhooks").await
+    }
+
+    async fn admin_list(&self, what: &str) -> Vec<Value> {
+        let response = self.client.get(format!("{}/_admin/{what}", self.address)).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        json(response).await["data"].as_array().unwrap().clone()
+    }
+
     pub async fn set_faults(&self, faults: Value) {
         let response =
             self.client.post(format!("{}/_admin/faults", self.address)).json(&faults).send().await.unwrap();
