@@ -32,7 +32,7 @@ pub fn engine(settings: &Settings, pool: Pool, provider: Arc<dyn PaymentProvider
 
 /// The provider client for `settings`.
 pub fn provider(settings: &crate::config::ProviderConfig) -> anyhow::Result<Arc<dyn PaymentProvider>> {
-    Ok(Arc::new(HttpProvider::new(&settings.url, settings.timeout)?))
+    Ok(Arc::new(HttpProvider::new(&settings.url, settings.timeout, settings.api_key.clone())?))
 }
 
 /// A bound, running-on-await orderpay: HTTP server plus background tasks.

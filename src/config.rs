@@ -52,7 +52,7 @@ impl DatabaseArgs {
     }
 }
 
-#[derive(Debug, Clone, Args)]
+#[derive(Clone, Args)]
 pub struct ProviderArgs {
     /// Base URL of the payment provider (the mock provider by default).
     #[arg(long, env = "ORDERPAY_PROVIDER_URL", default_value = "http://127.0.0.1:8081")]
@@ -61,6 +61,10 @@ pub struct ProviderArgs {
     /// How long a provider call may take before its outcome counts as unknown (202).
     #[arg(long, env = "ORDERPAY_PROVIDER_TIMEOUT_MS", default_value_t = 5_000)]
     pub provider_timeout_ms: u64,
+
+    /// The provider credential, sent as `Authorization: Bearer` on every call (default: none).
+    #[arg(long, env = "ORDERPAY_PROVIDER_API_KEY", hide_env_values = true)]
+    pub provider_api_key: Option<String>,
 }
 
 impl ProviderArgs {
@@ -68,14 +72,39 @@ impl ProviderArgs {
         ProviderConfig {
             url: self.provider_url.clone(),
             timeout: Duration::from_millis(self.provider_timeout_ms),
+            api_key: self.provider_api_key.clone().filter(|key| !key.is_empty()),
         }
     }
 }
 
-#[derive(Debug, Clone)]
+/// Written by hand so that the API key never reaches a log line.
+impl std::fmt::Debug for ProviderArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderArgs")
+            .field("provider_url", &self.provider_url)
+            .field("provider_timeout_ms", &self.provider_timeout_ms)
+            .field("provider_api_key", &self.provider_api_key.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+#[derive(Clone)]
 pub struct ProviderConfig {
     pub url: String,
     pub timeout: Duration,
+    /// Sent as `Authorization: Bearer` when set.
+    pub api_key: Option<String>,
+}
+
+/// Written by hand so that the API key never reaches a log line.
+impl std::fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderConfig")
+            .field("url", &self.url)
+            .field("timeout", &self.timeout)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -127,28 +156,62 @@ pub fn claim_for(provider_timeout: Duration) -> Duration {
     provider_timeout * 2 + Duration::from_secs(5)
 }
 
-#[derive(Debug, Clone, Args)]
+#[derive(Clone, Args)]
 pub struct MockProviderArgs {
     /// Address the mock payment provider listens on.
     #[arg(long, env = "MOCK_PROVIDER_LISTEN", default_value = "127.0.0.1:8081")]
     pub listen: String,
 
-    /// How long `pm_provider_timeout` charges (and timeout faults) hold their answer.
+    /// How long `pm_provider_timeout` charges, `pm_refund_timeout` refunds (and timeout faults)
+    /// hold their answer.
     #[arg(long, env = "MOCK_PROVIDER_TIMEOUT_HOLD_MS", default_value_t = 30_000)]
     pub timeout_hold_ms: u64,
 
-    /// How long `pm_provider_pending` charges stay pending before they succeed.
+    /// How long `pm_provider_pending` charges and `pm_refund_pending` refunds stay pending.
     #[arg(long, env = "MOCK_PROVIDER_SETTLE_MS", default_value_t = 3_000)]
     pub settle_ms: u64,
+
+    /// When set, every `/v1/*` call must send `Authorization: Bearer <this key>` (else 401).
+    #[arg(long, env = "MOCK_PROVIDER_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+
+    /// How long an uncaptured authorization lasts before it expires (default 7 days).
+    #[arg(long, env = "MOCK_PROVIDER_AUTH_TTL_MS", default_value_t = 604_800_000)]
+    pub auth_ttl_ms: u64,
+
+    /// Where to POST webhook events (none are sent when unset).
+    #[arg(long, env = "MOCK_PROVIDER_WEBHOOK_URL")]
+    pub webhook_url: Option<String>,
+
+    /// The `whsec_...` secret webhook events are signed with (required with a webhook URL).
+    #[arg(long, env = "MOCK_PROVIDER_WEBHOOK_SECRET", hide_env_values = true)]
+    pub webhook_secret: Option<String>,
+
+    /// First wait before a failed webhook delivery is retried; doubles per attempt.
+    #[arg(long, env = "MOCK_PROVIDER_WEBHOOK_RETRY_MS", default_value_t = 500)]
+    pub webhook_retry_ms: u64,
 }
 
 impl MockProviderArgs {
     pub fn settings(&self) -> MockSettings {
+        let set = |value: &Option<String>| value.clone().filter(|value| !value.is_empty());
         MockSettings {
             listen: self.listen.clone(),
             timeout_hold: Duration::from_millis(self.timeout_hold_ms),
             settle_after: Duration::from_millis(self.settle_ms),
+            api_key: set(&self.api_key),
+            auth_ttl: Duration::from_millis(self.auth_ttl_ms),
+            webhook_url: set(&self.webhook_url),
+            webhook_secret: set(&self.webhook_secret),
+            webhook_retry_base: Duration::from_millis(self.webhook_retry_ms),
         }
+    }
+}
+
+/// Written by hand so that the API key and the webhook secret never reach a log line.
+impl std::fmt::Debug for MockProviderArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MockProviderArgs").field("settings", &self.settings()).finish()
     }
 }
 

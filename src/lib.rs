@@ -19,3 +19,4 @@ pub mod payments;
 pub mod provider;
 pub mod rate_limit;
 pub mod telemetry;
+pub mod webhook_signature;

@@ -12,6 +12,7 @@ pub fn charge_request(payment: &Payment, request_id: Option<&str>) -> ChargeRequ
         amount: payment.amount,
         payment_method: payment.payment_method.clone(),
         reference: payment.id.as_uuid(),
+        capture: true,
         request_id: request_id.map(str::to_owned),
     }
 }
@@ -20,12 +21,20 @@ pub fn charge_request(payment: &Payment, request_id: Option<&str>) -> ChargeRequ
 /// compile until someone decides what it means for money.
 pub fn outcome_of(answer: Result<Charge, ProviderError>) -> Outcome {
     match answer {
-        Ok(Charge { id, status: ChargeStatus::Succeeded }) => Outcome::Succeeded { charge_id: id },
+        Ok(Charge { id, status: ChargeStatus::Succeeded, .. }) => Outcome::Succeeded { charge_id: id },
         Ok(Charge { status: ChargeStatus::Declined { code, message }, .. }) => {
             Outcome::Declined { code, message }
         }
-        Ok(Charge { id, status: ChargeStatus::Pending }) => {
+        Ok(Charge { id, status: ChargeStatus::Pending, .. }) => {
             Outcome::Unknown { reason: format!("charge {id} is pending at the provider") }
+        }
+        // Payments charge with `capture: true`, so neither can answer a payment; should one, it is
+        // left to the reconciler rather than guessed at.
+        Ok(Charge { id, status: ChargeStatus::RequiresCapture, .. }) => {
+            Outcome::Unknown { reason: format!("charge {id} is only authorized at the provider") }
+        }
+        Ok(Charge { id, status: ChargeStatus::Canceled { reason }, .. }) => {
+            Outcome::Unknown { reason: format!("charge {id} is canceled at the provider ({reason})") }
         }
         Err(error @ ProviderError::Timeout) => Outcome::Unknown { reason: error.to_string() },
         Err(error @ ProviderError::Connection(_)) => Outcome::Unknown { reason: error.to_string() },
@@ -34,6 +43,8 @@ pub fn outcome_of(answer: Result<Charge, ProviderError>) -> Outcome {
         // theirs, not an answer about the card: it is retried and eventually given up on.
         Err(error @ ProviderError::Rejected { .. }) => Outcome::Unknown { reason: error.to_string() },
         Err(error @ ProviderError::Malformed(_)) => Outcome::Unknown { reason: error.to_string() },
+        // Refusals answer captures, cancels and refunds, never a charge request.
+        Err(error @ ProviderError::Refused { .. }) => Outcome::Unknown { reason: error.to_string() },
     }
 }
 
@@ -80,7 +91,16 @@ mod tests {
 
     #[test]
     fn only_a_definite_decline_is_final_failure() {
-        let charge = |status| Ok(Charge { id: "ch_1".into(), status });
+        let charge = |status| {
+            Ok(Charge {
+                id: "ch_1".into(),
+                status,
+                amount: rust_decimal::Decimal::TEN,
+                amount_captured: rust_decimal::Decimal::TEN,
+                amount_refunded: rust_decimal::Decimal::ZERO,
+                authorization_expires_at: None,
+            })
+        };
         assert_eq!(
             outcome_of(charge(ChargeStatus::Succeeded)),
             Outcome::Succeeded { charge_id: "ch_1".into() }

@@ -1,28 +1,69 @@
-//! The reqwest client for the provider contract. Every call carries the payment's downstream key
-//! and is bounded by `ORDERPAY_PROVIDER_TIMEOUT_MS`.
+//! The reqwest client for the provider contract. Every call is bounded by
+//! `ORDERPAY_PROVIDER_TIMEOUT_MS`, carries the request id (`X-Request-Id`) of the request that
+//! drives it and, when configured, the provider credential (`Authorization: Bearer`); every write
+//! carries its downstream `Idempotency-Key`.
+//!
+//! Answers are sorted here, once: a 5xx is `ServerError`, a 402 (or a 400/409 with a known
+//! refusal code) is `Refused`, any other 4xx is `Rejected`, a 404 on a lookup is `None`.
 
 use std::time::Duration;
 
-use reqwest::StatusCode;
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
+use reqwest::{RequestBuilder, StatusCode};
+use serde::de::DeserializeOwned;
 
-use super::wire::{ChargeBody, CreateChargeBody, ErrorBody};
-use super::{BoxFuture, Charge, ChargeRequest, ChargeStatus, PaymentProvider, ProviderError};
+use super::wire::{
+    CancelChargeBody, CaptureChargeBody, ChargeBody, CreateChargeBody, CreateRefundBody, ErrorBody,
+    REFUSAL_CODES, RefundBody,
+};
+use super::{
+    BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest, PaymentProvider, ProviderError, Refund,
+    RefundRequest,
+};
 
 #[derive(Debug, Clone)]
 pub struct HttpProvider {
-    base_url: String,
+    base_url: url::Url,
     http: reqwest::Client,
 }
 
 impl HttpProvider {
-    pub fn new(base_url: &str, timeout: Duration) -> anyhow::Result<Self> {
+    /// A client for the provider at `base_url`. With `api_key`, every call sends
+    /// `Authorization: Bearer <api_key>` (marked sensitive, so it is never printed).
+    pub fn new(base_url: &str, timeout: Duration, api_key: Option<String>) -> anyhow::Result<Self> {
         install_crypto_provider();
+        let mut headers = HeaderMap::new();
+        if let Some(api_key) = api_key {
+            let mut value = HeaderValue::from_str(&format!("Bearer {api_key}"))
+                .map_err(|_| anyhow::anyhow!("the provider API key has characters a header cannot hold"))?;
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(2)))
             .pool_idle_timeout(Duration::from_secs(30))
+            .default_headers(headers)
             .build()?;
-        Ok(HttpProvider { base_url: base_url.trim_end_matches('/').to_owned(), http })
+        // A trailing slash makes `join` keep the base's path (`http://host/prefix/`).
+        let base_url = url::Url::parse(&format!("{}/", base_url.trim_end_matches('/')))?;
+        Ok(HttpProvider { base_url, http })
+    }
+
+    /// `base_url` + the path segments, each percent-encoded (ids come from the provider).
+    fn url(&self, segments: &[&str]) -> Result<url::Url, ProviderError> {
+        let mut url = self.base_url.clone();
+        url.path_segments_mut()
+            .map_err(|()| ProviderError::Connection("the provider URL cannot have a path".to_owned()))?
+            .pop_if_empty()
+            .extend(segments);
+        Ok(url)
+    }
+
+    fn lookup_url(&self, collection: &str, downstream_key: &str) -> Result<url::Url, ProviderError> {
+        let mut url = self.url(&["v1", collection])?;
+        url.query_pairs_mut().append_pair("idempotency_key", downstream_key);
+        Ok(url)
     }
 
     async fn create(&self, request: &ChargeRequest) -> Result<Charge, ProviderError> {
@@ -31,20 +72,12 @@ impl HttpProvider {
             currency: request.amount.currency().code().to_owned(),
             payment_method: request.payment_method.clone(),
             reference: request.reference.to_string(),
+            capture: request.capture,
         };
-        let mut post = self
-            .http
-            .post(format!("{}/v1/charges", self.base_url))
-            .header("Idempotency-Key", &request.downstream_key)
-            .json(&body);
-        if let Some(request_id) = &request.request_id {
-            post = post.header("X-Request-Id", request_id);
-        }
-        let response = post.send().await.map_err(transport_error)?;
-        match response.status() {
-            StatusCode::OK | StatusCode::CREATED => charge_of(response).await,
-            status => Err(status_error(status, response).await),
-        }
+        let post = self.http.post(self.url(&["v1", "charges"])?).json(&body);
+        let post = keyed(post, &request.downstream_key, request.request_id.as_deref());
+        let charge: ChargeBody = answer(post, &[StatusCode::OK, StatusCode::CREATED]).await?;
+        charge.to_charge()
     }
 
     async fn find(
@@ -52,21 +85,59 @@ impl HttpProvider {
         downstream_key: &str,
         request_id: Option<&str>,
     ) -> Result<Option<Charge>, ProviderError> {
-        let url = url::Url::parse_with_params(
-            &format!("{}/v1/charges", self.base_url),
-            [("idempotency_key", downstream_key)],
-        )
-        .map_err(|error| ProviderError::Connection(format!("bad provider URL: {error}")))?;
-        let mut get = self.http.get(url);
-        if let Some(request_id) = request_id {
-            get = get.header("X-Request-Id", request_id);
-        }
-        let response = get.send().await.map_err(transport_error)?;
-        match response.status() {
-            StatusCode::OK => charge_of(response).await.map(Some),
-            StatusCode::NOT_FOUND => Ok(None),
-            status => Err(status_error(status, response).await),
-        }
+        let get = traced(self.http.get(self.lookup_url("charges", downstream_key)?), request_id);
+        let charge: Option<ChargeBody> = lookup(get).await?;
+        charge.map(|charge| charge.to_charge()).transpose()
+    }
+
+    async fn get(&self, charge_id: &str, request_id: Option<&str>) -> Result<Option<Charge>, ProviderError> {
+        let get = traced(self.http.get(self.url(&["v1", "charges", charge_id])?), request_id);
+        let charge: Option<ChargeBody> = lookup(get).await?;
+        charge.map(|charge| charge.to_charge()).transpose()
+    }
+
+    async fn capture(&self, request: &CaptureRequest) -> Result<Charge, ProviderError> {
+        let body = CaptureChargeBody {
+            amount: request.amount.map(|amount| amount.to_string()),
+            currency: request.amount.map(|amount| amount.currency().code().to_owned()),
+        };
+        let post = self.http.post(self.url(&["v1", "charges", &request.charge_id, "capture"])?).json(&body);
+        let post = keyed(post, &request.downstream_key, request.request_id.as_deref());
+        let charge: ChargeBody = answer(post, &[StatusCode::OK]).await?;
+        charge.to_charge()
+    }
+
+    async fn cancel(&self, request: &CancelRequest) -> Result<Charge, ProviderError> {
+        let post = self
+            .http
+            .post(self.url(&["v1", "charges", &request.charge_id, "cancel"])?)
+            .json(&CancelChargeBody::default());
+        let post = keyed(post, &request.downstream_key, request.request_id.as_deref());
+        let charge: ChargeBody = answer(post, &[StatusCode::OK]).await?;
+        charge.to_charge()
+    }
+
+    async fn refund(&self, request: &RefundRequest) -> Result<Refund, ProviderError> {
+        let body = CreateRefundBody {
+            charge: request.charge_id.clone(),
+            amount: request.amount.to_string(),
+            currency: Some(request.amount.currency().code().to_owned()),
+            reference: request.reference.to_string(),
+        };
+        let post = self.http.post(self.url(&["v1", "refunds"])?).json(&body);
+        let post = keyed(post, &request.downstream_key, request.request_id.as_deref());
+        let refund: RefundBody = answer(post, &[StatusCode::OK, StatusCode::CREATED]).await?;
+        refund.to_refund()
+    }
+
+    async fn find_refund_by_key(
+        &self,
+        downstream_key: &str,
+        request_id: Option<&str>,
+    ) -> Result<Option<Refund>, ProviderError> {
+        let get = traced(self.http.get(self.lookup_url("refunds", downstream_key)?), request_id);
+        let refund: Option<RefundBody> = lookup(get).await?;
+        refund.map(|refund| refund.to_refund()).transpose()
     }
 }
 
@@ -85,6 +156,43 @@ impl PaymentProvider for HttpProvider {
     ) -> BoxFuture<'a, Result<Option<Charge>, ProviderError>> {
         Box::pin(self.find(downstream_key, request_id))
     }
+
+    fn get_charge<'a>(
+        &'a self,
+        charge_id: &'a str,
+        request_id: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Option<Charge>, ProviderError>> {
+        Box::pin(self.get(charge_id, request_id))
+    }
+
+    fn capture_charge<'a>(
+        &'a self,
+        request: &'a CaptureRequest,
+    ) -> BoxFuture<'a, Result<Charge, ProviderError>> {
+        Box::pin(self.capture(request))
+    }
+
+    fn cancel_charge<'a>(
+        &'a self,
+        request: &'a CancelRequest,
+    ) -> BoxFuture<'a, Result<Charge, ProviderError>> {
+        Box::pin(self.cancel(request))
+    }
+
+    fn create_refund<'a>(
+        &'a self,
+        request: &'a RefundRequest,
+    ) -> BoxFuture<'a, Result<Refund, ProviderError>> {
+        Box::pin(self.refund(request))
+    }
+
+    fn find_refund<'a>(
+        &'a self,
+        downstream_key: &'a str,
+        request_id: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Option<Refund>, ProviderError>> {
+        Box::pin(self.find_refund_by_key(downstream_key, request_id))
+    }
 }
 
 /// reqwest is built without a default TLS crypto provider (ring builds far faster than aws-lc);
@@ -92,6 +200,46 @@ impl PaymentProvider for HttpProvider {
 pub fn install_crypto_provider() {
     // Err means one is installed already, which is all we need.
     let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+fn traced(request: RequestBuilder, request_id: Option<&str>) -> RequestBuilder {
+    match request_id {
+        Some(request_id) => request.header("X-Request-Id", request_id),
+        None => request,
+    }
+}
+
+fn keyed(request: RequestBuilder, downstream_key: &str, request_id: Option<&str>) -> RequestBuilder {
+    traced(request.header("Idempotency-Key", downstream_key), request_id)
+}
+
+/// Sends a write; one of `expected` gives its object, anything else an error.
+async fn answer<T: DeserializeOwned>(
+    request: RequestBuilder,
+    expected: &[StatusCode],
+) -> Result<T, ProviderError> {
+    let response = request.send().await.map_err(transport_error)?;
+    let status = response.status();
+    let bytes = response.bytes().await.map_err(transport_error)?;
+    if expected.contains(&status) {
+        serde_json::from_slice(&bytes).map_err(|error| ProviderError::Malformed(error.to_string()))
+    } else {
+        Err(status_error(status, &bytes))
+    }
+}
+
+/// Sends a lookup: 200 gives the object, 404 gives `None`.
+async fn lookup<T: DeserializeOwned>(request: RequestBuilder) -> Result<Option<T>, ProviderError> {
+    let response = request.send().await.map_err(transport_error)?;
+    let status = response.status();
+    let bytes = response.bytes().await.map_err(transport_error)?;
+    match status {
+        StatusCode::OK => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|error| ProviderError::Malformed(error.to_string())),
+        StatusCode::NOT_FOUND => Ok(None),
+        status => Err(status_error(status, &bytes)),
+    }
 }
 
 fn transport_error(error: reqwest::Error) -> ProviderError {
@@ -103,31 +251,73 @@ fn transport_error(error: reqwest::Error) -> ProviderError {
     }
 }
 
-async fn charge_of(response: reqwest::Response) -> Result<Charge, ProviderError> {
-    let bytes = response.bytes().await.map_err(transport_error)?;
-    let body: ChargeBody =
-        serde_json::from_slice(&bytes).map_err(|error| ProviderError::Malformed(error.to_string()))?;
-    let status = match body.status.as_str() {
-        "succeeded" => ChargeStatus::Succeeded,
-        "pending" => ChargeStatus::Pending,
-        "declined" => ChargeStatus::Declined {
-            code: body.decline_code.unwrap_or_else(|| "declined".to_owned()),
-            message: body.failure_message.unwrap_or_else(|| "the payment was declined".to_owned()),
-        },
-        other => return Err(ProviderError::Malformed(format!("unknown charge status {other:?}"))),
-    };
-    Ok(Charge { id: body.id, status })
-}
-
-async fn status_error(status: StatusCode, response: reqwest::Response) -> ProviderError {
+fn status_error(status: StatusCode, bytes: &[u8]) -> ProviderError {
     if status.is_server_error() {
         return ProviderError::ServerError(status.as_u16());
     }
-    let message = match response.bytes().await {
-        Ok(bytes) => serde_json::from_slice::<ErrorBody>(&bytes)
-            .map(|body| body.error.message)
-            .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).chars().take(200).collect()),
-        Err(error) => error.to_string(),
+    let (code, message) = match serde_json::from_slice::<ErrorBody>(bytes) {
+        Ok(body) => (body.error.code, body.error.message),
+        Err(_) => (None, String::from_utf8_lossy(bytes).chars().take(200).collect()),
     };
-    ProviderError::Rejected { status: status.as_u16(), message }
+    let known_refusal = code.as_deref().is_some_and(|code| REFUSAL_CODES.contains(&code));
+    match status {
+        StatusCode::PAYMENT_REQUIRED => {
+            ProviderError::Refused { code: code.unwrap_or_else(|| "refused".to_owned()), message }
+        }
+        StatusCode::BAD_REQUEST | StatusCode::CONFLICT if known_refusal => {
+            ProviderError::Refused { code: code.unwrap_or_default(), message }
+        }
+        status => {
+            let message = match code {
+                Some(code) => format!("{code}: {message}"),
+                None => message,
+            };
+            ProviderError::Rejected { status: status.as_u16(), message }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(status: u16, body: &str) -> ProviderError {
+        status_error(StatusCode::from_u16(status).unwrap(), body.as_bytes())
+    }
+
+    #[test]
+    fn answers_are_sorted_into_refusals_rejections_and_server_errors() {
+        let refusal = r#"{"error":{"type":"card_error","code":"authorization_expired","message":"gone"}}"#;
+        assert_eq!(
+            error(402, refusal),
+            ProviderError::Refused { code: "authorization_expired".into(), message: "gone".into() }
+        );
+        // A 402 is a refusal even without a code we know.
+        assert!(matches!(error(402, "nope"), ProviderError::Refused { code, .. } if code == "refused"));
+        let too_large = r#"{"error":{"type":"invalid_request","code":"amount_too_large","message":"m"}}"#;
+        assert!(matches!(error(400, too_large), ProviderError::Refused { .. }));
+        let captured =
+            r#"{"error":{"type":"invalid_request","code":"charge_already_captured","message":"m"}}"#;
+        assert!(matches!(error(409, captured), ProviderError::Refused { .. }));
+        // A malformed request, an unknown code, a key conflict, a missing credential: our bug.
+        let malformed = r#"{"error":{"type":"invalid_request","message":"bad amount"}}"#;
+        assert!(matches!(error(400, malformed), ProviderError::Rejected { status: 400, .. }));
+        let unknown = r#"{"error":{"type":"invalid_request","code":"in_progress","message":"m"}}"#;
+        assert!(matches!(error(409, unknown), ProviderError::Rejected { status: 409, .. }));
+        assert!(matches!(error(422, too_large), ProviderError::Rejected { status: 422, .. }));
+        assert!(matches!(error(401, "{}"), ProviderError::Rejected { status: 401, .. }));
+        assert_eq!(error(503, refusal), ProviderError::ServerError(503));
+    }
+
+    #[test]
+    fn ids_are_percent_encoded_into_paths() {
+        let provider = HttpProvider::new("http://127.0.0.1:1/prefix/", Duration::from_secs(1), None).unwrap();
+        let url = provider.url(&["v1", "charges", "ch_1/../x?y", "capture"]).unwrap();
+        assert_eq!(url.as_str(), "http://127.0.0.1:1/prefix/v1/charges/ch_1%2F..%2Fx%3Fy/capture");
+        let lookup = provider.lookup_url("refunds", "a key&b=c").unwrap();
+        assert_eq!(lookup.as_str(), "http://127.0.0.1:1/prefix/v1/refunds?idempotency_key=a+key%26b%3Dc");
+        assert!(
+            HttpProvider::new("http://127.0.0.1:1", Duration::from_secs(1), Some("bad\nkey".into())).is_err()
+        );
+    }
 }

@@ -1,8 +1,10 @@
 //! The payment provider: what orderpay needs from it ([`PaymentProvider`]), the HTTP client for
-//! the Stripe-like provider contract of PAYMENTS.md ([`client::HttpProvider`]), and the mock
-//! provider server that implements that contract for development, tests and demos ([`mock`]).
+//! the Stripe-like provider contract of PAYMENTS.md ([`client::HttpProvider`]), the JSON of that
+//! contract ([`wire`]), and the mock provider server that implements it for development, tests
+//! and demos ([`mock`]).
 //!
-//! The domain sees only the trait and these types, never HTTP.
+//! The domain sees only the trait and these types, never HTTP. Every write names a downstream
+//! idempotency key, so a re-driven call is the same operation at the provider, never a second one.
 
 pub mod client;
 pub mod mock;
@@ -11,6 +13,8 @@ pub mod wire;
 use std::future::Future;
 use std::pin::Pin;
 
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
 use uuid::Uuid;
 
 use crate::money::Amount;
@@ -25,30 +29,93 @@ pub struct ChargeRequest {
     pub amount: Amount,
     pub payment_method: String,
     pub reference: Uuid,
+    /// `true` charges at once; `false` only authorizes (the charge then `RequiresCapture` until
+    /// captured, cancelled, or its authorization expires).
+    pub capture: bool,
     /// The request that drives the call (`X-Request-Id`), for tracing across both systems.
     pub request_id: Option<String>,
 }
 
-/// The provider's view of a charge.
+/// Captures an authorized charge, all of it (`amount: None`) or part of it (the rest is
+/// released).
+#[derive(Debug, Clone)]
+pub struct CaptureRequest {
+    pub charge_id: String,
+    pub downstream_key: String,
+    pub amount: Option<Amount>,
+    pub request_id: Option<String>,
+}
+
+/// Voids an authorization: nothing is charged.
+#[derive(Debug, Clone)]
+pub struct CancelRequest {
+    pub charge_id: String,
+    pub downstream_key: String,
+    pub request_id: Option<String>,
+}
+
+/// Refunds part or all of a captured charge.
+#[derive(Debug, Clone)]
+pub struct RefundRequest {
+    pub charge_id: String,
+    pub downstream_key: String,
+    pub amount: Amount,
+    /// Our id for the refund, recorded by the provider.
+    pub reference: Uuid,
+    pub request_id: Option<String>,
+}
+
+/// The provider's view of a charge. Amounts are in the charge's currency, major units.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Charge {
     pub id: String,
     pub status: ChargeStatus,
+    /// The amount charged or authorized.
+    pub amount: Decimal,
+    /// How much of it was captured (zero until captured).
+    pub amount_captured: Decimal,
+    /// Refunded so far, counting refunds still pending (so it never allows an over-refund).
+    pub amount_refunded: Decimal,
+    /// When an uncaptured authorization lapses (only while it `RequiresCapture`, and after).
+    pub authorization_expires_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChargeStatus {
+    /// Captured: the money moved.
     Succeeded,
-    /// A definite refusal (insufficient funds, invalid card): nothing was charged.
-    Declined {
-        code: String,
-        message: String,
-    },
+    /// Authorized, not captured: capture or cancel it before `authorization_expires_at`.
+    RequiresCapture,
     /// Accepted, settling asynchronously.
     Pending,
+    /// A definite refusal (insufficient funds, invalid card): nothing was charged.
+    Declined { code: String, message: String },
+    /// An authorization that ended without a capture: `requested` (voided) or
+    /// `authorization_expired`. Nothing was charged.
+    Canceled { reason: String },
 }
 
-/// Why a provider call told us nothing definite. None of these means "not charged".
+/// The provider's view of a refund.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refund {
+    pub id: String,
+    pub charge_id: String,
+    pub status: RefundStatus,
+    pub amount: Decimal,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefundStatus {
+    /// The money went back.
+    Succeeded,
+    /// Accepted, settling asynchronously; counts against the refundable amount meanwhile.
+    Pending,
+    /// The provider tried and could not refund: nothing moved.
+    Failed { code: String, message: String },
+}
+
+/// Why a provider call did not give us the object we asked for. Only [`ProviderError::Refused`]
+/// is a definite answer about money; none of the others means "nothing happened".
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProviderError {
     #[error("the provider did not answer in time")]
@@ -57,15 +124,21 @@ pub enum ProviderError {
     Connection(String),
     #[error("the provider failed with HTTP {0}")]
     ServerError(u16),
+    /// A malformed request, a key reused with other parameters, a missing credential, an unknown
+    /// 4xx: our bug (or theirs), not an answer about the money.
     #[error("the provider refused the request with HTTP {status}: {message}")]
     Rejected { status: u16, message: String },
+    /// A definite business refusal of a capture, cancel or refund (`authorization_expired`,
+    /// `capture_declined`, `amount_too_large`, `charge_already_captured`, ...): nothing moved.
+    #[error("the provider refused: {code}: {message}")]
+    Refused { code: String, message: String },
     #[error("the provider's answer was not understood: {0}")]
     Malformed(String),
 }
 
 /// What orderpay needs from a payment provider.
 pub trait PaymentProvider: Send + Sync + 'static {
-    /// Creates (or, for a known `downstream_key`, returns) a charge.
+    /// Creates (or, for a known `downstream_key`, returns) a charge or an authorization.
     fn create_charge<'a>(
         &'a self,
         request: &'a ChargeRequest,
@@ -77,4 +150,37 @@ pub trait PaymentProvider: Send + Sync + 'static {
         downstream_key: &'a str,
         request_id: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Option<Charge>, ProviderError>>;
+
+    /// Reads a charge by the provider's id; `None` when there is no such charge.
+    fn get_charge<'a>(
+        &'a self,
+        charge_id: &'a str,
+        request_id: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Option<Charge>, ProviderError>>;
+
+    /// Captures an authorization. Re-sending the same `downstream_key` returns the same result.
+    fn capture_charge<'a>(
+        &'a self,
+        request: &'a CaptureRequest,
+    ) -> BoxFuture<'a, Result<Charge, ProviderError>>;
+
+    /// Voids an authorization. Re-sending the same `downstream_key` returns the same result.
+    fn cancel_charge<'a>(
+        &'a self,
+        request: &'a CancelRequest,
+    ) -> BoxFuture<'a, Result<Charge, ProviderError>>;
+
+    /// Creates (or, for a known `downstream_key`, returns) a refund.
+    fn create_refund<'a>(
+        &'a self,
+        request: &'a RefundRequest,
+    ) -> BoxFuture<'a, Result<Refund, ProviderError>>;
+
+    /// Finds the refund made for `downstream_key`; `None` when the provider made none for it
+    /// (it never received the key, or refused the refund).
+    fn find_refund<'a>(
+        &'a self,
+        downstream_key: &'a str,
+        request_id: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Option<Refund>, ProviderError>>;
 }

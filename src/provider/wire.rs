@@ -1,9 +1,62 @@
-//! The provider's JSON, shared by the client and the mock so that they cannot drift apart.
+//! The provider's JSON, shared by the client and the mock so that they cannot drift apart, and
+//! its translation into the domain types of [`super`]. Money is always an exact decimal string
+//! (`"12.50"`), never a JSON number, so no float ever touches an amount.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-/// `POST /v1/charges` body. Amounts are exact decimal strings, as everywhere in orderpay.
+use super::{Charge, ChargeStatus, ProviderError, Refund, RefundStatus};
+use crate::money::parse_decimal;
+
+/// Charge statuses on the wire.
+pub mod charge_status {
+    pub const SUCCEEDED: &str = "succeeded";
+    pub const REQUIRES_CAPTURE: &str = "requires_capture";
+    pub const PENDING: &str = "pending";
+    pub const DECLINED: &str = "declined";
+    pub const CANCELED: &str = "canceled";
+}
+
+/// Refund statuses on the wire.
+pub mod refund_status {
+    pub const SUCCEEDED: &str = "succeeded";
+    pub const PENDING: &str = "pending";
+    pub const FAILED: &str = "failed";
+}
+
+/// Webhook event types: each is sent when a charge or refund reaches a final state.
+pub mod event_type {
+    /// A charge succeeded, or an authorization was granted (the charge then `requires_capture`).
+    pub const CHARGE_SUCCEEDED: &str = "charge.succeeded";
+    /// A charge was declined.
+    pub const CHARGE_FAILED: &str = "charge.failed";
+    /// An authorization was captured.
+    pub const CHARGE_CAPTURED: &str = "charge.captured";
+    /// An authorization was voided or expired.
+    pub const CHARGE_CANCELED: &str = "charge.canceled";
+    pub const REFUND_SUCCEEDED: &str = "refund.succeeded";
+    pub const REFUND_FAILED: &str = "refund.failed";
+}
+
+/// Error codes of business refusals: an answer about the money (nothing moved), as opposed to a
+/// malformed request. A 402 is always one; a 400 or 409 is one when it carries one of these.
+pub const REFUSAL_CODES: &[&str] = &[
+    "authorization_expired",
+    "capture_declined",
+    "amount_too_large",
+    "charge_already_captured",
+    "charge_already_refunded",
+    "charge_canceled",
+    "charge_not_capturable",
+    "charge_not_cancelable",
+    "charge_not_refundable",
+];
+
+fn yes() -> bool {
+    true
+}
+
+/// `POST /v1/charges` body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateChargeBody {
@@ -11,34 +64,267 @@ pub struct CreateChargeBody {
     pub currency: String,
     pub payment_method: String,
     pub reference: String,
+    /// `false` authorizes only. Absent means `true`, as at Stripe.
+    #[serde(default = "yes")]
+    pub capture: bool,
 }
 
-/// A charge as the provider reports it.
+/// A charge as the provider reports it (`GET /v1/charges/{id}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChargeBody {
     pub id: String,
     pub object: String,
     pub idempotency_key: String,
+    /// Charged or authorized.
     pub amount: String,
     pub currency: String,
-    /// `succeeded`, `declined` or `pending`.
+    /// `succeeded`, `requires_capture`, `pending`, `declined` or `canceled`.
     pub status: String,
+    /// Whether money was captured (`succeeded` charges only).
+    pub captured: bool,
+    pub amount_captured: String,
+    /// Succeeded and pending refunds.
+    pub amount_refunded: String,
     pub payment_method: String,
     pub reference: String,
     pub decline_code: Option<String>,
     pub failure_message: Option<String>,
+    /// `requested` or `authorization_expired`, for `canceled` charges.
+    pub cancellation_reason: Option<String>,
+    pub authorization_expires_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
 }
 
-/// An error answer: `{"error": {"type": ..., "message": ...}}`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// `POST /v1/charges/{id}/capture` body; an empty body captures everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureChargeBody {
+    /// Up to the authorized amount; absent: all of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount: Option<String>,
+    /// When given, must be the charge's currency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub currency: Option<String>,
+}
+
+/// `POST /v1/charges/{id}/cancel` body (empty, or `{}`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelChargeBody {}
+
+/// `POST /v1/refunds` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRefundBody {
+    /// The charge's id.
+    pub charge: String,
+    pub amount: String,
+    /// When given, must be the charge's currency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub currency: Option<String>,
+    pub reference: String,
+}
+
+/// A refund as the provider reports it (`GET /v1/refunds/{id}`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefundBody {
+    pub id: String,
+    pub object: String,
+    pub idempotency_key: String,
+    pub charge: String,
+    pub amount: String,
+    pub currency: String,
+    /// `succeeded`, `pending` or `failed`.
+    pub status: String,
+    pub reference: String,
+    pub failure_code: Option<String>,
+    pub failure_message: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// An error answer: `{"error": {"type": ..., "code": ..., "message": ...}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorDetail {
+    /// `invalid_request`, `card_error`, `idempotency_error`, `authentication_error`, ...
     #[serde(rename = "type")]
     pub kind: String,
+    /// What exactly was refused, for refusals: one of [`REFUSAL_CODES`] and a few more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    #[serde(default)]
     pub message: String,
+}
+
+/// A webhook event: `{id, type, created, data: {object}}`, the object exactly as its `GET`
+/// returns it at the moment of the event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventBody {
+    /// `evt_...`, also the `webhook-id` header: the same on every delivery attempt.
+    pub id: String,
+    /// One of [`event_type`] (kept a string: a receiver must tolerate types it does not know).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Unix seconds.
+    pub created: i64,
+    pub data: EventData,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventData {
+    pub object: EventObject,
+}
+
+/// A charge or a refund; told apart by their fields (a refund has no `payment_method`, a charge
+/// no `charge`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum EventObject {
+    Charge(ChargeBody),
+    Refund(RefundBody),
+}
+
+fn money(field: &str, text: &str) -> Result<rust_decimal::Decimal, ProviderError> {
+    parse_decimal(text).map_err(|error| ProviderError::Malformed(format!("{field} {text:?}: {error}")))
+}
+
+impl ChargeBody {
+    /// The domain's view of this charge; an unknown status or a malformed amount is `Malformed`.
+    pub fn to_charge(&self) -> Result<Charge, ProviderError> {
+        let status = match self.status.as_str() {
+            charge_status::SUCCEEDED => ChargeStatus::Succeeded,
+            charge_status::REQUIRES_CAPTURE => ChargeStatus::RequiresCapture,
+            charge_status::PENDING => ChargeStatus::Pending,
+            charge_status::DECLINED => ChargeStatus::Declined {
+                code: self.decline_code.clone().unwrap_or_else(|| "declined".to_owned()),
+                message: self
+                    .failure_message
+                    .clone()
+                    .unwrap_or_else(|| "the payment was declined".to_owned()),
+            },
+            charge_status::CANCELED => ChargeStatus::Canceled {
+                reason: self.cancellation_reason.clone().unwrap_or_else(|| "canceled".to_owned()),
+            },
+            other => return Err(ProviderError::Malformed(format!("unknown charge status {other:?}"))),
+        };
+        Ok(Charge {
+            id: self.id.clone(),
+            status,
+            amount: money("amount", &self.amount)?,
+            amount_captured: money("amount_captured", &self.amount_captured)?,
+            amount_refunded: money("amount_refunded", &self.amount_refunded)?,
+            authorization_expires_at: self.authorization_expires_at,
+        })
+    }
+}
+
+impl RefundBody {
+    /// The domain's view of this refund; an unknown status or a malformed amount is `Malformed`.
+    pub fn to_refund(&self) -> Result<Refund, ProviderError> {
+        let status = match self.status.as_str() {
+            refund_status::SUCCEEDED => RefundStatus::Succeeded,
+            refund_status::PENDING => RefundStatus::Pending,
+            refund_status::FAILED => RefundStatus::Failed {
+                code: self.failure_code.clone().unwrap_or_else(|| "refund_failed".to_owned()),
+                message: self.failure_message.clone().unwrap_or_else(|| "the refund failed".to_owned()),
+            },
+            other => return Err(ProviderError::Malformed(format!("unknown refund status {other:?}"))),
+        };
+        Ok(Refund {
+            id: self.id.clone(),
+            charge_id: self.charge.clone(),
+            status,
+            amount: money("amount", &self.amount)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn charge_json() -> serde_json::Value {
+        serde_json::json!({
+            "id": "ch_1", "object": "charge", "idempotency_key": "k", "amount": "10.00",
+            "currency": "USD", "status": "requires_capture", "captured": false,
+            "amount_captured": "0.00", "amount_refunded": "0.00", "payment_method": "pm_card_ok",
+            "reference": "r", "decline_code": null, "failure_message": null,
+            "cancellation_reason": null, "authorization_expires_at": "2030-01-01T00:00:00Z",
+            "created_at": "2029-12-25T00:00:00Z"
+        })
+    }
+
+    fn refund_json() -> serde_json::Value {
+        serde_json::json!({
+            "id": "re_1", "object": "refund", "idempotency_key": "k", "charge": "ch_1",
+            "amount": "2.50", "currency": "USD", "status": "failed", "reference": "r",
+            "failure_code": "refund_declined", "failure_message": "no", "created_at": "2030-01-01T00:00:00Z"
+        })
+    }
+
+    #[test]
+    fn charges_and_refunds_translate_exactly() {
+        let body: ChargeBody = serde_json::from_value(charge_json()).unwrap();
+        let charge = body.to_charge().unwrap();
+        assert_eq!(charge.status, ChargeStatus::RequiresCapture);
+        assert_eq!(charge.amount.to_string(), "10.00");
+        assert!(charge.amount_captured.is_zero());
+        assert!(charge.authorization_expires_at.is_some());
+
+        let refund: RefundBody = serde_json::from_value(refund_json()).unwrap();
+        let refund = refund.to_refund().unwrap();
+        assert_eq!(
+            refund.status,
+            RefundStatus::Failed { code: "refund_declined".into(), message: "no".into() }
+        );
+        assert_eq!(refund.amount.to_string(), "2.50");
+    }
+
+    #[test]
+    fn unknown_statuses_and_float_like_amounts_are_malformed() {
+        let mut json = charge_json();
+        json["status"] = "authorized".into();
+        let body: ChargeBody = serde_json::from_value(json).unwrap();
+        assert!(matches!(body.to_charge(), Err(ProviderError::Malformed(_))));
+        let mut json = charge_json();
+        json["amount_captured"] = "NaN".into();
+        let body: ChargeBody = serde_json::from_value(json).unwrap();
+        assert!(matches!(body.to_charge(), Err(ProviderError::Malformed(_))));
+        // A JSON number where a decimal string belongs is refused outright.
+        let mut json = refund_json();
+        json["amount"] = serde_json::json!(2.5);
+        assert!(serde_json::from_value::<RefundBody>(json).is_err());
+    }
+
+    #[test]
+    fn an_event_object_is_told_apart_by_its_fields() {
+        let event = |object: serde_json::Value| {
+            serde_json::from_value::<EventBody>(serde_json::json!({
+                "id": "evt_1", "type": "charge.succeeded", "created": 1, "data": { "object": object }
+            }))
+            .unwrap()
+        };
+        assert!(matches!(event(charge_json()).data.object, EventObject::Charge(_)));
+        assert!(matches!(event(refund_json()).data.object, EventObject::Refund(_)));
+        // Serialised back, the object is exactly what was sent.
+        let EventObject::Charge(charge) = event(charge_json()).data.object else { unreachable!() };
+        assert_eq!(serde_json::to_value(charge).unwrap(), charge_json());
+    }
+
+    #[test]
+    fn capture_defaults_to_true_and_error_codes_are_optional() {
+        let body: CreateChargeBody = serde_json::from_value(serde_json::json!({
+            "amount": "1.00", "currency": "USD", "payment_method": "pm_card_ok", "reference": "r"
+        }))
+        .unwrap();
+        assert!(body.capture);
+        let error: ErrorBody = serde_json::from_str(r#"{"error":{"type":"api_error"}}"#).unwrap();
+        assert_eq!((error.error.code, error.error.message), (None, String::new()));
+        let json = serde_json::to_string(&CaptureChargeBody::default()).unwrap();
+        assert_eq!(json, "{}");
+    }
 }

@@ -65,6 +65,7 @@ pub fn test_mock_settings() -> MockSettings {
         listen: "127.0.0.1:0".to_owned(),
         timeout_hold: Duration::from_secs(3),
         settle_after: Duration::from_millis(300),
+        ..MockSettings::default()
     }
 }
 
@@ -87,6 +88,22 @@ impl TestProvider {
     pub async fn charges_for(&self, payment_id: &str) -> Vec<Value> {
         let key = format!("orderpay_pay_{payment_id}");
         self.charges().await.into_iter().filter(|charge| charge["idempotency_key"] == key.as_str()).collect()
+    }
+
+    /// Every refund the provider made (`GET /_admin/refunds`).
+    pub async fn refunds(&self) -> Vec<Value> {
+        self.admin_list("refunds").await
+    }
+
+    /// Every webhook event with its delivery attempts (`GET /_admin/webhooks`).
+    pub async fn webhooks(&self) -> Vec<Value> {
+        self.admin_list("webhooks").await
+    }
+
+    async fn admin_list(&self, what: &str) -> Vec<Value> {
+        let response = self.client.get(format!("{}/_admin/{what}", self.address)).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        json(response).await["data"].as_array().unwrap().clone()
     }
 
     pub async fn set_faults(&self, faults: Value) {
@@ -126,7 +143,7 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings, &mut MockSetti
             rate_limit: orderpay::rate_limit::RateLimit { per_second: 0, burst: 0 },
         },
         sweeper: SweeperConfig { interval: Duration::from_secs(3600), batch_size: 1000 },
-        provider: ProviderConfig { url: String::new(), timeout: Duration::from_secs(1) },
+        provider: ProviderConfig { url: String::new(), timeout: Duration::from_secs(1), api_key: None },
         timing: Timing { lease: Duration::from_secs(2), recheck_after: Duration::from_millis(50) },
         // Off unless a test turns it on: tests run passes themselves to control their timing.
         reconciler: ReconcilerConfig {

@@ -14,4 +14,5 @@ mod idempotency;
 mod operations;
 mod orders;
 mod payments;
+mod provider;
 mod security;

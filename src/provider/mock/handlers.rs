@@ -1,0 +1,239 @@
+//! The mock provider's HTTP handlers: read the request, apply the faults, let the ledger decide,
+//! answer (holding the answer when the ledger or a fault says so). Bad input of any kind is a
+//! 400 JSON error, never a panic.
+
+use std::time::Duration;
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use chrono::Utc;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use super::ledger::Reply;
+use super::{Faults, MockState, bad_request, chance, respond};
+use crate::provider::wire::{CancelChargeBody, CaptureChargeBody, CreateChargeBody, CreateRefundBody};
+
+/// Keys longer than this are refused, as at Stripe.
+const MAX_KEY_LENGTH: usize = 255;
+
+fn invalid(message: &str) -> Reply {
+    Reply::error(StatusCode::BAD_REQUEST, "invalid_request", None, message)
+}
+
+fn idempotency_key(request: &HttpRequest) -> Result<String, Reply> {
+    match request.headers().get("idempotency-key").map(|value| value.to_str()) {
+        Some(Ok(key)) if !key.is_empty() && key.len() <= MAX_KEY_LENGTH => Ok(key.to_owned()),
+        Some(_) => Err(invalid("Idempotency-Key must be 1 to 255 visible ASCII characters")),
+        None => Err(invalid("Idempotency-Key is required")),
+    }
+}
+
+fn request_id(request: &HttpRequest) -> Option<String> {
+    request.headers().get("x-request-id").and_then(|value| value.to_str().ok()).map(str::to_owned)
+}
+
+/// A JSON body; an empty one is the type's default (captures and cancels need no body).
+fn optional_json<T: DeserializeOwned + Default>(bytes: &[u8]) -> Result<T, Reply> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    json_body(bytes)
+}
+
+fn json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Reply> {
+    serde_json::from_slice(bytes).map_err(|error| invalid(&format!("invalid JSON body: {error}")))
+}
+
+/// The faults every write goes through before it acts: latency, then a 503 without acting, or
+/// a decision to hold the answer once it has acted.
+async fn faults_before_acting(state: &MockState) -> Result<bool, Reply> {
+    let faults: Faults = state.with_ledger(|ledger| ledger.faults.clone());
+    if faults.latency_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(faults.latency_ms)).await;
+    }
+    if chance(faults.error_rate) {
+        return Err(Reply::error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "api_error",
+            None,
+            "injected fault: unavailable",
+        ));
+    }
+    Ok(chance(faults.timeout_rate))
+}
+
+/// Sends the ledger's answer; a held one only after the hold (the operation is already done).
+async fn answer(state: &MockState, reply: Reply) -> HttpResponse {
+    if reply.hold {
+        tokio::time::sleep(state.settings.timeout_hold).await;
+    }
+    respond(reply)
+}
+
+/// `POST /v1/charges`
+pub(super) async fn create_charge(
+    state: web::Data<MockState>,
+    request: HttpRequest,
+    body: web::Json<CreateChargeBody>,
+) -> HttpResponse {
+    let key = match idempotency_key(&request) {
+        Ok(key) => key,
+        Err(reply) => return respond(reply),
+    };
+    let hold_fault = match faults_before_acting(&state).await {
+        Ok(hold) => hold,
+        Err(reply) => return respond(reply),
+    };
+    let body = body.into_inner();
+    let request_id = request_id(&request);
+    let reply =
+        state.with_ledger(|ledger| ledger.create_charge(&key, body, request_id, Utc::now(), hold_fault));
+    answer(&state, reply).await
+}
+
+#[derive(Deserialize)]
+pub(super) struct KeyQuery {
+    idempotency_key: String,
+}
+
+/// `GET /v1/charges?idempotency_key=...`: 404 when the provider never received that key.
+pub(super) async fn find_charge_by_key(
+    state: web::Data<MockState>,
+    query: web::Query<KeyQuery>,
+) -> HttpResponse {
+    match state.with_ledger(|ledger| ledger.charge_by_key(&query.idempotency_key, Utc::now())) {
+        Some(charge) => HttpResponse::Ok().json(charge),
+        None => not_found("no charge for this idempotency key"),
+    }
+}
+
+/// `GET /v1/charges/{id}`
+pub(super) async fn get_charge(state: web::Data<MockState>, id: web::Path<String>) -> HttpResponse {
+    match state.with_ledger(|ledger| ledger.charge_by_id(&id, Utc::now())) {
+        Some(charge) => HttpResponse::Ok().json(charge),
+        None => not_found("no such charge"),
+    }
+}
+
+/// `POST /v1/charges/{id}/capture` with `{amount?, currency?}` (an empty body captures all).
+pub(super) async fn capture_charge(
+    state: web::Data<MockState>,
+    request: HttpRequest,
+    id: web::Path<String>,
+    body: web::Bytes,
+) -> HttpResponse {
+    let (key, body) = match (idempotency_key(&request), optional_json::<CaptureChargeBody>(&body)) {
+        (Ok(key), Ok(body)) => (key, body),
+        (Err(reply), _) | (_, Err(reply)) => return respond(reply),
+    };
+    let hold_fault = match faults_before_acting(&state).await {
+        Ok(hold) => hold,
+        Err(reply) => return respond(reply),
+    };
+    let reply = state.with_ledger(|ledger| ledger.capture(&id, &key, body, Utc::now(), hold_fault));
+    answer(&state, reply).await
+}
+
+/// `POST /v1/charges/{id}/cancel` (an empty body, or `{}`)
+pub(super) async fn cancel_charge(
+    state: web::Data<MockState>,
+    request: HttpRequest,
+    id: web::Path<String>,
+    body: web::Bytes,
+) -> HttpResponse {
+    let key = match (idempotency_key(&request), optional_json::<CancelChargeBody>(&body)) {
+        (Ok(key), Ok(_)) => key,
+        (Err(reply), _) | (_, Err(reply)) => return respond(reply),
+    };
+    let hold_fault = match faults_before_acting(&state).await {
+        Ok(hold) => hold,
+        Err(reply) => return respond(reply),
+    };
+    let reply = state.with_ledger(|ledger| ledger.cancel(&id, &key, Utc::now(), hold_fault));
+    answer(&state, reply).await
+}
+
+/// `POST /v1/refunds` with `{charge, amount, currency?, reference}`
+pub(super) async fn create_refund(
+    state: web::Data<MockState>,
+    request: HttpRequest,
+    body: web::Bytes,
+) -> HttpResponse {
+    let key = match idempotency_key(&request) {
+        Ok(key) => key,
+        Err(reply) => return respond(reply),
+    };
+    let body: CreateRefundBody = match json_body(&body) {
+        Ok(body) => body,
+        Err(reply) => return respond(reply),
+    };
+    let hold_fault = match faults_before_acting(&state).await {
+        Ok(hold) => hold,
+        Err(reply) => return respond(reply),
+    };
+    let request_id = request_id(&request);
+    let reply =
+        state.with_ledger(|ledger| ledger.create_refund(&key, body, request_id, Utc::now(), hold_fault));
+    answer(&state, reply).await
+}
+
+/// `GET /v1/refunds?idempotency_key=...`: 404 when no refund was made for that key.
+pub(super) async fn find_refund_by_key(
+    state: web::Data<MockState>,
+    query: web::Query<KeyQuery>,
+) -> HttpResponse {
+    match state.with_ledger(|ledger| ledger.refund_by_key(&query.idempotency_key, Utc::now())) {
+        Some(refund) => HttpResponse::Ok().json(refund),
+        None => not_found("no refund for this idempotency key"),
+    }
+}
+
+/// `GET /v1/refunds/{id}`
+pub(super) async fn get_refund(state: web::Data<MockState>, id: web::Path<String>) -> HttpResponse {
+    match state.with_ledger(|ledger| ledger.refund_by_id(&id, Utc::now())) {
+        Some(refund) => HttpResponse::Ok().json(refund),
+        None => not_found("no such refund"),
+    }
+}
+
+fn not_found(message: &str) -> HttpResponse {
+    respond(Reply::error(StatusCode::NOT_FOUND, "invalid_request", Some("resource_missing"), message))
+}
+
+/// `GET /_admin/charges`: every charge received, oldest first.
+pub(super) async fn list_charges(state: web::Data<MockState>) -> HttpResponse {
+    let charges = state.with_ledger(|ledger| ledger.admin_charges(Utc::now()));
+    HttpResponse::Ok().json(json!({ "data": charges }))
+}
+
+/// `GET /_admin/refunds`: every refund made, oldest first.
+pub(super) async fn list_refunds(state: web::Data<MockState>) -> HttpResponse {
+    let refunds = state.with_ledger(|ledger| ledger.admin_refunds(Utc::now()));
+    HttpResponse::Ok().json(json!({ "data": refunds }))
+}
+
+/// `GET /_admin/webhooks`: every event with its delivery attempts, oldest first.
+pub(super) async fn list_webhooks(state: web::Data<MockState>) -> HttpResponse {
+    match &state.webhooks {
+        Some(webhooks) => HttpResponse::Ok().json(webhooks.list()),
+        None => HttpResponse::Ok().json(json!({ "data": [] })),
+    }
+}
+
+/// `GET /_admin/faults`
+pub(super) async fn get_faults(state: web::Data<MockState>) -> HttpResponse {
+    HttpResponse::Ok().json(state.with_ledger(|ledger| ledger.faults.clone()))
+}
+
+/// `POST /_admin/faults` with any of `{latency_ms, timeout_rate, error_rate,
+/// webhook_duplicate_rate, webhook_drop_rate, webhook_delay_ms}`; `{}` clears them.
+pub(super) async fn set_faults(state: web::Data<MockState>, faults: web::Json<Faults>) -> HttpResponse {
+    let faults = faults.into_inner();
+    if let Err(message) = faults.validate() {
+        return bad_request(message);
+    }
+    state.with_ledger(|ledger| ledger.faults = faults.clone());
+    HttpResponse::Ok().json(faults)
+}

@@ -1,0 +1,206 @@
+//! The mock provider's webhooks: every event the ledger emits is signed (Standard Webhooks, see
+//! [`crate::webhook_signature`]) and POSTed to `MOCK_PROVIDER_WEBHOOK_URL`, retried with
+//! exponential backoff until a 2xx answer or the last attempt, and logged with every attempt for
+//! `GET /_admin/webhooks`.
+//!
+//! The webhook faults misbehave like real providers do: an event sent twice (same `webhook-id`),
+//! never sent, or held back so that a later event overtakes it.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use uuid::Uuid;
+
+use super::ledger::Emitted;
+use super::{Faults, chance};
+use crate::provider::wire::{EventBody, EventData, EventObject};
+use crate::webhook_signature::{Secret, sign};
+
+/// Attempts per delivery: the first and four retries (500 ms, 1 s, 2 s, 4 s at the default base).
+const MAX_ATTEMPTS: u32 = 5;
+
+/// The spec's advice is 15-30 s for a receiver to answer; a mock need not wait as long.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub(super) struct Webhooks {
+    url: String,
+    secret: Secret,
+    retry_base: Duration,
+    log: Mutex<Vec<EventRecord>>,
+    queue: mpsc::UnboundedSender<Delivery>,
+}
+
+/// One event as `GET /_admin/webhooks` lists it.
+#[derive(Debug, Clone, Serialize)]
+struct EventRecord {
+    id: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    object_id: String,
+    created_at: DateTime<Utc>,
+    /// Deliveries planned: 2 under the duplicate fault, 0 when dropped.
+    copies: u8,
+    delay_ms: u64,
+    attempts: Vec<Attempt>,
+    delivered: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Attempt {
+    at: DateTime<Utc>,
+    /// The receiver's HTTP status; `None` when there was no answer.
+    status: Option<u16>,
+    error: Option<String>,
+}
+
+/// What the delivery task needs to send an event: the body is serialised once, so every attempt
+/// and copy sends (and signs) the very same bytes.
+pub(super) struct Delivery {
+    index: usize,
+    id: String,
+    body: Vec<u8>,
+    copies: u8,
+    delay: Duration,
+}
+
+impl Webhooks {
+    /// Webhooks to `url`, and the queue that [`Webhooks::run`] delivers from.
+    pub fn new(
+        url: String,
+        secret: Secret,
+        retry_base: Duration,
+    ) -> (Arc<Webhooks>, mpsc::UnboundedReceiver<Delivery>) {
+        let (queue, deliveries) = mpsc::unbounded_channel();
+        let webhooks = Webhooks { url, secret, retry_base, log: Mutex::new(Vec::new()), queue };
+        (Arc::new(webhooks), deliveries)
+    }
+
+    fn log(&self) -> MutexGuard<'_, Vec<EventRecord>> {
+        // Every update is one push or one field: a poisoned log is still consistent.
+        self.log.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Logs an event and queues its delivery, applying the webhook faults. Called with the
+    /// ledger locked, so events are logged and queued in the order they happened.
+    pub fn emit(&self, emitted: Emitted, faults: &Faults) {
+        let id = format!("evt_{}", Uuid::now_v7().simple());
+        let object_id = match &emitted.object {
+            EventObject::Charge(charge) => charge.id.clone(),
+            EventObject::Refund(refund) => refund.id.clone(),
+        };
+        let now = Utc::now();
+        let event = EventBody {
+            id: id.clone(),
+            kind: emitted.kind.to_owned(),
+            created: now.timestamp(),
+            data: EventData { object: emitted.object },
+        };
+        let body = match serde_json::to_vec(&event) {
+            Ok(body) => body,
+            Err(error) => {
+                tracing::error!(%error, "a webhook event could not be serialised");
+                return;
+            }
+        };
+        let copies = if chance(faults.webhook_drop_rate) {
+            0
+        } else if chance(faults.webhook_duplicate_rate) {
+            2
+        } else {
+            1
+        };
+        let mut log = self.log();
+        let index = log.len();
+        log.push(EventRecord {
+            id: id.clone(),
+            kind: emitted.kind,
+            object_id,
+            created_at: now,
+            copies,
+            delay_ms: faults.webhook_delay_ms,
+            attempts: Vec::new(),
+            delivered: false,
+        });
+        if copies > 0 {
+            let delay = Duration::from_millis(faults.webhook_delay_ms);
+            // Fails only once the delivery task is gone, i.e. the server is stopping.
+            let _ = self.queue.send(Delivery { index, id, body, copies, delay });
+        }
+    }
+
+    /// `GET /_admin/webhooks`
+    pub fn list(&self) -> serde_json::Value {
+        serde_json::json!({ "data": *self.log() })
+    }
+
+    /// Delivers queued events until aborted, each in a task of its own so that a slow receiver
+    /// or a delayed event holds up no other. Aborting this task aborts every delivery.
+    pub async fn run(self: Arc<Self>, mut deliveries: mpsc::UnboundedReceiver<Delivery>) {
+        crate::provider::client::install_crypto_provider();
+        let client = match reqwest::Client::builder().timeout(ATTEMPT_TIMEOUT).build() {
+            Ok(client) => client,
+            Err(error) => {
+                tracing::error!(%error, "no HTTP client for webhooks: none will be sent");
+                return;
+            }
+        };
+        let mut in_flight = JoinSet::new();
+        loop {
+            tokio::select! {
+                delivery = deliveries.recv() => match delivery {
+                    Some(delivery) => {
+                        in_flight.spawn(self.clone().deliver(client.clone(), delivery));
+                    }
+                    None => break,
+                },
+                Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+            }
+        }
+        while in_flight.join_next().await.is_some() {}
+    }
+
+    async fn deliver(self: Arc<Self>, client: reqwest::Client, delivery: Delivery) {
+        if !delivery.delay.is_zero() {
+            tokio::time::sleep(delivery.delay).await;
+        }
+        for _ in 0..delivery.copies {
+            for attempt in 1..=MAX_ATTEMPTS {
+                let at = Utc::now();
+                // Each attempt is signed with its own timestamp, so a receiver's tolerance
+                // window applies to the attempt, not to the event's age.
+                let timestamp = at.timestamp();
+                let signature = sign(&self.secret, &delivery.id, timestamp, &delivery.body);
+                let sent = client
+                    .post(&self.url)
+                    .header("content-type", "application/json")
+                    .header("webhook-id", &delivery.id)
+                    .header("webhook-timestamp", timestamp.to_string())
+                    .header("webhook-signature", signature)
+                    .body(delivery.body.clone())
+                    .send()
+                    .await;
+                let (status, error) = match sent {
+                    Ok(response) => (Some(response.status().as_u16()), None),
+                    Err(error) => (None, Some(error.without_url().to_string())),
+                };
+                let delivered = status.is_some_and(|status| (200..300).contains(&status));
+                {
+                    let mut log = self.log();
+                    let record = &mut log[delivery.index];
+                    record.attempts.push(Attempt { at, status, error });
+                    record.delivered |= delivered;
+                }
+                if delivered {
+                    break;
+                }
+                if attempt < MAX_ATTEMPTS {
+                    tokio::time::sleep(self.retry_base.saturating_mul(1 << (attempt - 1))).await;
+                }
+            }
+        }
+    }
+}
