@@ -26,7 +26,7 @@ enum Command {
     Serve(ServeArgs),
     /// Apply pending database migrations and exit.
     Migrate(DatabaseArgs),
-    /// Run the mock payment provider (state in memory; see PAYMENTS.md for its behaviour).
+    /// Run the mock payment provider (state in memory; see docs/payments.md for its behaviour).
     MockProvider(MockProviderArgs),
     /// Settle payments whose outcome is unknown by asking the provider (`serve` does this too).
     Reconcile {

@@ -67,6 +67,18 @@ pub struct PassReport {
 }
 
 impl PassReport {
+    /// What the pass did, by result, as the metrics name them.
+    pub fn results(&self) -> [(&'static str, usize); 6] {
+        [
+            ("settled", self.settled),
+            ("redriven", self.redriven),
+            ("rescheduled", self.rescheduled),
+            ("stuck", self.stuck),
+            ("gave_up", self.gave_up),
+            ("error", self.errors),
+        ]
+    }
+
     fn add(&mut self, other: PassReport) {
         self.settled += other.settled;
         self.redriven += other.redriven;
@@ -114,7 +126,7 @@ pub async fn run_pass(engine: &Engine, config: &ReconcilerConfig) -> Result<Pass
             }
         }
     }
-    crate::telemetry::metrics::reconciler_pass(&report);
+    crate::telemetry::metrics::reconciler_pass(&report.results());
     Ok(report)
 }
 

@@ -1,5 +1,5 @@
 //! The payment provider: what orderpay needs from it ([`PaymentProvider`]), the HTTP client for
-//! the Stripe-like provider contract of PAYMENTS.md ([`client::HttpProvider`]), the JSON of that
+//! the Stripe-like provider contract of docs/payments.md ([`client::HttpProvider`]), the JSON of that
 //! contract ([`wire`]), and the mock provider server that implements it for development, tests
 //! and demos ([`mock`]).
 //!

@@ -18,8 +18,6 @@ use std::sync::OnceLock;
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::operations::reconciler::PassReport;
-
 const HTTP_DURATION: &str = "orderpay_http_request_duration_seconds";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
@@ -87,16 +85,11 @@ pub fn payment_settled(status: &'static str) {
     counter!("orderpay_payments_settled_total", "status" => status).increment(1);
 }
 
-pub fn reconciler_pass(report: &PassReport) {
+/// One reconciler pass, with what it did: `(result, count)` pairs (settled, redriven,
+/// rescheduled, stuck, gave_up, error).
+pub fn reconciler_pass(results: &[(&'static str, usize)]) {
     counter!("orderpay_reconciler_passes_total").increment(1);
-    for (result, count) in [
-        ("settled", report.settled),
-        ("redriven", report.redriven),
-        ("rescheduled", report.rescheduled),
-        ("stuck", report.stuck),
-        ("gave_up", report.gave_up),
-        ("error", report.errors),
-    ] {
+    for &(result, count) in results {
         if count > 0 {
             counter!("orderpay_reconciler_payments_total", "result" => result).increment(count as u64);
         }

@@ -1,4 +1,4 @@
-//! The failure windows of PAYMENTS.md that need a crash: the service runs as a subprocess and is
+//! The failure windows of docs/payments.md that need a crash: the service runs as a subprocess and is
 //! killed with SIGKILL at the window; the in-process app (same database) and the reconciler then
 //! finish the payment. W3-W5 (timeout, 5xx, pending) are in payments.rs.
 

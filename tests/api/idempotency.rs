@@ -1,4 +1,4 @@
-//! The idempotency contract of IDEMPOTENCY.md, line by line, as it applies to orders.
+//! The idempotency contract of docs/idempotency.md, line by line, as it applies to orders.
 
 use std::collections::HashSet;
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! The mock payment provider: a real HTTP server implementing the Stripe-like provider contract
-//! of PAYMENTS.md, with its state in memory. Run it with `orderpay mock-provider`.
+//! of docs/payments.md, with its state in memory. Run it with `orderpay mock-provider`.
 //!
 //! Behaviour by payment method is deterministic so that every failure window can be driven on
 //! purpose. Charges: `pm_card_ok` succeeds; `pm_card_declined` is declined; `pm_provider_down`
