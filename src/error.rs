@@ -14,8 +14,8 @@ use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
 use crate::idempotency::{KeyConflict, StoredResponse};
-use crate::ids::{OrderId, PaymentId};
-use crate::operations::EngineError;
+use crate::ids::{OrderId, PaymentId, RefundId};
+use crate::money::Amount;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -105,6 +105,35 @@ pub enum ApiError {
     #[error("the payment failed: {reason}")]
     PaymentFailed { payment_id: Uuid, reason: String },
 
+    /// 402 `refund-declined`: the provider refused the refund; nothing moved. A final answer,
+    /// stored with the key.
+    #[error("the refund was declined: {message}")]
+    RefundDeclined { refund_id: RefundId, code: String, message: String },
+
+    /// 402 `capture-declined`: the provider refused the capture for a reason other than the
+    /// authorization's end; the payment stays `requires_capture`. Stored with the key.
+    #[error("the capture was declined: {message}")]
+    CaptureDeclined { payment_id: PaymentId, code: String, message: String },
+
+    /// 402 `authorization-expired`: the provider let the authorization go before the capture;
+    /// the payment is `canceled` and the order can be paid again. Stored with the key.
+    #[error("the authorization of payment {payment_id} expired; nothing was captured")]
+    AuthorizationExpired { payment_id: PaymentId },
+
+    /// 402 `capture-failed`, `void-failed` or `refund-failed`: orderpay gave up on the
+    /// operation after its last check (the provider never received it; nothing moved). Stored.
+    #[error("the {operation} failed: {reason}")]
+    OperationFailed { operation: &'static str, id: Uuid, reason: String },
+
+    /// 422 `refund-exceeds-refundable`: more than is still refundable (captured, less what was
+    /// refunded or is being refunded). Not stored: in-flight refunds may yet fail.
+    #[error("the amount is more than the {refundable_amount} still refundable")]
+    RefundExceedsRefundable { refundable_amount: Amount },
+
+    /// 422 `capture-exceeds-capturable`: more than was authorized. Not stored.
+    #[error("the amount is more than the {capturable_amount} authorized")]
+    CaptureExceedsCapturable { capturable_amount: Amount },
+
     /// 409 `payment-in-progress`: another payment of this order has an unknown outcome; retry
     /// after `Retry-After` seconds. Not stored.
     #[error("order {order_id} has a payment in progress ({payment_id}); retry when it is settled")]
@@ -122,6 +151,11 @@ pub enum ApiError {
     /// 500 `internal-error`: a bug or an unexpected failure. The cause is logged, not returned.
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
+}
+
+/// The `Content-Type` header of a stored problem answer.
+pub fn problem_content_type() -> (String, String) {
+    (header::CONTENT_TYPE.to_string(), PROBLEM_JSON.to_owned())
 }
 
 /// Whole seconds to put in `Retry-After` for a wait: rounded up (retrying earlier than the wait
@@ -161,6 +195,18 @@ impl ApiError {
             ApiError::PaymentDeclined { .. } => ("payment-declined", "Payment declined"),
             ApiError::PaymentFailed { .. } => ("payment-failed", "Payment failed"),
             ApiError::PaymentInProgress { .. } => ("payment-in-progress", "Payment in progress"),
+            ApiError::RefundDeclined { .. } => ("refund-declined", "Refund declined"),
+            ApiError::CaptureDeclined { .. } => ("capture-declined", "Capture declined"),
+            ApiError::AuthorizationExpired { .. } => ("authorization-expired", "Authorization expired"),
+            ApiError::OperationFailed { operation: "capture", .. } => ("capture-failed", "Capture failed"),
+            ApiError::OperationFailed { operation: "void", .. } => ("void-failed", "Void failed"),
+            ApiError::OperationFailed { .. } => ("refund-failed", "Refund failed"),
+            ApiError::RefundExceedsRefundable { .. } => {
+                ("refund-exceeds-refundable", "Refund exceeds refundable")
+            }
+            ApiError::CaptureExceedsCapturable { .. } => {
+                ("capture-exceeds-capturable", "Capture exceeds capturable")
+            }
             ApiError::RateLimited { .. } => ("rate-limited", "Too many requests"),
             ApiError::Unavailable(_) => ("service-unavailable", "Service unavailable"),
             ApiError::Internal(_) => ("internal-error", "Internal error"),
@@ -185,6 +231,26 @@ impl ApiError {
             }
             ApiError::PaymentInProgress { payment_id, .. } => {
                 members.insert("payment_id".into(), json!(payment_id));
+            }
+            ApiError::RefundDeclined { refund_id, code, .. } => {
+                members.insert("refund_id".into(), json!(refund_id));
+                members.insert("decline_code".into(), json!(code));
+            }
+            ApiError::CaptureDeclined { payment_id, code, .. } => {
+                members.insert("payment_id".into(), json!(payment_id));
+                members.insert("decline_code".into(), json!(code));
+            }
+            ApiError::AuthorizationExpired { payment_id } => {
+                members.insert("payment_id".into(), json!(payment_id));
+            }
+            ApiError::OperationFailed { id, .. } => {
+                members.insert("resource_id".into(), json!(id));
+            }
+            ApiError::RefundExceedsRefundable { refundable_amount } => {
+                members.insert("refundable_amount".into(), json!(refundable_amount));
+            }
+            ApiError::CaptureExceedsCapturable { capturable_amount } => {
+                members.insert("capturable_amount".into(), json!(capturable_amount));
             }
             ApiError::InvalidState { id, current, .. } => {
                 members.insert("resource_id".into(), json!(id));
@@ -212,7 +278,7 @@ impl ApiError {
     pub fn to_stored_response(&self) -> StoredResponse {
         StoredResponse {
             status: self.status_code().as_u16(),
-            headers: vec![(header::CONTENT_TYPE.to_string(), PROBLEM_JSON.to_owned())],
+            headers: vec![problem_content_type()],
             body: self.problem_body(),
         }
     }
@@ -231,10 +297,18 @@ impl ResponseError for ApiError {
             ApiError::IdempotencyKeyInUse { .. }
             | ApiError::InvalidState { .. }
             | ApiError::PaymentInProgress { .. } => StatusCode::CONFLICT,
-            ApiError::PaymentDeclined { .. } | ApiError::PaymentFailed { .. } => StatusCode::PAYMENT_REQUIRED,
+            ApiError::PaymentDeclined { .. }
+            | ApiError::PaymentFailed { .. }
+            | ApiError::RefundDeclined { .. }
+            | ApiError::CaptureDeclined { .. }
+            | ApiError::AuthorizationExpired { .. }
+            | ApiError::OperationFailed { .. } => StatusCode::PAYMENT_REQUIRED,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::Validation(_) | ApiError::IdempotencyKeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Validation(_)
+            | ApiError::IdempotencyKeyReused(_)
+            | ApiError::RefundExceedsRefundable { .. }
+            | ApiError::CaptureExceedsCapturable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -295,17 +369,6 @@ impl From<KeyConflict> for ApiError {
         match conflict {
             KeyConflict::Reused(message) => ApiError::IdempotencyKeyReused(message),
             KeyConflict::InUse { retry_after, resource_id } => ApiError::key_in_use(retry_after, resource_id),
-        }
-    }
-}
-
-/// The engine could not record what it learned.
-impl From<EngineError> for ApiError {
-    fn from(error: EngineError) -> Self {
-        match error {
-            EngineError::Database(error) => error.into(),
-            EngineError::Pool(error) => error.into(),
-            vanished @ EngineError::Vanished(_) => ApiError::Internal(vanished.into()),
         }
     }
 }

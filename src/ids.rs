@@ -80,6 +80,14 @@ id_type!(
     PaymentId
 );
 id_type!(
+    /// A capture or a void of a payment's authorization.
+    OperationId
+);
+id_type!(
+    /// A refund.
+    RefundId
+);
+id_type!(
     /// One claim of a provider operation by a driver (a request, a retry that took it over, a
     /// reconciler). Only the holder of the current lease may release it.
     LeaseId

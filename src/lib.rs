@@ -18,5 +18,6 @@ pub mod orders;
 pub mod payments;
 pub mod provider;
 pub mod rate_limit;
+pub mod refunds;
 pub mod telemetry;
 pub mod webhook_signature;

@@ -62,6 +62,32 @@ diesel::table! {
         actor -> Text,
         detail -> Nullable<Text>,
         at -> Timestamptz,
+        subject -> Text,
+        subject_id -> Uuid,
+    }
+}
+
+diesel::table! {
+    payment_operations (account_id, id) {
+        account_id -> Uuid,
+        id -> Uuid,
+        payment_id -> Uuid,
+        kind -> Text,
+        status -> Text,
+        amount -> Nullable<Numeric>,
+        failure_code -> Nullable<Text>,
+        failure_message -> Nullable<Text>,
+        idempotency_key -> Nullable<Text>,
+        attempts -> Int4,
+        next_check_at -> Nullable<Timestamptz>,
+        last_error -> Nullable<Text>,
+        lease_until -> Nullable<Timestamptz>,
+        lease_id -> Nullable<Uuid>,
+        last_send_at -> Nullable<Timestamptz>,
+        answer_status -> Nullable<Int2>,
+        answer_body -> Nullable<Bytea>,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
     }
 }
 
@@ -88,6 +114,38 @@ diesel::table! {
         last_send_at -> Nullable<Timestamptz>,
         answer_status -> Nullable<Int2>,
         answer_body -> Nullable<Bytea>,
+        capture_method -> Text,
+        amount_captured -> Numeric,
+        amount_refunded -> Numeric,
+        amount_refunding -> Numeric,
+        authorization_expires_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    refunds (account_id, id) {
+        account_id -> Uuid,
+        id -> Uuid,
+        payment_id -> Uuid,
+        order_id -> Uuid,
+        status -> Text,
+        amount -> Numeric,
+        currency -> Text,
+        reason -> Nullable<Text>,
+        provider_refund_id -> Nullable<Text>,
+        failure_code -> Nullable<Text>,
+        failure_message -> Nullable<Text>,
+        idempotency_key -> Nullable<Text>,
+        attempts -> Int4,
+        next_check_at -> Nullable<Timestamptz>,
+        last_error -> Nullable<Text>,
+        lease_until -> Nullable<Timestamptz>,
+        lease_id -> Nullable<Uuid>,
+        last_send_at -> Nullable<Timestamptz>,
+        answer_status -> Nullable<Int2>,
+        answer_body -> Nullable<Bytea>,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
     }
 }
 
@@ -97,5 +155,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     order_items,
     orders,
     payment_events,
+    payment_operations,
     payments,
+    refunds,
 );

@@ -303,6 +303,11 @@ mod tests {
             declared::<crate::orders::repository::NewOrderStatement<'static>>(),
             declared::<crate::payments::repository::StartPayment<'static>>(),
             declared::<crate::payments::repository::SettlePayment<'static>>(),
+            declared::<crate::payments::repository::EndAuthorization<'static>>(),
+            declared::<crate::payments::authorization::StartAction<'static>>(),
+            declared::<crate::payments::authorization::SettleAction<'static>>(),
+            declared::<crate::refunds::repository::StartRefund<'static>>(),
+            declared::<crate::refunds::repository::SettleRefund<'static>>(),
         ]
     }
 

@@ -10,7 +10,7 @@ use chrono::Utc;
 
 use super::AppState;
 use crate::error::ApiError;
-use crate::payments::repository as payments;
+use crate::operations::leases::{self, Table};
 use crate::telemetry::metrics;
 
 /// The OpenAPI document, compiled in so the binary always serves the spec it implements.
@@ -46,10 +46,16 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     metrics::pool_connections(in_use, idle);
     let waiting = async {
         let mut conn = state.pool.get().await.ok()?;
-        payments::count_waiting(&mut conn, Utc::now()).await.ok()
+        let mut counts = Vec::new();
+        for table in Table::ALL {
+            counts.push((table, leases::count_waiting(&mut conn, table, Utc::now()).await.ok()?));
+        }
+        Some(counts)
     };
-    if let Ok(Some(count)) = tokio::time::timeout(Duration::from_secs(1), waiting).await {
-        metrics::operations_waiting("payment", count);
+    if let Ok(Some(counts)) = tokio::time::timeout(Duration::from_secs(1), waiting).await {
+        for (table, count) in counts {
+            metrics::operations_waiting(table.label(), count);
+        }
     }
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")

@@ -100,6 +100,23 @@ pub fn respond(execution: Execution, keyed: bool) -> HttpResponse {
     response.body(stored.body)
 }
 
+/// The HTTP answer of a request for a provider operation: its final answer (stored for the
+/// key), or 202 with the operation as it is while its outcome is unknown (not stored: a retry
+/// with the same key resumes it), with `Retry-After`.
+pub fn respond_answer(answer: crate::operations::request::Answer) -> HttpResponse {
+    match answer {
+        crate::operations::request::Answer::Final(execution) => respond(execution, true),
+        crate::operations::request::Answer::Pending(pending) => {
+            let mut response = respond(Execution::Executed(pending), false);
+            response.headers_mut().insert(
+                actix_web::http::header::RETRY_AFTER,
+                actix_web::http::header::HeaderValue::from_static("2"),
+            );
+            response
+        }
+    }
+}
+
 /// Counts a keyed request that was refused because of its key (422 reused, 409 in use, 400
 /// missing): the idempotency outcomes that end in an error rather than in [`respond`].
 pub fn count_refusal<B>(response: &ServiceResponse<B>) {

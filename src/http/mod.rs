@@ -10,6 +10,7 @@ pub mod idempotency;
 pub mod observe;
 pub mod orders;
 pub mod payments;
+pub mod refunds;
 
 use std::sync::Arc;
 
@@ -52,6 +53,10 @@ pub fn routes(config: &mut web::ServiceConfig) {
         .service(resource("/orders/{id}/cancel", "POST").post(orders::cancel))
         .service(resource("/payments", "POST").post(payments::create))
         .service(resource("/payments/{id}", "GET").get(payments::get))
+        .service(resource("/payments/{id}/capture", "POST").post(payments::capture))
+        .service(resource("/payments/{id}/void", "POST").post(payments::void))
+        .service(resource("/refunds", "GET, POST").post(refunds::create).get(refunds::list))
+        .service(resource("/refunds/{id}", "GET").get(refunds::get))
         .service(resource("/healthz", "GET").get(health::healthz))
         .service(resource("/readyz", "GET").get(health::readyz))
         .service(resource("/metrics", "GET").get(health::metrics))
@@ -74,6 +79,18 @@ pub fn parse_id<Id>(
     parse: fn(&str) -> Option<Id>,
 ) -> Result<Id, ApiError> {
     parse(raw).ok_or_else(|| ApiError::NotFound { resource, id: raw.to_owned() })
+}
+
+/// A page size from the `limit` query parameter: 1 to 100, 10 when absent.
+pub fn page_limit(text: Option<&str>) -> Result<i64, ApiError> {
+    match text {
+        None => Ok(10),
+        Some(text) => text
+            .parse::<i64>()
+            .ok()
+            .filter(|limit| (1..=100).contains(limit))
+            .ok_or_else(|| ApiError::InvalidParameter("limit must be an integer from 1 to 100".into())),
+    }
 }
 
 /// The app's default service: no route matched.

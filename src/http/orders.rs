@@ -211,14 +211,7 @@ pub async fn list(
     let query = web::Query::<ListOrdersQuery>::from_query(request.query_string())
         .map_err(|error| ApiError::InvalidParameter(format!("invalid query string: {error}")))?
         .into_inner();
-    let limit = match query.limit.as_deref() {
-        None => 10,
-        Some(text) => text
-            .parse::<i64>()
-            .ok()
-            .filter(|limit| (1..=100).contains(limit))
-            .ok_or_else(|| ApiError::InvalidParameter("limit must be an integer from 1 to 100".into()))?,
-    };
+    let limit = super::page_limit(query.limit.as_deref())?;
     let starting_after = query
         .starting_after
         .as_deref()

@@ -1,21 +1,23 @@
 //! `/payments`: the request DTO, its validation, and the handlers. The payment representation
 //! lives in `payments::representation` (every driver of a payment renders its final answer).
 
-use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
+use rust_decimal::Decimal;
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::AppState;
 use super::auth::Authenticated;
-use super::body::{self, JsonBody};
-use super::idempotency::{IdempotencyHeader, respond};
+use super::body::{self, JsonBody, OptionalJsonBody};
+use super::idempotency::{IdempotencyHeader, respond_answer};
 use super::observe::RequestId;
 use crate::error::{ApiError, FieldError};
 use crate::ids::{OrderId, PaymentId};
-use crate::payments::PaymentMethod;
-use crate::payments::representation::{location, payment_json};
-use crate::payments::service::{self, PayCommand, PayResult};
+use crate::money::Amount;
+use crate::payments::authorization::Action;
+use crate::payments::representation::payment_json;
+use crate::payments::service::{self, ActionCommand, PayCommand};
+use crate::payments::{CaptureMethod, PaymentMethod};
 
 /// `POST /payments` body.
 #[derive(Debug, Deserialize)]
@@ -26,7 +28,21 @@ pub struct CreatePaymentRequest {
     /// Optional; when given it must equal the order's total (a guard against paying a stale
     /// amount). A decimal string or a JSON number, taken as its exact text.
     amount: Option<Value>,
+    /// `automatic` (the default) or `manual` (authorize now, capture later).
+    capture_method: Option<String>,
 }
+
+/// `POST /payments/{id}/capture` body: nothing, or `{amount?}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureRequest {
+    amount: Option<Value>,
+}
+
+/// `POST /payments/{id}/void` body: nothing, or an empty object.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VoidRequest {}
 
 fn parse_pay_command(body: Value) -> Result<PayCommand, ApiError> {
     let request: CreatePaymentRequest = body::deserialize(body)?;
@@ -51,12 +67,33 @@ fn parse_pay_command(body: Value) -> Result<PayCommand, ApiError> {
                 None
             }),
     };
-    match (order_id, payment_method) {
-        (Some(order_id), Some(payment_method)) if errors.is_empty() => {
-            Ok(PayCommand { order_id, payment_method, amount })
+    let capture_method = match request.capture_method.as_deref() {
+        None => Some(CaptureMethod::Automatic),
+        Some(text) => CaptureMethod::parse(text)
+            .ok_or_else(|| {
+                errors.push(FieldError::new("capture_method", "must be \"automatic\" or \"manual\""))
+            })
+            .ok(),
+    };
+    match (order_id, payment_method, capture_method) {
+        (Some(order_id), Some(payment_method), Some(capture_method)) if errors.is_empty() => {
+            Ok(PayCommand { order_id, payment_method, amount, capture_method })
         }
         _ => Err(ApiError::Validation(errors)),
     }
+}
+
+/// A positive decimal amount (string or number, exact text), or a 422 naming `field`.
+pub(super) fn parse_amount(value: &Value, field: &str) -> Result<Decimal, ApiError> {
+    super::orders::decimal_text(value)
+        .and_then(|text| crate::money::parse_decimal(&text).ok())
+        .filter(|amount| amount.is_sign_positive() && !amount.is_zero())
+        .ok_or_else(|| {
+            ApiError::Validation(vec![FieldError::new(
+                field,
+                "must be a positive decimal string such as \"12.50\"",
+            )])
+        })
 }
 
 /// `POST /payments`: `Idempotency-Key` required.
@@ -72,15 +109,75 @@ pub async fn create(
         .bind(account.id, &request, "/payments", Some(&body), true)?
         .ok_or(ApiError::IdempotencyKeyMissing)?;
     let command = parse_pay_command(body)?;
-    match service::pay(&state.engine, &state.keys, &keyed, &command, &request_id.0).await? {
-        PayResult::Answered(execution) => Ok(respond(execution, true)),
-        // Not stored: a retry with the same key resumes the payment and gets its final answer.
-        PayResult::Processing(payment) => Ok(HttpResponse::Accepted()
-            .content_type("application/json")
-            .insert_header((header::LOCATION, location(&payment)))
-            .insert_header((header::RETRY_AFTER, "2"))
-            .body(payment_json(&payment))),
+    let answer = service::pay(&state.engine, &state.keys, &keyed, &command, &request_id.0).await?;
+    Ok(respond_answer(answer))
+}
+
+/// `POST /payments/{id}/capture`: `Idempotency-Key` required.
+pub async fn capture(
+    state: web::Data<AppState>,
+    Authenticated(account): Authenticated,
+    key: IdempotencyHeader,
+    request: HttpRequest,
+    request_id: RequestId,
+    id: web::Path<String>,
+    OptionalJsonBody(body): OptionalJsonBody,
+) -> Result<HttpResponse, ApiError> {
+    let payment_id = super::parse_id("payment", &id, PaymentId::parse)?;
+    let route = format!("/payments/{payment_id}/capture");
+    let keyed = key
+        .bind(account.id, &request, &route, body.as_ref(), true)?
+        .ok_or(ApiError::IdempotencyKeyMissing)?;
+    let capture: CaptureRequest = body.map(body::deserialize).transpose()?.unwrap_or_default();
+    let amount = capture
+        .amount
+        .as_ref()
+        .filter(|value| !value.is_null())
+        .map(|value| parse_amount(value, "amount"))
+        .transpose()?;
+    if let Some(amount) = amount {
+        check_precision(&state, account.id, payment_id, amount).await?;
     }
+    let command = ActionCommand { payment_id, action: Action::Capture, amount };
+    let answer = service::act(&state.engine, &state.keys, &keyed, &command, &request_id.0).await?;
+    Ok(respond_answer(answer))
+}
+
+/// `POST /payments/{id}/void`: `Idempotency-Key` required.
+pub async fn void(
+    state: web::Data<AppState>,
+    Authenticated(account): Authenticated,
+    key: IdempotencyHeader,
+    request: HttpRequest,
+    request_id: RequestId,
+    id: web::Path<String>,
+    OptionalJsonBody(body): OptionalJsonBody,
+) -> Result<HttpResponse, ApiError> {
+    let payment_id = super::parse_id("payment", &id, PaymentId::parse)?;
+    let route = format!("/payments/{payment_id}/void");
+    let keyed = key
+        .bind(account.id, &request, &route, body.as_ref(), true)?
+        .ok_or(ApiError::IdempotencyKeyMissing)?;
+    if let Some(body) = body {
+        let VoidRequest {} = body::deserialize(body)?;
+    }
+    let command = ActionCommand { payment_id, action: Action::Void, amount: None };
+    let answer = service::act(&state.engine, &state.keys, &keyed, &command, &request_id.0).await?;
+    Ok(respond_answer(answer))
+}
+
+/// An amount no finer than the payment's currency's minor unit (422, nothing stored).
+async fn check_precision(
+    state: &AppState,
+    account_id: crate::ids::AccountId,
+    payment_id: PaymentId,
+    amount: Decimal,
+) -> Result<(), ApiError> {
+    if let Some(currency) = service::currency_of(&state.engine, account_id, payment_id).await? {
+        Amount::from_decimal(amount, currency)
+            .map_err(|error| ApiError::Validation(vec![FieldError::new("amount", error)]))?;
+    }
+    Ok(())
 }
 
 /// `GET /payments/{id}`

@@ -31,6 +31,10 @@ crate::text_enum! {
         Order = "order",
         /// A payment: its row holds the answer once it settles.
         Payment = "payment",
+        /// A capture or a void of a payment's authorization: its row holds the answer.
+        PaymentOperation = "payment_operation",
+        /// A refund: its row holds the answer.
+        Refund = "refund",
     }
 }
 
@@ -105,7 +109,7 @@ impl KeyRecord {
             return Ok(Some(Resolved::Answer(response)));
         }
         match self.resource_kind {
-            ResourceKind::Payment => {
+            ResourceKind::Payment | ResourceKind::PaymentOperation | ResourceKind::Refund => {
                 Ok(Some(Resolved::Operation { kind: self.resource_kind, resource_id: self.resource_id }))
             }
             // A local operation commits its key with its answer; a row without one belongs to

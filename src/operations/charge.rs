@@ -1,9 +1,41 @@
-//! The charge behind a payment: sending it, looking it up, and what the provider's answer means.
+//! The charge behind a payment (or, for `capture_method: manual`, its authorization): sending
+//! it, looking it up, what the provider's answer means, and how its outcome is recorded.
 
-use super::{DriveMode, Engine, Outcome};
-use crate::ids::LeaseId;
-use crate::payments::{Payment, repository};
-use crate::provider::{Charge, ChargeRequest, ChargeStatus, ProviderError};
+use chrono::{DateTime, SubsecRound, Utc};
+use diesel_async::AsyncPgConnection;
+use uuid::Uuid;
+
+use super::leases::Table;
+use super::{Actor, EngineError, Finding, Kind, Recorded};
+use crate::db::Pool;
+use crate::idempotency::StoredResponse;
+use crate::ids::{AccountId, PaymentId};
+use crate::orders::OrderStatus;
+use crate::payments::repository::{self, SettlePayment};
+use crate::payments::representation::{final_response, pending_response, stored_answer};
+use crate::payments::{CaptureMethod, GAVE_UP_CODE, Payment, PaymentStatus};
+use crate::provider::{Charge, ChargeRequest, ChargeStatus, PaymentProvider, ProviderError};
+
+/// How long an authorization is watched when the provider did not say when it ends.
+const UNSAID_AUTHORIZATION_WATCH: chrono::Duration = chrono::Duration::hours(24);
+
+/// A charge's final outcomes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChargeOutcome {
+    /// Charged and captured: the payment succeeds and the order is paid.
+    Captured { charge_id: String },
+    /// Authorized only (manual capture): the payment waits for a capture or a void.
+    Authorized { charge_id: String, expires_at: Option<DateTime<Utc>> },
+    /// An authorization that ended before it was recorded (it expired, or was voided).
+    Canceled { charge_id: String, reason: String },
+    /// Definitely not charged: the payment fails, the order stays payable.
+    Declined { code: String, message: String },
+    /// The reconciler gave up: the provider never received the charge.
+    GaveUp { attempts: i32 },
+}
+
+/// The payment's charge as a provider operation.
+pub struct Charges;
 
 /// The charge request for `payment`: the same downstream key on every send.
 pub fn charge_request(payment: &Payment, request_id: Option<&str>) -> ChargeRequest {
@@ -12,112 +44,286 @@ pub fn charge_request(payment: &Payment, request_id: Option<&str>) -> ChargeRequ
         amount: payment.amount,
         payment_method: payment.payment_method.clone(),
         reference: payment.id.as_uuid(),
-        capture: true,
+        capture: payment.capture_method == CaptureMethod::Automatic,
         request_id: request_id.map(str::to_owned),
     }
 }
 
-/// Maps a provider answer to an outcome. Exhaustive on purpose: a new provider error does not
-/// compile until someone decides what it means for money.
-pub fn outcome_of(answer: Result<Charge, ProviderError>) -> Outcome {
+/// Maps a provider answer to what it means for `payment`. Exhaustive on purpose: a new provider
+/// status or error does not compile until someone decides what it means for money.
+pub fn outcome_of(payment: &Payment, answer: Result<Charge, ProviderError>) -> Finding<ChargeOutcome> {
+    let manual = payment.capture_method == CaptureMethod::Manual;
+    let unknown = |reason: String| Finding::Unknown { reason };
     match answer {
-        Ok(Charge { id, status: ChargeStatus::Succeeded, .. }) => Outcome::Succeeded { charge_id: id },
+        Ok(Charge { id, status: ChargeStatus::Succeeded, .. }) => {
+            Finding::Final(ChargeOutcome::Captured { charge_id: id })
+        }
+        Ok(Charge { id, status: ChargeStatus::RequiresCapture, authorization_expires_at, .. }) if manual => {
+            Finding::Final(ChargeOutcome::Authorized { charge_id: id, expires_at: authorization_expires_at })
+        }
+        Ok(Charge { id, status: ChargeStatus::Canceled { reason }, .. }) if manual => {
+            Finding::Final(ChargeOutcome::Canceled { charge_id: id, reason })
+        }
         Ok(Charge { status: ChargeStatus::Declined { code, message }, .. }) => {
-            Outcome::Declined { code, message }
+            Finding::Final(ChargeOutcome::Declined { code, message })
         }
         Ok(Charge { id, status: ChargeStatus::Pending, .. }) => {
-            Outcome::Unknown { reason: format!("charge {id} is pending at the provider") }
+            unknown(format!("charge {id} is pending at the provider"))
         }
-        // Payments charge with `capture: true`, so neither can answer a payment; should one, it is
-        // left to the reconciler rather than guessed at.
+        // An automatic payment's charge is never only authorized or canceled; should one be, it
+        // is left to the reconciler and a person rather than guessed at.
         Ok(Charge { id, status: ChargeStatus::RequiresCapture, .. }) => {
-            Outcome::Unknown { reason: format!("charge {id} is only authorized at the provider") }
+            unknown(format!("charge {id} is only authorized at the provider"))
         }
         Ok(Charge { id, status: ChargeStatus::Canceled { reason }, .. }) => {
-            Outcome::Unknown { reason: format!("charge {id} is canceled at the provider ({reason})") }
+            unknown(format!("charge {id} is canceled at the provider ({reason})"))
         }
-        Err(error @ ProviderError::Timeout) => Outcome::Unknown { reason: error.to_string() },
-        Err(error @ ProviderError::Connection(_)) => Outcome::Unknown { reason: error.to_string() },
-        Err(error @ ProviderError::ServerError(_)) => Outcome::Unknown { reason: error.to_string() },
+        Err(error @ ProviderError::Timeout) => unknown(error.to_string()),
+        Err(error @ ProviderError::Connection(_)) => unknown(error.to_string()),
+        Err(error @ ProviderError::ServerError(_)) => unknown(error.to_string()),
         // A refusal that is not a decline (a malformed request, a key conflict) is our bug or
         // theirs, not an answer about the card: it is retried and eventually given up on.
-        Err(error @ ProviderError::Rejected { .. }) => Outcome::Unknown { reason: error.to_string() },
-        Err(error @ ProviderError::Malformed(_)) => Outcome::Unknown { reason: error.to_string() },
+        Err(error @ ProviderError::Rejected { .. }) => unknown(error.to_string()),
+        Err(error @ ProviderError::Malformed(_)) => unknown(error.to_string()),
         // Refusals answer captures, cancels and refunds, never a charge request.
-        Err(error @ ProviderError::Refused { .. }) => Outcome::Unknown { reason: error.to_string() },
+        Err(error @ ProviderError::Refused { .. }) => unknown(error.to_string()),
     }
 }
 
-/// Asks the provider about `payment`'s charge, as the holder of `lease`. Returns the outcome
-/// and whether a charge was (re)sent.
-///
-/// A re-send is noted on the payment under the lease first ([`repository::mark_sending`]), so
-/// that the reconciler's give-up, ordered against it by the database, can tell that a send may
-/// still be in flight; a driver whose lease was taken over sends nothing.
-pub async fn drive(
-    engine: &Engine,
+impl Kind for Charges {
+    const TABLE: Table = Table::Payments;
+    type Op = Payment;
+    type Final = ChargeOutcome;
+
+    fn id(payment: &Payment) -> (AccountId, Uuid) {
+        (payment.account_id, payment.id.as_uuid())
+    }
+
+    async fn load(
+        conn: &mut AsyncPgConnection,
+        (account_id, id): (AccountId, Uuid),
+    ) -> diesel::QueryResult<Option<Payment>> {
+        repository::find(conn, account_id, PaymentId::from_uuid(id)).await
+    }
+
+    async fn send(
+        provider: &dyn PaymentProvider,
+        payment: &Payment,
+        request_id: Option<&str>,
+    ) -> Finding<ChargeOutcome> {
+        outcome_of(payment, provider.create_charge(&charge_request(payment, request_id)).await)
+    }
+
+    async fn look_up(
+        provider: &dyn PaymentProvider,
+        payment: &Payment,
+        request_id: Option<&str>,
+    ) -> Finding<ChargeOutcome> {
+        match provider.find_charge(&payment.downstream_key(), request_id).await {
+            Ok(Some(charge)) => outcome_of(payment, Ok(charge)),
+            Ok(None) => Finding::NotReceived,
+            Err(error) => outcome_of(payment, Err(error)),
+        }
+    }
+
+    fn gave_up(_: &Payment, attempts: i32) -> ChargeOutcome {
+        ChargeOutcome::GaveUp { attempts }
+    }
+
+    async fn settle(
+        pool: &Pool,
+        payment: &Payment,
+        outcome: ChargeOutcome,
+        actor: Actor,
+    ) -> Result<Recorded, EngineError> {
+        settle(pool, payment, outcome, actor).await
+    }
+
+    fn stored_answer(id: Uuid, status: u16, body: Vec<u8>) -> StoredResponse {
+        stored_answer(id, status, body)
+    }
+
+    fn pending_answer(payment: &Payment) -> StoredResponse {
+        pending_response(payment)
+    }
+}
+
+/// Moves `payment` to its charge's final outcome: the payment with its final answer, the order
+/// (paid, or authorized), and the audit row, in one statement (`settle_payment.sql`). The answer
+/// is rendered first, from the payment as it will be. Idempotent: if someone settled the charge
+/// first, nothing changes and theirs is returned (final states absorb; a conflicting second
+/// outcome is logged for a person).
+pub async fn settle(
+    pool: &Pool,
     payment: &Payment,
-    lease: LeaseId,
-    mode: DriveMode,
-    request_id: Option<&str>,
-) -> (Outcome, bool) {
-    let provider = engine.provider.as_ref();
-    let request = charge_request(payment, request_id);
-    if mode == DriveMode::FirstCall {
-        // Phase 1 marked the send in the statement that started the payment.
-        return (outcome_of(provider.create_charge(&request).await), true);
+    outcome: ChargeOutcome,
+    actor: Actor,
+) -> Result<Recorded, EngineError> {
+    let now = Utc::now().trunc_subsecs(6);
+    let mut settled = Payment { next_check_at: None, lease: None, updated_at: now, ..payment.clone() };
+    let order_status = match outcome {
+        ChargeOutcome::Captured { charge_id } => {
+            settled.status = PaymentStatus::Succeeded;
+            settled.provider_charge_id = Some(charge_id);
+            settled.amount_captured = payment.amount;
+            Some(OrderStatus::Paid)
+        }
+        ChargeOutcome::Authorized { charge_id, expires_at } => {
+            settled.status = PaymentStatus::RequiresCapture;
+            settled.provider_charge_id = Some(charge_id);
+            settled.authorization_expires_at = expires_at;
+            // The reconciler looks at the authorization when the provider lets it go.
+            settled.next_check_at = Some(expires_at.unwrap_or(now + UNSAID_AUTHORIZATION_WATCH));
+            Some(OrderStatus::Authorized)
+        }
+        ChargeOutcome::Canceled { charge_id, reason } => {
+            settled.status = PaymentStatus::Canceled;
+            settled.provider_charge_id = Some(charge_id);
+            settled.failure_message = Some(format!("the authorization ended at the provider ({reason})"));
+            settled.failure_code = Some(reason);
+            None
+        }
+        ChargeOutcome::Declined { code, message } => {
+            settled.status = PaymentStatus::Failed;
+            settled.failure_code = Some(code);
+            settled.failure_message = Some(message);
+            None
+        }
+        ChargeOutcome::GaveUp { attempts } => {
+            settled.status = PaymentStatus::Failed;
+            settled.failure_code = Some(GAVE_UP_CODE.to_owned());
+            settled.failure_message = Some(format!(
+                "the provider never received the charge after {attempts} attempts; nothing was charged"
+            ));
+            None
+        }
+    };
+    let answer = final_response(&settled);
+    let mut conn = pool.get().await?;
+    let statement = SettlePayment {
+        account_id: payment.account_id,
+        payment_id: payment.id,
+        order_id: payment.order_id,
+        status: settled.status,
+        provider_charge_id: settled.provider_charge_id.as_deref(),
+        failure_code: settled.failure_code.as_deref(),
+        failure_message: settled.failure_message.as_deref(),
+        now,
+        actor: actor.as_str(),
+        detail: settled.failure_message.as_deref().or(settled.provider_charge_id.as_deref()),
+        answer_status: answer.status as i16,
+        answer_body: &answer.body,
+        amount_captured: settled.amount_captured.value(),
+        authorization_expires_at: settled.authorization_expires_at,
+        next_check_at: settled.next_check_at,
+        order_status,
+    };
+    let (applied, moved) = repository::settle(&mut conn, statement).await?;
+    if applied == 1 {
+        if order_status.is_some() && moved == 0 {
+            // Cannot happen while cancels refuse orders with a payment in flight and an order has
+            // at most one live payment; if it does, money was taken for an order that is not
+            // payable, and a person must refund it.
+            tracing::error!(payment_id = %settled.id, order_id = %settled.order_id,
+                "payment settled for an order that was not pending_payment");
+        }
+        tracing::info!(payment_id = %settled.id, status = %settled.status, actor = actor.as_str(), "payment settled");
+        crate::telemetry::metrics::payment_settled(settled.status.as_str());
+        return Ok(Recorded { answer, applied: true });
     }
-    match provider.find_charge(&request.downstream_key, request_id).await {
-        Ok(Some(charge)) => (outcome_of(Ok(charge)), false),
-        Ok(None) if mode == DriveMode::LookupOnly => (Outcome::NotReceived, false),
-        // The provider never received it (W1): send it now, with the same key.
-        Ok(None) => match mark_sending(engine, payment, lease).await {
-            Ok(true) => (outcome_of(provider.create_charge(&request).await), true),
-            Ok(false) => (Outcome::Unknown { reason: "another driver holds the payment".into() }, false),
-            Err(reason) => (Outcome::Unknown { reason }, false),
-        },
-        Err(error) => (outcome_of(Err(error)), false),
+    // Someone settled it first: theirs is the answer.
+    let current = repository::find_answered(&mut conn, payment.account_id, payment.id)
+        .await?
+        .ok_or_else(|| EngineError::Vanished(format!("payment {}", payment.id)))?;
+    if current.payment.status != settled.status {
+        tracing::error!(payment_id = %payment.id, current = %current.payment.status,
+            wanted = %settled.status, "conflicting outcomes for one payment's charge; the first stands");
     }
-}
-
-async fn mark_sending(engine: &Engine, payment: &Payment, lease: LeaseId) -> Result<bool, String> {
-    let mut conn = engine.pool.get().await.map_err(|error| format!("database pool: {error}"))?;
-    repository::mark_sending(&mut conn, payment, lease).await.map_err(|error| format!("database: {error}"))
+    let answer = match current.answer {
+        Some((status, body)) => stored_answer(payment.id.as_uuid(), status, body),
+        None => final_response(&current.payment),
+    };
+    Ok(Recorded { answer, applied: false })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::money::{Amount, Currency};
+
+    fn payment(capture_method: CaptureMethod) -> Payment {
+        let usd = Currency::parse("USD").unwrap();
+        Payment {
+            id: PaymentId::generate(),
+            account_id: AccountId::generate(),
+            order_id: crate::ids::OrderId::generate(),
+            status: PaymentStatus::Processing,
+            amount: Amount::parse("10", usd).unwrap(),
+            capture_method,
+            amount_captured: Amount::zero(usd),
+            amount_refunded: Amount::zero(usd),
+            authorization_expires_at: None,
+            payment_method: "pm_card_ok".into(),
+            provider_charge_id: None,
+            failure_code: None,
+            failure_message: None,
+            idempotency_key: None,
+            attempts: 0,
+            next_check_at: None,
+            last_error: None,
+            lease: None,
+            created_at: Utc::now(),
+            updated_at: Utc::now(),
+        }
+    }
+
+    fn charge(status: ChargeStatus) -> Result<Charge, ProviderError> {
+        Ok(Charge {
+            id: "ch_1".into(),
+            status,
+            amount: rust_decimal::Decimal::TEN,
+            amount_captured: rust_decimal::Decimal::TEN,
+            amount_refunded: rust_decimal::Decimal::ZERO,
+            authorization_expires_at: None,
+        })
+    }
 
     #[test]
     fn only_a_definite_decline_is_final_failure() {
-        let charge = |status| {
-            Ok(Charge {
-                id: "ch_1".into(),
-                status,
-                amount: rust_decimal::Decimal::TEN,
-                amount_captured: rust_decimal::Decimal::TEN,
-                amount_refunded: rust_decimal::Decimal::ZERO,
-                authorization_expires_at: None,
-            })
-        };
+        let automatic = payment(CaptureMethod::Automatic);
         assert_eq!(
-            outcome_of(charge(ChargeStatus::Succeeded)),
-            Outcome::Succeeded { charge_id: "ch_1".into() }
+            outcome_of(&automatic, charge(ChargeStatus::Succeeded)),
+            Finding::Final(ChargeOutcome::Captured { charge_id: "ch_1".into() })
         );
         assert!(matches!(
-            outcome_of(charge(ChargeStatus::Declined { code: "c".into(), message: "m".into() })),
-            Outcome::Declined { .. }
+            outcome_of(&automatic, charge(ChargeStatus::Declined { code: "c".into(), message: "m".into() })),
+            Finding::Final(ChargeOutcome::Declined { .. })
         ));
         for unknown in [
             charge(ChargeStatus::Pending),
+            charge(ChargeStatus::RequiresCapture),
+            charge(ChargeStatus::Canceled { reason: "requested".into() }),
             Err(ProviderError::Timeout),
             Err(ProviderError::Connection("reset".into())),
             Err(ProviderError::ServerError(503)),
             Err(ProviderError::Rejected { status: 400, message: "bad".into() }),
+            Err(ProviderError::Refused { code: "x".into(), message: "y".into() }),
             Err(ProviderError::Malformed("?".into())),
         ] {
-            assert!(matches!(outcome_of(unknown), Outcome::Unknown { .. }));
+            assert!(matches!(outcome_of(&automatic, unknown), Finding::Unknown { .. }));
         }
+    }
+
+    #[test]
+    fn a_manual_payment_is_authorized_not_captured() {
+        let manual = payment(CaptureMethod::Manual);
+        assert!(matches!(
+            outcome_of(&manual, charge(ChargeStatus::RequiresCapture)),
+            Finding::Final(ChargeOutcome::Authorized { .. })
+        ));
+        assert!(matches!(
+            outcome_of(&manual, charge(ChargeStatus::Canceled { reason: "authorization_expired".into() })),
+            Finding::Final(ChargeOutcome::Canceled { .. })
+        ));
     }
 }

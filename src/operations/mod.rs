@@ -1,28 +1,43 @@
-//! Provider operations: calls to the payment provider whose outcome we may not see, and the one
-//! engine that drives them to a final state, whoever drives (docs/payments.md).
+//! Provider operations: calls to the payment provider whose outcome we may not see (a payment's
+//! charge or authorization, a capture, a void, a refund), and the one engine that drives every
+//! kind of them to a final state, whoever drives (docs/payments.md).
 //!
 //! An operation's row holds what moves while it runs: its status (`processing` while the
 //! outcome is unknown), the lease of whoever drives it, when it last sent a request, and, once
-//! settled, its final answer. Three kinds of driver share the same two steps:
+//! settled, its final answer ([`leases`]). Each kind ([`Kind`]: [`charge`], [`authorization`],
+//! [`refund`]) says how to ask the provider about one and how to record a final outcome; the
+//! engine does the rest the same way for all of them:
 //!
-//! - [`charge::drive`]: ask the provider, by the operation's downstream key (send, or look up
-//!   first and re-send only what the provider never received), and turn the answer into an
-//!   [`Outcome`];
-//! - [`settle`]: apply a final outcome in one statement (guarded status change, aggregates,
-//!   audit row, final answer), or [`settle::release`] an unknown one for a later check.
+//! - [`drive`]: send, or look the operation up by its downstream key first and re-send (same key)
+//!   only what the provider never received, noting each re-send under the lease;
+//! - the kind's `settle`: apply a final outcome in one statement (guarded status change,
+//!   aggregates, audit row, final answer); or [`leases::release`] an unknown one for a later
+//!   check.
 //!
-//! The drivers are the request (phase 2, after its own send), a retry that takes an abandoned
-//! operation over, and the reconciler ([`reconciler`]), which claims due operations.
+//! The drivers are the request ([`request`]: after its own send, or taking an abandoned
+//! operation over) and the reconciler ([`reconciler`]), which claims due operations of every
+//! kind.
 
+pub mod authorization;
 pub mod charge;
+pub mod leases;
 pub mod reconciler;
-pub mod settle;
+pub mod refund;
+pub mod request;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use diesel_async::AsyncPgConnection;
+use uuid::Uuid;
+
 use crate::db::{Pool, PoolRunError};
+use crate::error::ApiError;
+use crate::idempotency::StoredResponse;
+use crate::ids::{AccountId, LeaseId};
 use crate::provider::PaymentProvider;
+use leases::Table;
 
 /// What every driver of provider operations needs.
 #[derive(Clone)]
@@ -42,13 +57,11 @@ pub struct Timing {
     pub recheck_after: Duration,
 }
 
-/// What one provider answer means for an operation.
+/// What the provider's answer says about an operation, `F` being its kind's final outcomes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// The provider did it (charged).
-    Succeeded { charge_id: String },
-    /// The provider definitely refused; nothing moved.
-    Declined { code: String, message: String },
+pub enum Finding<F> {
+    /// A final outcome: done, or definitely refused.
+    Final(F),
     /// We do not know (yet): the operation stays `processing`.
     Unknown { reason: String },
     /// The provider has no record of the downstream key: it never received a request. (Only a
@@ -56,31 +69,123 @@ pub enum Outcome {
     NotReceived,
 }
 
-/// The final state an operation is being moved to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Settlement {
-    Succeeded { charge_id: String },
-    Failed { code: String, message: String },
-}
-
 crate::text_enum! {
     /// Who applied a transition, for the audit trail.
     pub enum Actor {
         Request = "request",
         Reconciler = "reconciler",
+        Webhook = "webhook",
+        Operator = "operator",
+        System = "system",
     }
 }
 
 /// How much the provider may already know about an operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DriveMode {
-    /// Straight after phase 1: the provider has certainly never seen it; send it.
+    /// Straight after it started: the provider has certainly never seen it; send it.
     FirstCall,
     /// A takeover or the reconciler: look it up by its downstream key first, and re-send it
     /// (same key) only if the provider never received it.
     Redrive,
     /// Look only; never send. The reconciler's last check before giving up.
     LookupOnly,
+}
+
+/// A final outcome recorded: the operation's final answer (for its key), and whether this
+/// driver applied it (false: someone else settled it first, and theirs is the answer).
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub answer: StoredResponse,
+    pub applied: bool,
+}
+
+/// One kind of provider operation: where its rows are, how to ask the provider about one, and
+/// how to record a final outcome. Adding a provider operation means implementing this.
+pub trait Kind: Send + Sync + 'static {
+    /// Its table (for the shared claim, lease, send mark and release).
+    const TABLE: Table;
+    /// The operation as a driver holds it: its row and what its provider calls need.
+    type Op: Clone + Send + Sync + 'static;
+    /// Its final outcomes.
+    type Final: Send + 'static;
+
+    /// Its row's key.
+    fn id(op: &Self::Op) -> (AccountId, Uuid);
+
+    /// Loads an operation of this kind.
+    fn load(
+        conn: &mut AsyncPgConnection,
+        id: (AccountId, Uuid),
+    ) -> impl Future<Output = diesel::QueryResult<Option<Self::Op>>> + Send;
+
+    /// Sends it to the provider (with its downstream key).
+    fn send(
+        provider: &dyn PaymentProvider,
+        op: &Self::Op,
+        request_id: Option<&str>,
+    ) -> impl Future<Output = Finding<Self::Final>> + Send;
+
+    /// Asks the provider what became of it, by its downstream key.
+    fn look_up(
+        provider: &dyn PaymentProvider,
+        op: &Self::Op,
+        request_id: Option<&str>,
+    ) -> impl Future<Output = Finding<Self::Final>> + Send;
+
+    /// The final outcome of an operation the reconciler gives up on: the provider never
+    /// received it after `attempts` checks.
+    fn gave_up(op: &Self::Op, attempts: i32) -> Self::Final;
+
+    /// Applies a final outcome in one statement, guarded by the operation being in flight, and
+    /// returns the final answer (someone else's, if they settled it first).
+    fn settle(
+        pool: &Pool,
+        op: &Self::Op,
+        outcome: Self::Final,
+        actor: Actor,
+    ) -> impl Future<Output = Result<Recorded, EngineError>> + Send;
+
+    /// The final answer stored on its row, with the headers that go with it.
+    fn stored_answer(id: Uuid, status: u16, body: Vec<u8>) -> StoredResponse;
+
+    /// The 202 answer while its outcome is unknown (not stored).
+    fn pending_answer(op: &Self::Op) -> StoredResponse;
+}
+
+/// Asks the provider about `op`, as the holder of `lease`. Returns what it found and whether a
+/// request was (re)sent.
+///
+/// A re-send is noted on the operation under the lease first ([`leases::mark_sending`]), so that
+/// a give-up, ordered against it by the database, can tell that a send may still be in flight; a
+/// driver whose lease was taken over sends nothing.
+pub async fn drive<K: Kind>(
+    engine: &Engine,
+    op: &K::Op,
+    lease: LeaseId,
+    mode: DriveMode,
+    request_id: Option<&str>,
+) -> (Finding<K::Final>, bool) {
+    let provider = engine.provider.as_ref();
+    if mode == DriveMode::FirstCall {
+        // The statement that started the operation marked the send.
+        return (K::send(provider, op, request_id).await, true);
+    }
+    match K::look_up(provider, op, request_id).await {
+        Finding::NotReceived if mode == DriveMode::LookupOnly => (Finding::NotReceived, false),
+        // The provider never received it (W1): send it now, with the same key.
+        Finding::NotReceived => match mark_sending::<K>(engine, op, lease).await {
+            Ok(true) => (K::send(provider, op, request_id).await, true),
+            Ok(false) => (Finding::Unknown { reason: "another driver holds the operation".into() }, false),
+            Err(error) => (Finding::Unknown { reason: error.to_string() }, false),
+        },
+        found => (found, false),
+    }
+}
+
+async fn mark_sending<K: Kind>(engine: &Engine, op: &K::Op, lease: LeaseId) -> Result<bool, EngineError> {
+    let mut conn = engine.pool.get().await?;
+    Ok(leases::mark_sending(&mut conn, K::TABLE, K::id(op), lease).await?)
 }
 
 /// Why the engine could not record what it learned; the operation stays as it was, for a retry
@@ -93,4 +198,16 @@ pub enum EngineError {
     Pool(#[from] PoolRunError),
     #[error("{0} vanished")]
     Vanished(String),
+}
+
+/// The engine could not record what it learned: the database is away (503) or a row vanished
+/// (500).
+impl From<EngineError> for ApiError {
+    fn from(error: EngineError) -> Self {
+        match error {
+            EngineError::Database(error) => error.into(),
+            EngineError::Pool(error) => error.into(),
+            vanished @ EngineError::Vanished(_) => ApiError::Internal(vanished.into()),
+        }
+    }
 }

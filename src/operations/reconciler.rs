@@ -1,17 +1,20 @@
-//! The reconciler: settles operations whose outcome a request did not see (a crash, a timeout, a
-//! provider 5xx, a `pending` charge) by asking the provider.
+//! The reconciler: settles provider operations whose outcome a request did not see (a crash, a
+//! timeout, a provider 5xx, a `pending` charge or refund) by asking the provider, with one
+//! engine for every kind (charges and authorizations, captures and voids, refunds).
 //!
-//! Each pass leases a bounded batch of due `processing` payments whose lease is free, in one
-//! statement with `FOR UPDATE SKIP LOCKED` (so any number of instances run side by side with no
-//! leader, and a payment a live request or retry holds is left alone), looks each one up by its
-//! downstream key, settles final ones through the same engine as requests, re-sends a charge the
-//! provider never received (same key), and releases the rest for a later check with capped
-//! exponential backoff.
+//! Each pass, for each kind, leases a bounded batch of due in-flight operations whose lease is
+//! free, in one statement with `FOR UPDATE SKIP LOCKED` (so any number of instances run side by
+//! side with no leader, and an operation a live request or retry holds is left alone), looks each
+//! one up by its downstream key, settles final ones through the same engine as requests,
+//! re-sends what the provider never received (same key), and releases the rest for a later check
+//! with capped exponential backoff. It also looks at authorizations that are due (at their
+//! expiry), and records those the provider let go.
 //!
-//! After `max_attempts` checks the last one only looks: a payment the provider never received is
-//! failed (`reconciliation_gave_up`; nothing was charged, and its key is never sent again). One
-//! the provider knows but has not settled, or cannot be asked about, is never failed on a guess:
-//! it stays `processing`, is checked at the backoff cap, and is reported as stuck.
+//! After `max_attempts` checks the last one only looks: an operation the provider never
+//! received is given up on (`reconciliation_gave_up`; nothing moved, and its key is never sent
+//! again; a capture or void given up on leaves the authorization waiting). One the provider
+//! knows but has not settled, or cannot be asked about, is never failed on a guess: it stays
+//! `processing`, is checked at the backoff cap, and is reported as stuck.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,12 +24,15 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use super::{Actor, DriveMode, Engine, EngineError, Outcome, Settlement, charge, settle};
+use super::authorization::{self, Actions, Watched};
+use super::charge::Charges;
+use super::leases::{self, Lease, LeaseTarget};
+use super::refund::Refunds;
+use super::{Actor, DriveMode, Engine, EngineError, Finding, Kind, drive};
 use crate::background::{Shutdown, every};
 use crate::clock::after;
 use crate::ids::LeaseId;
-use crate::payments::repository::{self, LeaseTarget};
-use crate::payments::{GAVE_UP_CODE, Lease, Payment};
+use crate::payments::repository as payments;
 
 #[derive(Debug, Clone, Copy)]
 pub struct ReconcilerConfig {
@@ -53,15 +59,15 @@ impl ReconcilerConfig {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PassReport {
     pub claimed: usize,
-    /// Transitions this pass applied (succeeded or failed at the provider's word).
+    /// Transitions this pass applied (at the provider's word).
     pub settled: usize,
-    /// Charges sent again because the provider had never received them.
+    /// Requests sent again because the provider had never received them.
     pub redriven: usize,
     pub rescheduled: usize,
     /// Past the attempt limit but not given up on: the provider knows the charge but has not
     /// settled it, or cannot be asked. Failing those would be a guess; they need a person.
     pub stuck: usize,
-    /// Failed after the attempt limit because the provider never received them.
+    /// Given up on after the attempt limit because the provider never received them.
     pub gave_up: usize,
     pub errors: usize,
 }
@@ -89,30 +95,52 @@ impl PassReport {
     }
 }
 
-/// Payments of one batch driven at the same time.
+/// Operations of one batch driven at the same time.
 const CONCURRENCY: usize = 8;
 
-/// One pass over the due payments.
+/// One pass over the due operations of every kind, and the due authorizations.
 pub async fn run_pass(engine: &Engine, config: &ReconcilerConfig) -> Result<PassReport, EngineError> {
+    let mut report = pass_over::<Charges>(engine, config).await?;
+    report.add(pass_over::<Actions>(engine, config).await?);
+    report.add(pass_over::<Refunds>(engine, config).await?);
+    report.add(watch_authorizations(engine, config).await?);
+    crate::telemetry::metrics::reconciler_pass(&report.results());
+    Ok(report)
+}
+
+/// Leases the due operations of one kind and drives them, `CONCURRENCY` at a time.
+async fn pass_over<K: Kind>(engine: &Engine, config: &ReconcilerConfig) -> Result<PassReport, EngineError> {
     let now = Utc::now();
     // The lease covers the whole batch, driven CONCURRENCY at a time.
     let rounds = (config.batch_size.max(1) as u32).div_ceil(CONCURRENCY as u32);
     let lease = Lease { id: LeaseId::generate(), until: after(now, config.claim_for.saturating_mul(rounds)) };
-    let claimed = {
+    let mut claimed = Vec::new();
+    {
         let mut conn = engine.pool.get().await?;
-        repository::lease(&mut conn, LeaseTarget::Due { limit: config.batch_size }, lease, now).await?
-    };
+        for leased in
+            leases::lease(&mut conn, K::TABLE, LeaseTarget::Due { limit: config.batch_size }, lease, now)
+                .await?
+        {
+            match K::load(&mut conn, (leased.account_id, leased.id)).await? {
+                Some(op) => claimed.push((op, leased.attempts)),
+                None => {
+                    tracing::error!(id = %leased.id, kind = K::TABLE.label(), "a leased operation vanished")
+                }
+            }
+        }
+    }
     let mut report = PassReport { claimed: claimed.len(), ..PassReport::default() };
     let limit = Arc::new(Semaphore::new(CONCURRENCY));
     let mut tasks = JoinSet::new();
-    for payment in claimed {
+    for (op, attempts) in claimed {
         let (engine, config, limit) = (engine.clone(), *config, limit.clone());
         tasks.spawn(async move {
             let _permit = limit.acquire_owned().await;
             let mut one = PassReport::default();
-            if let Err(error) = reconcile(&engine, &config, &payment, lease.id, &mut one).await {
+            if let Err(error) = reconcile::<K>(&engine, &config, &op, lease.id, attempts, &mut one).await {
                 one.errors += 1;
-                tracing::warn!(payment_id = %payment.id, error = %error, "reconciling a payment failed; retried later");
+                let (_, id) = K::id(&op);
+                tracing::warn!(%id, kind = K::TABLE.label(), error = %error, "reconciling an operation failed; retried later");
             }
             one
         });
@@ -126,54 +154,56 @@ pub async fn run_pass(engine: &Engine, config: &ReconcilerConfig) -> Result<Pass
             }
         }
     }
-    crate::telemetry::metrics::reconciler_pass(&report.results());
     Ok(report)
 }
 
-async fn reconcile(
+async fn reconcile<K: Kind>(
     engine: &Engine,
     config: &ReconcilerConfig,
-    payment: &Payment,
+    op: &K::Op,
     lease: LeaseId,
+    attempts: i32,
     report: &mut PassReport,
 ) -> Result<(), EngineError> {
-    // The last check only looks: a charge sent now could succeed after we gave up on it.
-    let last_check = payment.attempts >= config.max_attempts;
+    let (_, id) = K::id(op);
+    // The last check only looks: a request sent now could land after we gave up on it.
+    let last_check = attempts >= config.max_attempts;
     let mode = if last_check { DriveMode::LookupOnly } else { DriveMode::Redrive };
     let request_id = format!("reconcile-{}", Uuid::now_v7());
-    let (outcome, sent) = charge::drive(engine, payment, lease, mode, Some(&request_id)).await;
+    let (finding, sent) = drive::<K>(engine, op, lease, mode, Some(&request_id)).await;
     report.redriven += usize::from(sent);
-    let (settlement, giving_up) = match outcome {
-        Outcome::Succeeded { charge_id } => (Settlement::Succeeded { charge_id }, false),
-        Outcome::Declined { code, message } => (Settlement::Failed { code, message }, false),
-        Outcome::NotReceived => {
-            tracing::warn!(payment_id = %payment.id, attempts = payment.attempts,
-                "giving up on a payment the provider never received");
-            let failure = Settlement::Failed {
-                code: GAVE_UP_CODE.to_owned(),
-                message: format!(
-                    "the provider never received the charge after {} attempts; nothing was charged",
-                    payment.attempts
-                ),
-            };
-            (failure, true)
+    let (outcome, giving_up) = match finding {
+        Finding::Final(outcome) => (outcome, false),
+        Finding::NotReceived => {
+            tracing::warn!(%id, kind = K::TABLE.label(), attempts, "giving up on an operation the provider never received");
+            (K::gave_up(op, attempts), true)
         }
-        Outcome::Unknown { reason } => {
+        Finding::Unknown { reason } => {
             let wait = if last_check {
-                tracing::error!(payment_id = %payment.id, attempts = payment.attempts, %reason,
-                    "payment outcome still unknown after the last attempt; check it at the provider");
+                tracing::error!(%id, kind = K::TABLE.label(), attempts, %reason,
+                    "outcome still unknown after the last attempt; check it at the provider");
                 report.stuck += 1;
                 config.backoff_cap
             } else {
                 report.rescheduled += 1;
-                config.backoff(payment.attempts)
+                config.backoff(attempts)
             };
-            settle::release(&engine.pool, payment, lease, after(Utc::now(), wait), &reason).await?;
+            let mut conn = engine.pool.get().await?;
+            leases::release(
+                &mut conn,
+                K::TABLE,
+                K::id(op),
+                lease,
+                after(Utc::now(), wait),
+                &reason,
+                Utc::now(),
+            )
+            .await?;
             return Ok(());
         }
     };
-    let settled = settle::settle(&engine.pool, payment, &settlement, Actor::Reconciler).await?;
-    if settled.applied {
+    let recorded = K::settle(&engine.pool, op, outcome, Actor::Reconciler).await?;
+    if recorded.applied {
         if giving_up {
             report.gave_up += 1;
         } else {
@@ -181,6 +211,29 @@ async fn reconcile(
         }
     }
     Ok(())
+}
+
+/// Looks at the authorizations that are due (waiting for a capture, at their expiry or soon
+/// after a capture or void was given up on).
+async fn watch_authorizations(engine: &Engine, config: &ReconcilerConfig) -> Result<PassReport, EngineError> {
+    let now = Utc::now();
+    let due = {
+        let mut conn = engine.pool.get().await?;
+        payments::watch(&mut conn, now, config.batch_size, after(now, config.claim_for)).await?
+    };
+    let mut report = PassReport { claimed: due.len(), ..PassReport::default() };
+    for payment in due {
+        match authorization::watch(engine, &payment, config.backoff_cap).await {
+            Ok(Watched::Ended) => report.settled += 1,
+            Ok(Watched::StillAuthorized) => report.rescheduled += 1,
+            Ok(Watched::Unknown) => report.stuck += 1,
+            Err(error) => {
+                report.errors += 1;
+                tracing::warn!(payment_id = %payment.id, error = %error, "watching an authorization failed");
+            }
+        }
+    }
+    Ok(report)
 }
 
 /// Runs a pass every `interval` until `shutdown`; a full batch is followed at once by another

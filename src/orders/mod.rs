@@ -1,8 +1,8 @@
 //! Orders: the order domain (types and state machine), its repository, its representation and
 //! its service.
 //!
-//! An order is `pending_payment` when placed and moves to `paid` (by a payment) or `cancelled`
-//! (by the client); both are terminal. Totals are computed here, exactly, from parsed amounts.
+//! An order is `pending_payment` when placed; its payments and refunds move it on (see
+//! [`OrderStatus`]). Totals are computed here, exactly, from parsed amounts.
 
 pub mod repository;
 pub mod representation;
@@ -16,10 +16,16 @@ use crate::ids::{AccountId, OrderId};
 use crate::money::{Amount, AmountError, Currency};
 
 crate::text_enum! {
-    /// Order lifecycle. Only `pending_payment` can change; the rest are absorbing.
+    /// Order lifecycle: `pending_payment` until a payment captures it (`paid`) or authorizes it
+    /// (`authorized`, then `paid` by a capture, or back to `pending_payment` by a void or the
+    /// authorization's expiry), or the client cancels it (`cancelled`, final). Refunds move a
+    /// paid order to `partially_refunded` and `refunded` (final).
     pub enum OrderStatus {
         PendingPayment = "pending_payment",
+        Authorized = "authorized",
         Paid = "paid",
+        PartiallyRefunded = "partially_refunded",
+        Refunded = "refunded",
         Cancelled = "cancelled",
     }
 }

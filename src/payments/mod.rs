@@ -3,25 +3,42 @@
 //! settling it belong to the provider-operations engine (`crate::operations`), which the
 //! request, a retry that takes a payment over, and the reconciler share.
 //!
-//! A payment is `processing` until its outcome is known, then `succeeded` or `failed`; both are
-//! terminal. Only a definite decline fails a payment: a timeout, a 5xx, a refused or broken
-//! connection, or a `pending` charge leave it `processing` for a retry or the reconciler.
+//! A payment is `processing` while its charge (or, for `capture_method: manual`, its
+//! authorization) is unknown; then `succeeded` (captured), `requires_capture` (authorized,
+//! waiting for a capture or a void) or `failed`. An authorization moves on by a capture
+//! (`succeeded`) or a void or its expiry (`canceled`), showing `processing` while that operation's
+//! outcome is unknown. `succeeded`, `failed` and `canceled` are terminal; refunds are operations
+//! of their own and change only the refunded amount. Only a definite decline fails a payment:
+//! a timeout, a 5xx, a refused or broken connection, or a `pending` charge leave it `processing`
+//! for a retry or the reconciler.
 
+pub mod authorization;
 pub mod repository;
 pub mod representation;
 pub mod service;
 
 use chrono::{DateTime, Utc};
 
-use crate::ids::{AccountId, LeaseId, OrderId, PaymentId};
-use crate::money::Amount;
+use crate::ids::{AccountId, OrderId, PaymentId};
+use crate::money::{Amount, Currency};
+use crate::operations::leases::Lease;
 
 crate::text_enum! {
-    /// Payment lifecycle: `processing` until the outcome is known; the rest are absorbing.
+    /// Payment lifecycle (see the module doc). Spelled as Stripe spells them.
     pub enum PaymentStatus {
         Processing = "processing",
+        RequiresCapture = "requires_capture",
         Succeeded = "succeeded",
         Failed = "failed",
+        Canceled = "canceled",
+    }
+}
+
+crate::text_enum! {
+    /// Whether the provider captures at once, or only authorizes until a capture.
+    pub enum CaptureMethod {
+        Automatic = "automatic",
+        Manual = "manual",
     }
 }
 
@@ -54,6 +71,13 @@ pub struct Payment {
     pub order_id: OrderId,
     pub status: PaymentStatus,
     pub amount: Amount,
+    pub capture_method: CaptureMethod,
+    /// Captured at the provider: the amount (automatic) or the capture's amount (manual).
+    pub amount_captured: Amount,
+    /// Refunds that succeeded.
+    pub amount_refunded: Amount,
+    /// When the provider lets an authorization go, if it said.
+    pub authorization_expires_at: Option<DateTime<Utc>>,
     pub payment_method: String,
     pub provider_charge_id: Option<String>,
     pub failure_code: Option<String>,
@@ -71,22 +95,23 @@ pub struct Payment {
     pub updated_at: DateTime<Utc>,
 }
 
-/// A driver's hold on a payment in flight.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lease {
-    pub id: LeaseId,
-    pub until: DateTime<Utc>,
-}
-
 impl Payment {
     /// The idempotency key of every provider call for this payment.
     pub fn downstream_key(&self) -> String {
         downstream_key(self.id)
     }
 
-    /// Whether its outcome is known (and so final).
-    pub fn is_settled(&self) -> bool {
-        self.status != PaymentStatus::Processing
+    pub fn currency(&self) -> Currency {
+        self.amount.currency()
+    }
+
+    /// What a capture may still take: the authorized amount while it waits for one.
+    pub fn amount_capturable(&self) -> Amount {
+        if self.status == PaymentStatus::RequiresCapture {
+            self.amount
+        } else {
+            Amount::zero(self.currency())
+        }
     }
 }
 

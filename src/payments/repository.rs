@@ -2,25 +2,28 @@
 //!
 //! One writer per change of a payment row:
 //! - [`start`] (`start_payment.sql`): phase 1, claiming the key and inserting the payment;
-//! - [`lease`]: a driver takes a payment whose lease is free (a retry taking it over, or the
-//!   reconciler claiming due ones), by compare-and-set;
-//! - [`mark_sending`]: a driver about to re-send the charge notes when, under its lease;
-//! - [`release`]: the outcome stays unknown; the driver lets go and schedules the next check;
-//! - [`settle`] (`settle_payment.sql`): the terminal status, the final answer, the order, and the
-//!   audit row, guarded by `status = 'processing'` so that of two settlers exactly one applies.
+//! - the lease, send mark and release every operation row has (`operations::leases`);
+//! - [`settle`] (`settle_payment.sql`): the charge's or authorization's final outcome with the
+//!   final answer, the order, and the audit row, guarded by the charge being in flight so that of
+//!   two settlers exactly one applies;
+//! - the capture and void statements of `authorization` move an authorized payment on; a refund
+//!   reserves and settles its amount (`refunds::repository`);
+//! - [`watch`] and [`end_authorization`] (`end_authorization.sql`): the reconciler's watch on
+//!   authorizations, which the provider lets go after a while.
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::result::Error as DbError;
-use diesel::sql_types::{BigInt, Int4, Nullable, Timestamptz, Uuid as SqlUuid};
+use diesel::sql_types::{BigInt, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use rust_decimal::Decimal;
 
-use super::{Lease, Payment, PaymentStatus};
+use super::{CaptureMethod, Payment, PaymentStatus};
 use crate::db::schema::payments;
 use crate::idempotency::store::ClaimParameters;
 use crate::ids::{AccountId, LeaseId, OrderId, PaymentId};
 use crate::money::{Amount, Currency};
+use crate::operations::leases::Lease;
 
 #[derive(Queryable, QueryableByName, Selectable)]
 #[diesel(table_name = payments)]
@@ -32,6 +35,10 @@ struct PaymentRow {
     status: PaymentStatus,
     amount: Decimal,
     currency: String,
+    capture_method: CaptureMethod,
+    amount_captured: Decimal,
+    amount_refunded: Decimal,
+    authorization_expires_at: Option<DateTime<Utc>>,
     payment_method: String,
     provider_charge_id: Option<String>,
     failure_code: Option<String>,
@@ -46,7 +53,7 @@ struct PaymentRow {
     updated_at: DateTime<Utc>,
 }
 
-fn corrupt(what: impl Into<String>) -> DbError {
+pub(crate) fn corrupt(what: impl Into<String>) -> DbError {
     DbError::DeserializationError(what.into().into())
 }
 
@@ -58,13 +65,19 @@ impl PaymentRow {
             (Some(id), Some(until)) => Some(Lease { id, until }),
             _ => None,
         };
+        let amount = |value: Decimal| {
+            Amount::from_decimal(value, currency).map_err(|e| corrupt(format!("payment amount: {e}")))
+        };
         Ok(Payment {
             id: self.id,
             account_id: self.account_id,
             order_id: self.order_id,
             status: self.status,
-            amount: Amount::from_decimal(self.amount, currency)
-                .map_err(|e| corrupt(format!("payment amount: {e}")))?,
+            amount: amount(self.amount)?,
+            capture_method: self.capture_method,
+            amount_captured: amount(self.amount_captured)?,
+            amount_refunded: amount(self.amount_refunded)?,
+            authorization_expires_at: self.authorization_expires_at,
             payment_method: self.payment_method,
             provider_charge_id: self.provider_charge_id,
             failure_code: self.failure_code,
@@ -164,6 +177,7 @@ crate::prepared_statement! {
         15 => payment_method: &'a str as Text,
         16 => lease_until: DateTime<Utc> as Timestamptz,
         17 => lease_id: LeaseId as Uuid,
+        18 => capture_method: CaptureMethod as Text,
     }
 }
 
@@ -200,117 +214,8 @@ pub fn is_second_active_payment(error: &DbError) -> bool {
     )
 }
 
-/// Which payments a driver leases.
-#[derive(Debug, Clone, Copy)]
-pub enum LeaseTarget {
-    /// This one, if nobody holds it (a retry taking an abandoned payment over).
-    One(AccountId, PaymentId),
-    /// Up to `limit` due ones, skipping rows other reconcilers are claiming; each counts an
-    /// attempt (the reconciler's claim).
-    Due { limit: i64 },
-}
-
-/// Leases `processing` payments whose lease is free (never held, released, or run out) to
-/// `lease` by compare-and-set: of two drivers racing for one payment exactly one gets it (a
-/// taker waits for a concurrent one's uncommitted lease, then sees it held). The payment is not
-/// checked by the reconciler before the lease runs out. Returns the payments now leased.
-pub async fn lease(
-    conn: &mut AsyncPgConnection,
-    target: LeaseTarget,
-    lease: Lease,
-    now: DateTime<Utc>,
-) -> QueryResult<Vec<Payment>> {
-    let (account_id, payment_id, limit, attempt) = match target {
-        LeaseTarget::One(account_id, payment_id) => (Some(account_id), Some(payment_id), 1, 0),
-        LeaseTarget::Due { limit } => (None, None, limit, 1),
-    };
-    let rows: Vec<PaymentRow> = diesel::sql_query(
-        "UPDATE payments SET lease_until = $1, lease_id = $2, next_check_at = $1, \
-             attempts = attempts + $3 \
-         WHERE (account_id, id) IN ( \
-             SELECT account_id, id FROM payments \
-             WHERE status = 'processing' AND (lease_until IS NULL OR lease_until <= $4) \
-               AND CASE WHEN $5::uuid IS NULL THEN next_check_at <= $4 \
-                        ELSE account_id = $5 AND id = $6 END \
-             ORDER BY next_check_at LIMIT $7 FOR UPDATE SKIP LOCKED) \
-         RETURNING *",
-    )
-    .bind::<Timestamptz, _>(lease.until)
-    .bind::<SqlUuid, _>(lease.id)
-    .bind::<Int4, _>(attempt)
-    .bind::<Timestamptz, _>(now)
-    .bind::<Nullable<SqlUuid>, _>(account_id)
-    .bind::<Nullable<SqlUuid>, _>(payment_id)
-    .bind::<BigInt, _>(limit)
-    .load(conn)
-    .await?;
-    rows.into_iter().map(PaymentRow::into_payment).collect()
-}
-
-/// Notes, under `lease`, that the charge is about to be sent again, at the database's clock.
-/// Returns false (send nothing) when the payment is settled or its lease was taken over.
-pub async fn mark_sending(
-    conn: &mut AsyncPgConnection,
-    payment: &Payment,
-    lease: LeaseId,
-) -> QueryResult<bool> {
-    let updated = diesel::update(payments::table)
-        .filter(payments::account_id.eq(payment.account_id))
-        .filter(payments::id.eq(payment.id))
-        .filter(payments::status.eq(PaymentStatus::Processing))
-        .filter(payments::lease_id.eq(lease))
-        .set(payments::last_send_at.eq(diesel::dsl::sql::<Nullable<Timestamptz>>("clock_timestamp()")))
-        .execute(conn)
-        .await?;
-    Ok(updated == 1)
-}
-
-/// Leaves a `processing` payment for a check at `next_check_at`, noting why, and lets go of
-/// `lease` if the caller still holds it (so that a retry may take the payment over at once).
-/// Returns the payment as it now is: someone else may have settled it meanwhile.
-pub async fn release(
-    conn: &mut AsyncPgConnection,
-    payment: &Payment,
-    lease: LeaseId,
-    next_check_at: DateTime<Utc>,
-    last_error: &str,
-    now: DateTime<Utc>,
-) -> QueryResult<Option<Payment>> {
-    let released: Option<PaymentRow> = diesel::update(payments::table)
-        .filter(payments::account_id.eq(payment.account_id))
-        .filter(payments::id.eq(payment.id))
-        .filter(payments::status.eq(PaymentStatus::Processing))
-        .filter(payments::lease_id.eq(lease))
-        .set((
-            payments::next_check_at.eq(Some(next_check_at)),
-            payments::last_error.eq(Some(last_error)),
-            payments::lease_until.eq(None::<DateTime<Utc>>),
-            payments::lease_id.eq(None::<LeaseId>),
-            payments::updated_at.eq(now),
-        ))
-        .returning(PaymentRow::as_returning())
-        .get_result(conn)
-        .await
-        .optional()?;
-    match released {
-        Some(row) => row.into_payment().map(Some),
-        None => find(conn, payment.account_id, payment.id).await,
-    }
-}
-
-/// Payments with an unknown outcome that no driver holds: waiting for a retry or the reconciler
-/// (the `orderpay_operations_waiting` gauge).
-pub async fn count_waiting(conn: &mut AsyncPgConnection, now: DateTime<Utc>) -> QueryResult<i64> {
-    payments::table
-        .filter(payments::status.eq(PaymentStatus::Processing))
-        .filter(payments::lease_until.is_null().or(payments::lease_until.le(now)))
-        .count()
-        .get_result(conn)
-        .await
-}
-
 crate::prepared_statement! {
-    /// Phase 2's one statement (`settle_payment.sql`).
+    /// A payment's charge or authorization settled (`settle_payment.sql`).
     pub struct SettlePayment<'a>("settle_payment.sql") -> (BigInt, BigInt) {
         1 => account_id: AccountId as Uuid,
         2 => payment_id: PaymentId as Uuid,
@@ -324,10 +229,80 @@ crate::prepared_statement! {
         10 => detail: Option<&'a str> as Nullable<Text>,
         11 => answer_status: i16 as Int2,
         12 => answer_body: &'a [u8] as Bytea,
+        13 => amount_captured: Decimal as Numeric,
+        14 => authorization_expires_at: Option<DateTime<Utc>> as Nullable<Timestamptz>,
+        15 => next_check_at: Option<DateTime<Utc>> as Nullable<Timestamptz>,
+        16 => order_status: Option<crate::orders::OrderStatus> as Nullable<Text>,
     }
 }
 
-/// Runs phase 2's statement. Returns (payments settled, orders marked paid).
+/// Runs a settle statement. Returns (payments settled, orders moved).
 pub async fn settle(conn: &mut AsyncPgConnection, settle: SettlePayment<'_>) -> QueryResult<(i64, i64)> {
     settle.get_result(conn).await
+}
+
+/// The reconciler's watch on authorizations: up to `limit` `requires_capture` payments due for
+/// a look, skipping rows another reconciler is claiming, hidden from the others until
+/// `claimed_until`.
+pub async fn watch(
+    conn: &mut AsyncPgConnection,
+    now: DateTime<Utc>,
+    limit: i64,
+    claimed_until: DateTime<Utc>,
+) -> QueryResult<Vec<Payment>> {
+    let rows: Vec<PaymentRow> = diesel::sql_query(
+        "UPDATE payments SET next_check_at = $3 \
+         WHERE (account_id, id) IN ( \
+             SELECT account_id, id FROM payments \
+             WHERE status = 'requires_capture' AND next_check_at <= $1 \
+             ORDER BY next_check_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+         RETURNING *",
+    )
+    .bind::<Timestamptz, _>(now)
+    .bind::<BigInt, _>(limit)
+    .bind::<Timestamptz, _>(claimed_until)
+    .load(conn)
+    .await?;
+    rows.into_iter().map(PaymentRow::into_payment).collect()
+}
+
+/// Schedules the next look at an authorization that is still waiting for a capture.
+pub async fn watch_again(
+    conn: &mut AsyncPgConnection,
+    payment: &Payment,
+    next_check_at: DateTime<Utc>,
+) -> QueryResult<()> {
+    diesel::update(payments::table)
+        .filter(payments::account_id.eq(payment.account_id))
+        .filter(payments::id.eq(payment.id))
+        .filter(payments::status.eq(PaymentStatus::RequiresCapture))
+        .set(payments::next_check_at.eq(Some(next_check_at)))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+crate::prepared_statement! {
+    /// An authorization the provider let go or captured while nothing of ours was in flight
+    /// (`end_authorization.sql`).
+    pub struct EndAuthorization<'a>("end_authorization.sql") -> (BigInt, BigInt) {
+        1 => account_id: AccountId as Uuid,
+        2 => payment_id: PaymentId as Uuid,
+        3 => order_id: OrderId as Uuid,
+        4 => status: PaymentStatus as Text,
+        5 => amount_captured: Decimal as Numeric,
+        6 => failure_code: Option<&'a str> as Nullable<Text>,
+        7 => failure_message: Option<&'a str> as Nullable<Text>,
+        8 => now: DateTime<Utc> as Timestamptz,
+        9 => actor: &'a str as Text,
+        10 => order_status: crate::orders::OrderStatus as Text,
+    }
+}
+
+/// Runs `end_authorization.sql`. Returns (payments moved, orders moved).
+pub async fn end_authorization(
+    conn: &mut AsyncPgConnection,
+    end: EndAuthorization<'_>,
+) -> QueryResult<(i64, i64)> {
+    end.get_result(conn).await
 }

@@ -6,12 +6,16 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use uuid::Uuid;
 
-use super::{GAVE_UP_CODE, Payment, PaymentStatus};
+use super::{CaptureMethod, GAVE_UP_CODE, Payment, PaymentStatus};
 use crate::error::ApiError;
 use crate::idempotency::StoredResponse;
 use crate::ids::{OrderId, PaymentId};
 use crate::money::Amount;
+
+/// The failure code of an authorization the provider let go before a capture.
+pub const AUTHORIZATION_EXPIRED: &str = "authorization_expired";
 
 #[derive(Serialize)]
 struct PaymentResource<'a> {
@@ -21,6 +25,10 @@ struct PaymentResource<'a> {
     status: PaymentStatus,
     amount: Amount,
     currency: &'static str,
+    capture_method: CaptureMethod,
+    amount_capturable: Amount,
+    amount_captured: Amount,
+    amount_refunded: Amount,
     payment_method: &'a str,
     provider_charge_id: Option<&'a str>,
     failure_code: Option<&'a str>,
@@ -38,6 +46,10 @@ pub fn payment_json(payment: &Payment) -> Vec<u8> {
         status: payment.status,
         amount: payment.amount,
         currency: payment.amount.currency().code(),
+        capture_method: payment.capture_method,
+        amount_capturable: payment.amount_capturable(),
+        amount_captured: payment.amount_captured,
+        amount_refunded: payment.amount_refunded,
         payment_method: &payment.payment_method,
         provider_charge_id: payment.provider_charge_id.as_deref(),
         failure_code: payment.failure_code.as_deref(),
@@ -49,43 +61,66 @@ pub fn payment_json(payment: &Payment) -> Vec<u8> {
     serde_json::to_vec(&resource).unwrap_or_default()
 }
 
-pub fn location(payment: &Payment) -> String {
-    format!("/payments/{}", payment.id)
+pub fn location(id: Uuid) -> String {
+    format!("/payments/{id}")
 }
 
-/// The answer for a payment whose outcome is known: 201 with the payment when it succeeded,
-/// 402 problem+json when it failed. Stored on the payment and replayed for its key.
+/// The answer of `POST /payments` once the charge (or authorization) is settled: 201 with the
+/// payment when it succeeded or is authorized, 402 problem+json when it failed. Stored on the
+/// payment and replayed for its key.
 pub fn final_response(payment: &Payment) -> StoredResponse {
     match payment.status {
-        PaymentStatus::Succeeded | PaymentStatus::Processing => {
-            StoredResponse::json(201, payment_json(payment)).with_header("location", location(payment))
+        PaymentStatus::Succeeded | PaymentStatus::RequiresCapture | PaymentStatus::Processing => {
+            StoredResponse::json(201, payment_json(payment))
+                .with_header("location", location(payment.id.as_uuid()))
         }
-        PaymentStatus::Failed => failure(payment).to_stored_response(),
+        PaymentStatus::Failed | PaymentStatus::Canceled => failure(payment).to_stored_response(),
     }
+}
+
+/// 202 with the payment while its outcome is unknown (not stored).
+pub fn pending_response(payment: &Payment) -> StoredResponse {
+    StoredResponse::json(202, payment_json(payment)).with_header("location", location(payment.id.as_uuid()))
 }
 
 /// A stored answer (status and body, as kept on the payment's row) with the headers that go
 /// with it: the same bytes [`final_response`] produced.
-pub fn stored_answer(payment: &Payment, status: u16, body: Vec<u8>) -> StoredResponse {
+pub fn stored_answer(id: Uuid, status: u16, body: Vec<u8>) -> StoredResponse {
     if (200..300).contains(&status) {
-        StoredResponse::json(status, body).with_header("location", location(payment))
+        StoredResponse::json(status, body).with_header("location", location(id))
     } else {
-        StoredResponse { status, headers: vec![problem_content_type()], body }
+        StoredResponse { status, headers: vec![crate::error::problem_content_type()], body }
     }
 }
 
-fn problem_content_type() -> (String, String) {
-    ("content-type".to_owned(), crate::error::PROBLEM_JSON.to_owned())
-}
-
-/// The problem a failed payment answers with.
+/// The problem a failed (or, before it was ever authorized, expired) payment answers with.
 pub fn failure(payment: &Payment) -> ApiError {
     let code = payment.failure_code.clone().unwrap_or_else(|| "failed".to_owned());
     let message = payment.failure_message.clone().unwrap_or_else(|| "the payment failed".to_owned());
     if code == GAVE_UP_CODE {
         ApiError::PaymentFailed { payment_id: payment.id.as_uuid(), reason: message }
+    } else if payment.status == PaymentStatus::Canceled {
+        ApiError::AuthorizationExpired { payment_id: payment.id }
     } else {
         ApiError::PaymentDeclined { payment_id: payment.id.as_uuid(), code, message }
+    }
+}
+
+/// The answer of a capture or a void once it is settled: 200 with the payment as it is after,
+/// or the problem that says why not. Stored on the operation's row and replayed for its key.
+pub fn action_response(payment: &Payment, refusal: Option<ApiError>) -> StoredResponse {
+    match refusal {
+        None => StoredResponse::json(200, payment_json(payment)),
+        Some(problem) => problem.to_stored_response(),
+    }
+}
+
+/// A capture's or void's stored answer with its headers.
+pub fn stored_action_answer(status: u16, body: Vec<u8>) -> StoredResponse {
+    if (200..300).contains(&status) {
+        StoredResponse::json(status, body)
+    } else {
+        StoredResponse { status, headers: vec![crate::error::problem_content_type()], body }
     }
 }
 
@@ -102,6 +137,10 @@ mod tests {
             order_id: OrderId::generate(),
             status: PaymentStatus::Succeeded,
             amount: Amount::parse("10.00", usd).unwrap(),
+            capture_method: CaptureMethod::Automatic,
+            amount_captured: Amount::parse("10.00", usd).unwrap(),
+            amount_refunded: Amount::zero(usd),
+            authorization_expires_at: None,
             payment_method: "pm_card_ok".into(),
             provider_charge_id: Some("ch_1".into()),
             failure_code: None,
@@ -115,10 +154,10 @@ mod tests {
             updated_at: Utc::now(),
         };
         let succeeded = final_response(&payment);
-        assert_eq!(stored_answer(&payment, succeeded.status, succeeded.body.clone()), succeeded);
+        assert_eq!(stored_answer(payment.id.as_uuid(), succeeded.status, succeeded.body.clone()), succeeded);
         payment.status = PaymentStatus::Failed;
         payment.failure_code = Some("insufficient_funds".into());
         let failed = final_response(&payment);
-        assert_eq!(stored_answer(&payment, failed.status, failed.body.clone()), failed);
+        assert_eq!(stored_answer(payment.id.as_uuid(), failed.status, failed.body.clone()), failed);
     }
 }

@@ -1,36 +1,33 @@
-//! The request flow of `POST /payments` (docs/payments.md): phase 1, the provider call, phase 2.
+//! The request flows of payments (docs/payments.md): `POST /payments` (phase 1, the provider
+//! call, phase 2), and the capture and void of an authorization.
 //!
-//! Phase 1 is one statement (`start_payment.sql`): claim the key, lock the order, decide, and
-//! insert the payment `processing`, leased to this request. Then the provider call, outside any
-//! transaction, with the payment's downstream key, and phase 2 through the engine's settle: the
-//! payment's outcome, its final answer and the order's status, together. An unknown outcome
-//! releases the lease and answers 202; a retry (taking the payment over) or the reconciler
-//! finishes it, re-driving the same charge.
-//!
-//! Whoever drives a payment holds its lease (a request, a retry that took it over, or the
-//! reconciler): two drivers never overlap unless a lease runs out mid-call, and even then the
-//! provider's idempotency and the guarded status updates keep it to one charge and one
-//! transition.
+//! Each starts its operation in one statement (claiming the key with it) and hands the rest to
+//! the provider-operations engine (`operations::request`): the provider call outside any
+//! transaction with the operation's downstream key, then its settle in one statement, or, when
+//! the outcome is unknown, 202 and a retry (taking the operation over) or the reconciler
+//! finishes it.
 
 use chrono::{DateTime, SubsecRound, Utc};
 use diesel_async::AsyncPgConnection;
 use rust_decimal::Decimal;
-use tracing::Instrument;
 
+use super::authorization::{self, Action, ActionStatus, PaymentOperation, StartAction};
 use super::repository::{self, StartOutcome, StartPayment, Started};
-use super::representation::final_response;
-use super::{Lease, Payment, PaymentMethod, PaymentStatus};
+use super::{CaptureMethod, Payment, PaymentMethod, PaymentStatus};
 use crate::clock::after;
 use crate::error::{ApiError, FieldError};
 use crate::idempotency::store::{self, ClaimParameters, ResourceKind};
-use crate::idempotency::{Execution, KeyConflict, KeyedRequest, Keys, Resolved, StoredResponse};
-use crate::ids::{LeaseId, OrderId, PaymentId};
+use crate::idempotency::{Execution, KeyedRequest, Keys, StoredResponse};
+use crate::ids::{AccountId, LeaseId, OperationId, OrderId, PaymentId};
 use crate::money::{Amount, Currency};
-use crate::operations::settle::{self, answer_of};
-use crate::operations::{Actor, DriveMode, Engine, Outcome, Settlement, charge};
+use crate::operations::authorization::{Actions, Held};
+use crate::operations::charge::Charges;
+use crate::operations::leases::Lease;
+use crate::operations::request::{self, Answer, Begin};
+use crate::operations::{DriveMode, Engine, Kind};
 
-/// How often phase 1 runs again when what it met changed under it (a key swept or expired, a
-/// payment committed while it waited); more means the database is misbehaving.
+/// How often a start statement runs again when what it met changed under it (a key swept or
+/// expired, a payment committed while it waited); more means the database is misbehaving.
 const START_ROUNDS: usize = 3;
 
 /// A parsed, valid `POST /payments`.
@@ -40,28 +37,15 @@ pub struct PayCommand {
     pub payment_method: PaymentMethod,
     /// If given, must equal the order's total.
     pub amount: Option<Decimal>,
+    pub capture_method: CaptureMethod,
 }
 
-/// How a payment request ends.
-#[derive(Debug)]
-pub enum PayResult {
-    /// A final answer: executed now (and stored with the key) or replayed.
-    Answered(Execution),
-    /// The outcome is not known yet (202); nothing final is stored, a retry resumes it.
-    Processing(Box<Payment>),
-}
-
-/// A payment this request drives, under its lease.
-#[derive(Debug)]
-struct Driving {
-    payment: Box<Payment>,
-    lease: LeaseId,
-    mode: DriveMode,
-}
-
-enum Start {
-    Answered(Execution),
-    Drive(Driving),
+/// A parsed, valid capture (`amount: None`: all that is capturable) or void.
+#[derive(Debug, Clone)]
+pub struct ActionCommand {
+    pub payment_id: PaymentId,
+    pub action: Action,
+    pub amount: Option<Decimal>,
 }
 
 /// `POST /payments`.
@@ -71,45 +55,27 @@ pub async fn pay(
     keyed: &KeyedRequest,
     command: &PayCommand,
     request_id: &str,
-) -> Result<PayResult, ApiError> {
+) -> Result<Answer, ApiError> {
     if let Some(replay) = keys.replay(keyed) {
-        return Ok(PayResult::Answered(replay));
+        return Ok(Answer::Final(replay));
     }
-    let driving = match start(engine, keys, keyed, command).await? {
-        Start::Answered(execution) => {
-            keys.remember(keyed, execution.response());
-            return Ok(PayResult::Answered(execution));
-        }
-        Start::Drive(driving) => driving,
+    let begin = {
+        let mut conn = engine.pool.get().await?;
+        start_payment(engine, &mut conn, keys, keyed, command).await?
     };
-    // The provider call and phase 2 run in a task of their own: if the client goes away, actix
-    // drops this request's future, but the outcome must still be recorded.
-    let task_engine = engine.clone();
-    let request_id = request_id.to_owned();
-    let task = async move {
-        let (outcome, _) =
-            charge::drive(&task_engine, &driving.payment, driving.lease, driving.mode, Some(&request_id))
-                .await;
-        record(&task_engine, &driving, outcome).await
-    };
-    let result = tokio::spawn(task.in_current_span())
-        .await
-        .map_err(|error| ApiError::Internal(anyhow::anyhow!("payment task failed: {error}")))?;
-    if let PayResult::Answered(execution) = &result {
-        keys.remember(keyed, execution.response());
-    }
-    Ok(result)
+    request::finish::<Charges>(engine, keys, keyed, begin, request_id).await
 }
 
 /// Phase 1: the one statement, run again when what it met changed under it.
-async fn start(
+async fn start_payment(
     engine: &Engine,
+    conn: &mut AsyncPgConnection,
     keys: &Keys,
     keyed: &KeyedRequest,
     command: &PayCommand,
-) -> Result<Start, ApiError> {
+) -> Result<Begin<Charges>, ApiError> {
     let account_id = keyed.account_id;
-    let mut conn = engine.pool.get().await?;
+    let key = keyed.key.as_str();
     for _ in 0..START_ROUNDS {
         let now = Utc::now().trunc_subsecs(6);
         let payment_id = PaymentId::generate();
@@ -122,107 +88,56 @@ async fn start(
             payment_method: command.payment_method.as_str(),
             lease_until: lease.until,
             lease_id: lease.id,
+            capture_method: command.capture_method,
         };
-        let started = match repository::start(&mut conn, statement).await {
+        let started = match repository::start(conn, statement).await {
             Ok(started) => started,
             // A payment committed while the statement waited for the order's lock; nothing was
             // written. The next round sees it.
             Err(error) if repository::is_second_active_payment(&error) => continue,
             Err(error) => return Err(error.into()),
         };
-        let key = keyed.key.as_str();
-        let refuse = async |conn: &mut _, error: ApiError| {
+        let refuse = async |conn: &mut AsyncPgConnection, error: ApiError| {
             store::abandon(conn, account_id, key, payment_id.as_uuid()).await?;
-            Err::<Start, ApiError>(error)
+            Err::<Begin<Charges>, ApiError>(error)
         };
         match started.outcome {
             StartOutcome::Started => {
                 let total = order_total(&started)?;
                 let payment = new_payment(payment_id, keyed, command, total, now, lease);
-                let driving =
-                    Driving { payment: Box::new(payment), lease: lease.id, mode: DriveMode::FirstCall };
-                return Ok(Start::Drive(driving));
+                return Ok(Begin::Drive { op: payment, lease: lease.id, mode: DriveMode::FirstCall });
             }
             StartOutcome::OrderNotPayable => {
                 let current = started.order.map(|(status, _, _)| status).unwrap_or_default();
                 let answer = not_payable(command.order_id, current);
-                store::complete(&mut conn, account_id, key, payment_id.as_uuid(), &answer).await?;
-                return Ok(Start::Answered(Execution::Executed(answer)));
+                store::complete(conn, account_id, key, payment_id.as_uuid(), &answer).await?;
+                return Ok(Begin::Answered(Execution::Executed(answer)));
             }
             StartOutcome::OrderNotFound => {
                 let order_id = command.order_id.to_string();
-                return refuse(&mut conn, ApiError::NotFound { resource: "order", id: order_id }).await;
+                return refuse(conn, ApiError::NotFound { resource: "order", id: order_id }).await;
             }
             StartOutcome::PaymentInProgress => {
                 let Some(payment_id) = started.in_flight else { continue };
                 let error = ApiError::PaymentInProgress { order_id: command.order_id, payment_id };
-                return refuse(&mut conn, error).await;
+                return refuse(conn, error).await;
             }
             StartOutcome::AmountMismatch => {
                 let total = order_total(&started)?;
-                return refuse(&mut conn, amount_mismatch(&total)).await;
+                return refuse(conn, amount_mismatch(&total)).await;
             }
             StartOutcome::KeyExists => {
-                let Some(record) = store::find(&mut conn, account_id, key).await? else {
-                    continue; // swept meanwhile: the key is free again
-                };
-                match record.resolve(keyed, now)? {
-                    Some(Resolved::Answer(answer)) => {
-                        return Ok(Start::Answered(Execution::Replayed(answer)));
-                    }
-                    Some(Resolved::Operation { resource_id, .. }) => {
-                        let payment_id = PaymentId::from_uuid(resource_id);
-                        if let Some(start) = resume(engine, &mut conn, keyed, payment_id).await? {
-                            return Ok(start);
-                        }
-                    }
-                    None => store::expire(&mut conn, account_id, key, now).await?,
+                if let Some(begin) = request::existing_key::<Charges>(engine, conn, keyed).await? {
+                    return Ok(begin);
                 }
             }
         }
     }
-    Err(ApiError::Unavailable(anyhow::anyhow!("phase 1 of a payment kept meeting changes")))
+    Err(kept_changing())
 }
 
-/// A key that started a payment before: replay its answer, tell the client to wait while its
-/// driver holds it, or take it over when its driver is gone. `None` when the key names no
-/// payment (its phase 1 refused and died before it could clear the key): the key is cleared
-/// and the caller starts afresh.
-async fn resume(
-    engine: &Engine,
-    conn: &mut AsyncPgConnection,
-    keyed: &KeyedRequest,
-    payment_id: PaymentId,
-) -> Result<Option<Start>, ApiError> {
-    let account_id = keyed.account_id;
-    let Some(found) = repository::find_answered(conn, account_id, payment_id).await? else {
-        tracing::info!(%payment_id, "clearing a key whose payment was never created");
-        store::abandon(conn, account_id, keyed.key.as_str(), payment_id.as_uuid()).await?;
-        return Ok(None);
-    };
-    let payment = found.payment;
-    if payment.is_settled() {
-        return Ok(Some(Start::Answered(Execution::Replayed(answer_of(payment, found.answer)))));
-    }
-    let now = Utc::now();
-    if let Some(lease) = payment.lease.filter(|lease| lease.until > now) {
-        let wait = (lease.until - now).to_std().unwrap_or_default();
-        return Err(KeyConflict::InUse { retry_after: wait, resource_id: Some(payment_id.as_uuid()) }.into());
-    }
-    match settle::take_over(conn, account_id, payment_id, engine.timing.lease).await? {
-        Some(taken) => {
-            tracing::info!(%payment_id, "taking over an abandoned payment");
-            crate::telemetry::metrics::idempotency_outcome("takeover");
-            let lease = taken.lease.map(|lease| lease.id).unwrap_or_else(LeaseId::generate);
-            Ok(Some(Start::Drive(Driving { payment: Box::new(taken), lease, mode: DriveMode::Redrive })))
-        }
-        // Another driver took it between the read and the compare-and-set.
-        None => Err(KeyConflict::InUse {
-            retry_after: std::time::Duration::from_secs(1),
-            resource_id: Some(payment_id.as_uuid()),
-        }
-        .into()),
-    }
+fn kept_changing() -> ApiError {
+    ApiError::Unavailable(anyhow::anyhow!("starting an operation kept meeting changes"))
 }
 
 /// The order's total as phase 1 read it.
@@ -267,6 +182,10 @@ fn new_payment(
         order_id: command.order_id,
         status: PaymentStatus::Processing,
         amount,
+        capture_method: command.capture_method,
+        amount_captured: Amount::zero(amount.currency()),
+        amount_refunded: Amount::zero(amount.currency()),
+        authorization_expires_at: None,
         payment_method: command.payment_method.as_str().to_owned(),
         provider_charge_id: None,
         failure_code: None,
@@ -281,54 +200,152 @@ fn new_payment(
     }
 }
 
-/// Phase 2 for a request: a final outcome is settled and answered; an unknown one releases the
-/// payment for a retry or the reconciler and answers 202. If the database fails here, the
-/// charge may still have happened: the answer is 202 too, never a 5xx that invites a new
-/// payment, and the lease runs out for a retry or the reconciler to finish.
-async fn record(engine: &Engine, driving: &Driving, outcome: Outcome) -> PayResult {
-    let payment = &driving.payment;
-    let settlement = match outcome {
-        Outcome::Succeeded { charge_id } => Settlement::Succeeded { charge_id },
-        Outcome::Declined { code, message } => Settlement::Failed { code, message },
-        Outcome::Unknown { reason } => return leave_processing(engine, driving, &reason).await,
-        Outcome::NotReceived => {
-            return leave_processing(engine, driving, "the provider has not received the charge").await;
-        }
-    };
-    match settle::settle(&engine.pool, payment, &settlement, Actor::Request).await {
-        Ok(settled) => PayResult::Answered(Execution::Executed(settled.answer)),
-        Err(error) => {
-            tracing::error!(payment_id = %payment.id, error = %error, "could not record a payment outcome; left processing");
-            PayResult::Processing(payment.clone())
-        }
+/// `POST /payments/{id}/capture` and `POST /payments/{id}/void`.
+pub async fn act(
+    engine: &Engine,
+    keys: &Keys,
+    keyed: &KeyedRequest,
+    command: &ActionCommand,
+    request_id: &str,
+) -> Result<Answer, ApiError> {
+    if let Some(replay) = keys.replay(keyed) {
+        return Ok(Answer::Final(replay));
     }
+    let begin = {
+        let mut conn = engine.pool.get().await?;
+        start_action(engine, &mut conn, keys, keyed, command).await?
+    };
+    request::finish::<Actions>(engine, keys, keyed, begin, request_id).await
 }
 
-async fn leave_processing(engine: &Engine, driving: &Driving, reason: &str) -> PayResult {
-    let payment = &driving.payment;
-    tracing::warn!(payment_id = %payment.id, %reason, "payment outcome unknown; left processing");
-    let next_check = after(Utc::now(), engine.timing.recheck_after);
-    match settle::release(&engine.pool, payment, driving.lease, next_check, reason).await {
-        // Someone else settled it meanwhile: their answer is the answer.
-        Ok(current) if current.is_settled() => {
-            PayResult::Answered(Execution::Executed(final_response(&current)))
-        }
-        Ok(current) => PayResult::Processing(Box::new(current)),
-        Err(error) => {
-            tracing::error!(payment_id = %payment.id, error = %error, "could not release a payment's lease");
-            PayResult::Processing(payment.clone())
+/// Starts a capture or void in one statement, run again when what it met changed under it.
+async fn start_action(
+    engine: &Engine,
+    conn: &mut AsyncPgConnection,
+    keys: &Keys,
+    keyed: &KeyedRequest,
+    command: &ActionCommand,
+) -> Result<Begin<Actions>, ApiError> {
+    let account_id = keyed.account_id;
+    let key = keyed.key.as_str();
+    for _ in 0..START_ROUNDS {
+        let now = Utc::now().trunc_subsecs(6);
+        let id = OperationId::generate();
+        let lease = Lease { id: LeaseId::generate(), until: after(now, engine.timing.lease) };
+        let resource = (ResourceKind::PaymentOperation, id.as_uuid());
+        let statement = StartAction {
+            claim: ClaimParameters::new(account_id, Some(keyed), resource, None, now, keys.retention),
+            payment_id: command.payment_id,
+            kind: command.action,
+            amount: command.amount,
+            lease_until: lease.until,
+            lease_id: lease.id,
+        };
+        let (outcome, status, authorized) = match authorization::start(conn, statement).await {
+            Ok(started) => started,
+            // Another capture or void of this payment committed meanwhile: the next round sees it.
+            Err(error) if is_second_action(&error) => continue,
+            Err(error) => return Err(error.into()),
+        };
+        let refuse = async |conn: &mut AsyncPgConnection, error: ApiError| {
+            store::abandon(conn, account_id, key, id.as_uuid()).await?;
+            Err::<Begin<Actions>, ApiError>(error)
+        };
+        match outcome {
+            authorization::StartOutcome::Started => {
+                let Some(payment) = repository::find(conn, account_id, command.payment_id).await? else {
+                    return Err(ApiError::Internal(anyhow::anyhow!(
+                        "a started {} lost its payment",
+                        command.action
+                    )));
+                };
+                let operation = PaymentOperation {
+                    account_id,
+                    id,
+                    payment_id: command.payment_id,
+                    kind: command.action,
+                    status: ActionStatus::Processing,
+                    amount: match command.action {
+                        Action::Capture => Some(command.amount.unwrap_or(payment.amount.value())),
+                        Action::Void => None,
+                    },
+                    failure_code: None,
+                    failure_message: None,
+                    idempotency_key: Some(key.to_owned()),
+                    attempts: 0,
+                    lease_until: Some(lease.until),
+                    lease_id: Some(lease.id),
+                    created_at: now,
+                };
+                let held = Held { operation, payment };
+                return Ok(Begin::Drive { op: held, lease: lease.id, mode: DriveMode::FirstCall });
+            }
+            authorization::StartOutcome::PaymentNotFound => {
+                let id = command.payment_id.to_string();
+                return refuse(conn, ApiError::NotFound { resource: "payment", id }).await;
+            }
+            authorization::StartOutcome::InvalidState => {
+                // A final answer about the payment's state, stored with the key.
+                let current = status.map(|status| status.to_string()).unwrap_or_default();
+                let action = match command.action {
+                    Action::Capture => "captured",
+                    Action::Void => "voided",
+                };
+                let answer = ApiError::InvalidState {
+                    resource: "payment",
+                    id: command.payment_id.as_uuid(),
+                    current,
+                    action,
+                }
+                .to_stored_response();
+                store::complete(conn, account_id, key, id.as_uuid(), &answer).await?;
+                return Ok(Begin::Answered(Execution::Executed(answer)));
+            }
+            authorization::StartOutcome::ExceedsCapturable => {
+                let payment = repository::find(conn, account_id, command.payment_id).await?;
+                let capturable_amount = match (payment, authorized) {
+                    (Some(payment), Some(amount)) => Amount::from_decimal(amount, payment.currency())
+                        .map_err(|e| ApiError::Internal(anyhow::anyhow!("authorized amount: {e}")))?,
+                    _ => return Err(ApiError::Internal(anyhow::anyhow!("a capture without its payment"))),
+                };
+                return refuse(conn, ApiError::CaptureExceedsCapturable { capturable_amount }).await;
+            }
+            authorization::StartOutcome::KeyExists => {
+                if let Some(begin) = request::existing_key::<Actions>(engine, conn, keyed).await? {
+                    return Ok(begin);
+                }
+            }
         }
     }
+    Err(kept_changing())
+}
+
+/// Whether `error` is the unique index refusing a second capture or void in flight for a payment.
+fn is_second_action(error: &diesel::result::Error) -> bool {
+    matches!(
+        error,
+        diesel::result::Error::DatabaseError(diesel::result::DatabaseErrorKind::UniqueViolation, info)
+            if info.constraint_name() == Some("payment_operations_one_in_flight")
+    )
+}
+
+/// The currency of a payment, to check an amount against before anything is written.
+pub async fn currency_of(
+    engine: &Engine,
+    account_id: AccountId,
+    payment_id: PaymentId,
+) -> Result<Option<Currency>, ApiError> {
+    let mut conn = engine.pool.get().await?;
+    let Some(payment) = repository::find(&mut conn, account_id, payment_id).await? else {
+        return Ok(None);
+    };
+    Ok(Some(payment.currency()))
 }
 
 /// `GET /payments/{id}`
-pub async fn get(
-    engine: &Engine,
-    account_id: crate::ids::AccountId,
-    payment_id: PaymentId,
-) -> Result<Payment, ApiError> {
+pub async fn get(engine: &Engine, account_id: AccountId, payment_id: PaymentId) -> Result<Payment, ApiError> {
     let mut conn = engine.pool.get().await?;
-    repository::find(&mut conn, account_id, payment_id)
+    <Charges as Kind>::load(&mut conn, (account_id, payment_id.as_uuid()))
         .await?
         .ok_or_else(|| ApiError::NotFound { resource: "payment", id: payment_id.to_string() })
 }

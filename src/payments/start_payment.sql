@@ -11,7 +11,8 @@
 -- payment committed in between is missed there, and its unique index entry then refuses the
 -- insert (payments_one_active_per_order); the caller runs the statement again.
 -- Parameters after the claim's: 13 order id, 14 the amount the client expects (NULL: any),
--- 15 payment method, 16 lease until (also the reconciler's first check), 17 lease id.
+-- 15 payment method, 16 lease until (also the reconciler's first check), 17 lease id,
+-- 18 capture method.
 , payable AS (
     SELECT status, total_amount, currency
     FROM orders
@@ -19,7 +20,7 @@
     FOR UPDATE
 ), live AS (
     SELECT id FROM payments
-    WHERE account_id = $1 AND order_id = $13 AND status = 'processing'
+    WHERE account_id = $1 AND order_id = $13 AND status IN ('processing', 'requires_capture')
         AND EXISTS (SELECT 1 FROM payable)
     LIMIT 1
 ), decided AS (
@@ -35,9 +36,9 @@
 ), started AS (
     INSERT INTO payments (account_id, id, order_id, status, amount, currency, payment_method,
         idempotency_key, attempts, next_check_at, lease_until, lease_id, last_send_at,
-        created_at, updated_at)
+        capture_method, created_at, updated_at)
     SELECT $1, $7, $13, 'processing', payable.total_amount, payable.currency, $15, $2, 0, $16,
-        $16, $17, clock_timestamp(), $11, $11
+        $16, $17, clock_timestamp(), $18, $11, $11
     FROM payable, decided
     WHERE decided.outcome = 'started'
     RETURNING 1

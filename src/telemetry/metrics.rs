@@ -8,7 +8,8 @@
 //! | `orderpay_idempotency_requests_total` | counter | `outcome`: executed, replayed, reused, in_use, takeover, missing |
 //! | `orderpay_operations_waiting` | gauge | `kind`: provider operations with an unknown outcome that no driver holds, waiting for a retry or the reconciler (read at scrape) |
 //! | `orderpay_idempotency_keys_swept_total` | counter | |
-//! | `orderpay_payments_settled_total` | counter | `status`: succeeded, failed |
+//! | `orderpay_payments_settled_total` | counter | `status`: succeeded, requires_capture, failed, canceled |
+//! | `orderpay_refunds_settled_total` | counter | `status`: succeeded, failed |
 //! | `orderpay_reconciler_passes_total` | counter | |
 //! | `orderpay_reconciler_payments_total` | counter | `result`: settled, redriven, rescheduled, stuck, gave_up, error |
 //! | `orderpay_db_pool_connections` | gauge | `state`: in_use, idle (read at scrape) |
@@ -55,7 +56,8 @@ fn describe() {
         "orderpay_idempotency_keys_swept_total",
         "Expired idempotency keys deleted by the sweeper"
     );
-    describe_counter!("orderpay_payments_settled_total", "Payments moved to a final status");
+    describe_counter!("orderpay_payments_settled_total", "Payments whose charge or authorization settled");
+    describe_counter!("orderpay_refunds_settled_total", "Refunds moved to a final status");
     describe_counter!("orderpay_reconciler_passes_total", "Reconciler passes run");
     describe_counter!("orderpay_reconciler_payments_total", "Payments handled by the reconciler, by result");
     describe_gauge!("orderpay_db_pool_connections", "Database connections by state");
@@ -83,6 +85,10 @@ pub fn keys_swept(count: usize) {
 
 pub fn payment_settled(status: &'static str) {
     counter!("orderpay_payments_settled_total", "status" => status).increment(1);
+}
+
+pub fn refund_settled(status: &'static str) {
+    counter!("orderpay_refunds_settled_total", "status" => status).increment(1);
 }
 
 /// One reconciler pass, with what it did: `(result, count)` pairs (settled, redriven,

@@ -1,0 +1,198 @@
+//! Refunds as provider operations: sending one, looking it up by its downstream key, and
+//! recording its outcome on the refund, the payment's amounts and the order.
+
+use chrono::{SubsecRound, Utc};
+use diesel_async::AsyncPgConnection;
+use uuid::Uuid;
+
+use super::leases::Table;
+use super::{Actor, EngineError, Finding, Kind, Recorded};
+use crate::db::Pool;
+use crate::idempotency::StoredResponse;
+use crate::ids::{AccountId, RefundId};
+use crate::payments::GAVE_UP_CODE;
+use crate::provider::{
+    PaymentProvider, ProviderError, Refund as ProviderRefund, RefundRequest, RefundStatus as ProviderStatus,
+};
+use crate::refunds::repository::{self, SettleRefund};
+use crate::refunds::representation::{final_response, pending_response, stored_answer};
+use crate::refunds::{Refund, RefundStatus};
+
+/// A refund's final outcomes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefundOutcome {
+    /// The provider gave the money back.
+    Succeeded { refund_id: String },
+    /// The provider refused; nothing moved.
+    Failed { code: String, message: String },
+    /// The reconciler gave up: the provider never received it.
+    GaveUp { attempts: i32 },
+}
+
+/// A refund with the provider's id of the charge it gives money back on.
+#[derive(Debug, Clone)]
+pub struct Held {
+    pub refund: Refund,
+    pub charge_id: Option<String>,
+}
+
+/// Refunds as provider operations.
+pub struct Refunds;
+
+/// What a provider answer means for a refund. Exhaustive on purpose.
+fn outcome_of(answer: Result<ProviderRefund, ProviderError>) -> Finding<RefundOutcome> {
+    match answer {
+        Ok(ProviderRefund { id, status: ProviderStatus::Succeeded, .. }) => {
+            Finding::Final(RefundOutcome::Succeeded { refund_id: id })
+        }
+        Ok(ProviderRefund { status: ProviderStatus::Failed { code, message }, .. }) => {
+            Finding::Final(RefundOutcome::Failed { code, message })
+        }
+        Ok(ProviderRefund { id, status: ProviderStatus::Pending, .. }) => {
+            Finding::Unknown { reason: format!("refund {id} is pending at the provider") }
+        }
+        // A definite refusal (over the remaining amount, a charge not refundable): nothing moved.
+        Err(ProviderError::Refused { code, message }) => {
+            Finding::Final(RefundOutcome::Failed { code, message })
+        }
+        Err(error @ ProviderError::Timeout) => Finding::Unknown { reason: error.to_string() },
+        Err(error @ ProviderError::Connection(_)) => Finding::Unknown { reason: error.to_string() },
+        Err(error @ ProviderError::ServerError(_)) => Finding::Unknown { reason: error.to_string() },
+        Err(error @ ProviderError::Rejected { .. }) => Finding::Unknown { reason: error.to_string() },
+        Err(error @ ProviderError::Malformed(_)) => Finding::Unknown { reason: error.to_string() },
+    }
+}
+
+impl Kind for Refunds {
+    const TABLE: Table = Table::Refunds;
+    type Op = Held;
+    type Final = RefundOutcome;
+
+    fn id(held: &Held) -> (AccountId, Uuid) {
+        (held.refund.account_id, held.refund.id.as_uuid())
+    }
+
+    async fn load(
+        conn: &mut AsyncPgConnection,
+        (account_id, id): (AccountId, Uuid),
+    ) -> diesel::QueryResult<Option<Held>> {
+        let found = repository::find_with_charge(conn, account_id, RefundId::from_uuid(id)).await?;
+        Ok(found.map(|(refund, charge_id)| Held { refund, charge_id }))
+    }
+
+    async fn send(
+        provider: &dyn PaymentProvider,
+        held: &Held,
+        request_id: Option<&str>,
+    ) -> Finding<RefundOutcome> {
+        let Some(charge_id) = held.charge_id.clone() else {
+            return Finding::Unknown { reason: "the payment has no charge at the provider".into() };
+        };
+        let request = RefundRequest {
+            charge_id,
+            downstream_key: held.refund.downstream_key(),
+            amount: held.refund.amount,
+            reference: held.refund.id.as_uuid(),
+            request_id: request_id.map(str::to_owned),
+        };
+        outcome_of(provider.create_refund(&request).await)
+    }
+
+    async fn look_up(
+        provider: &dyn PaymentProvider,
+        held: &Held,
+        request_id: Option<&str>,
+    ) -> Finding<RefundOutcome> {
+        match provider.find_refund(&held.refund.downstream_key(), request_id).await {
+            Ok(Some(refund)) => outcome_of(Ok(refund)),
+            Ok(None) => Finding::NotReceived,
+            Err(error) => outcome_of(Err(error)),
+        }
+    }
+
+    fn gave_up(_: &Held, attempts: i32) -> RefundOutcome {
+        RefundOutcome::GaveUp { attempts }
+    }
+
+    async fn settle(
+        pool: &Pool,
+        held: &Held,
+        outcome: RefundOutcome,
+        actor: Actor,
+    ) -> Result<Recorded, EngineError> {
+        settle(pool, &held.refund, outcome, actor).await
+    }
+
+    fn stored_answer(id: Uuid, status: u16, body: Vec<u8>) -> StoredResponse {
+        stored_answer(id, status, body)
+    }
+
+    fn pending_answer(held: &Held) -> StoredResponse {
+        pending_response(&held.refund)
+    }
+}
+
+/// Records a refund's outcome: the refund with its final answer, its amount moved from
+/// refunding to refunded on the payment (or released), the order, and the audit row, in one
+/// statement (`settle_refund.sql`). A refund the system started (no client key) leaves the
+/// order alone.
+pub async fn settle(
+    pool: &Pool,
+    refund: &Refund,
+    outcome: RefundOutcome,
+    actor: Actor,
+) -> Result<Recorded, EngineError> {
+    let now = Utc::now().trunc_subsecs(6);
+    let mut settled = Refund { lease: None, updated_at: now, ..refund.clone() };
+    match outcome {
+        RefundOutcome::Succeeded { refund_id } => {
+            settled.status = RefundStatus::Succeeded;
+            settled.provider_refund_id = Some(refund_id);
+        }
+        RefundOutcome::Failed { code, message } => {
+            settled.status = RefundStatus::Failed;
+            settled.failure_code = Some(code);
+            settled.failure_message = Some(message);
+        }
+        RefundOutcome::GaveUp { attempts } => {
+            settled.status = RefundStatus::Failed;
+            settled.failure_code = Some(GAVE_UP_CODE.to_owned());
+            settled.failure_message = Some(format!(
+                "the provider never received the refund after {attempts} attempts; nothing moved"
+            ));
+        }
+    }
+    let answer = final_response(&settled);
+    let mut conn = pool.get().await?;
+    let statement = SettleRefund {
+        account_id: refund.account_id,
+        refund_id: refund.id,
+        order_id: refund.order_id,
+        payment_id: refund.payment_id,
+        status: settled.status,
+        provider_refund_id: settled.provider_refund_id.as_deref(),
+        failure_code: settled.failure_code.as_deref(),
+        failure_message: settled.failure_message.as_deref(),
+        now,
+        actor: actor.as_str(),
+        detail: settled.failure_message.as_deref().or(settled.provider_refund_id.as_deref()),
+        answer_status: answer.status as i16,
+        answer_body: &answer.body,
+        moves_order: refund.idempotency_key.is_some(),
+    };
+    let (applied, order_status) = repository::settle(&mut conn, statement).await?;
+    if applied == 1 {
+        tracing::info!(refund_id = %refund.id, status = %settled.status, order_status = ?order_status,
+            actor = actor.as_str(), "refund settled");
+        crate::telemetry::metrics::refund_settled(settled.status.as_str());
+        return Ok(Recorded { answer, applied: true });
+    }
+    let id = (refund.account_id, refund.id.as_uuid());
+    match super::leases::standing(&mut conn, Table::Refunds, id).await?.and_then(|standing| standing.answer())
+    {
+        Some((status, body)) => {
+            Ok(Recorded { answer: stored_answer(refund.id.as_uuid(), status, body), applied: false })
+        }
+        None => Err(EngineError::Vanished(format!("the answer of refund {}", refund.id))),
+    }
+}

@@ -1,0 +1,226 @@
+//! Refund persistence: the only code that knows the `refunds` table.
+//!
+//! One writer per change of a refund row: [`start`] (`start_refund.sql`: the key claim, the
+//! reservation on the payment, the refund), the lease, send mark and release every operation
+//! row has (`operations::leases`), and [`settle`] (`settle_refund.sql`: the outcome with its
+//! final answer, the payment's amounts, the order, the audit row).
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::result::Error as DbError;
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use rust_decimal::Decimal;
+
+use super::{Refund, RefundReason, RefundStatus};
+use crate::db::schema::{payments, refunds};
+use crate::idempotency::store::ClaimParameters;
+use crate::ids::{AccountId, LeaseId, OrderId, PaymentId, RefundId};
+use crate::money::{Amount, Currency};
+use crate::operations::leases::Lease;
+use crate::orders::OrderStatus;
+use crate::payments::PaymentStatus;
+
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = refunds)]
+#[diesel(check_for_backend(diesel::pg::Pg))]
+struct RefundRow {
+    account_id: AccountId,
+    id: RefundId,
+    payment_id: PaymentId,
+    order_id: OrderId,
+    status: RefundStatus,
+    amount: Decimal,
+    currency: String,
+    reason: Option<RefundReason>,
+    provider_refund_id: Option<String>,
+    failure_code: Option<String>,
+    failure_message: Option<String>,
+    idempotency_key: Option<String>,
+    attempts: i32,
+    lease_until: Option<DateTime<Utc>>,
+    lease_id: Option<LeaseId>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+fn corrupt(what: impl Into<String>) -> DbError {
+    DbError::DeserializationError(what.into().into())
+}
+
+impl RefundRow {
+    fn into_refund(self) -> QueryResult<Refund> {
+        let currency =
+            Currency::parse(&self.currency).map_err(|e| corrupt(format!("refund currency: {e}")))?;
+        let lease = match (self.lease_id, self.lease_until) {
+            (Some(id), Some(until)) => Some(Lease { id, until }),
+            _ => None,
+        };
+        Ok(Refund {
+            id: self.id,
+            account_id: self.account_id,
+            payment_id: self.payment_id,
+            order_id: self.order_id,
+            status: self.status,
+            amount: Amount::from_decimal(self.amount, currency)
+                .map_err(|e| corrupt(format!("refund amount: {e}")))?,
+            reason: self.reason,
+            provider_refund_id: self.provider_refund_id,
+            failure_code: self.failure_code,
+            failure_message: self.failure_message,
+            idempotency_key: self.idempotency_key,
+            attempts: self.attempts,
+            lease,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        })
+    }
+}
+
+pub async fn find(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    id: RefundId,
+) -> QueryResult<Option<Refund>> {
+    refunds::table
+        .find((account_id, id))
+        .select(RefundRow::as_select())
+        .first(conn)
+        .await
+        .optional()?
+        .map(RefundRow::into_refund)
+        .transpose()
+}
+
+/// A refund with the provider's id of the charge it gives money back on.
+pub async fn find_with_charge(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    id: RefundId,
+) -> QueryResult<Option<(Refund, Option<String>)>> {
+    let found: Option<(RefundRow, Option<String>)> = refunds::table
+        .inner_join(
+            payments::table
+                .on(payments::account_id.eq(refunds::account_id).and(payments::id.eq(refunds::payment_id))),
+        )
+        .filter(refunds::account_id.eq(account_id))
+        .filter(refunds::id.eq(id))
+        .select((RefundRow::as_select(), payments::provider_charge_id))
+        .first(conn)
+        .await
+        .optional()?;
+    found.map(|(row, charge_id)| Ok((row.into_refund()?, charge_id))).transpose()
+}
+
+/// A page of the account's refunds (of one payment, when given), newest first, strictly older
+/// than `starting_after` when given. Returns the page and whether more follow.
+pub async fn list(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    payment_id: Option<PaymentId>,
+    limit: i64,
+    starting_after: Option<RefundId>,
+) -> QueryResult<(Vec<Refund>, bool)> {
+    let mut query = refunds::table.filter(refunds::account_id.eq(account_id)).into_boxed();
+    if let Some(payment_id) = payment_id {
+        query = query.filter(refunds::payment_id.eq(payment_id));
+    }
+    if let Some(cursor) = starting_after {
+        query = query.filter(refunds::id.lt(cursor));
+    }
+    let mut rows: Vec<RefundRow> =
+        query.order(refunds::id.desc()).limit(limit + 1).select(RefundRow::as_select()).load(conn).await?;
+    let has_more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    let refunds = rows.into_iter().map(RefundRow::into_refund).collect::<QueryResult<Vec<_>>>()?;
+    Ok((refunds, has_more))
+}
+
+/// The currency of a payment, to check a refund's amount against before anything is written.
+pub async fn payment_currency(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    payment_id: PaymentId,
+) -> QueryResult<Option<String>> {
+    payments::table.find((account_id, payment_id)).select(payments::currency).first(conn).await.optional()
+}
+
+crate::text_enum! {
+    /// What the statement that starts a refund decided.
+    pub enum StartOutcome {
+        Started = "started",
+        KeyExists = "key_exists",
+        PaymentNotFound = "payment_not_found",
+        /// The payment has not succeeded (still processing, failed, authorized only...).
+        InvalidState = "invalid_state",
+        /// The amount is more than what is still refundable (or nothing is).
+        ExceedsRefundable = "exceeds_refundable",
+    }
+}
+
+crate::prepared_statement! {
+    /// A refund started (`start_refund.sql` after the key claim).
+    pub struct StartRefund<'a>("../idempotency/claim_key.sql", "start_refund.sql")
+        -> (Text, Nullable<Text>, Nullable<Numeric>, Nullable<Numeric>, Nullable<Text>, Nullable<Uuid>)
+    {
+        group claim: ClaimParameters<'a>,
+        13 => payment_id: PaymentId as Uuid,
+        14 => amount: Option<Decimal> as Nullable<Numeric>,
+        15 => reason: Option<RefundReason> as Nullable<Text>,
+        16 => lease_until: DateTime<Utc> as Timestamptz,
+        17 => lease_id: LeaseId as Uuid,
+        18 => payment_must_be: PaymentStatus as Text,
+    }
+}
+
+/// What the start statement decided.
+#[derive(Debug)]
+pub struct Started {
+    pub outcome: StartOutcome,
+    pub payment_status: Option<PaymentStatus>,
+    pub refundable: Option<Decimal>,
+    pub amount: Option<Decimal>,
+    pub currency: Option<String>,
+    pub order_id: Option<OrderId>,
+}
+
+pub async fn start(conn: &mut AsyncPgConnection, start: StartRefund<'_>) -> QueryResult<Started> {
+    type Row = (
+        StartOutcome,
+        Option<PaymentStatus>,
+        Option<Decimal>,
+        Option<Decimal>,
+        Option<String>,
+        Option<OrderId>,
+    );
+    let (outcome, payment_status, refundable, amount, currency, order_id): Row =
+        start.get_result(conn).await?;
+    Ok(Started { outcome, payment_status, refundable, amount, currency, order_id })
+}
+
+crate::prepared_statement! {
+    /// A refund settled (`settle_refund.sql`).
+    pub struct SettleRefund<'a>("settle_refund.sql") -> (BigInt, Nullable<Text>) {
+        1 => account_id: AccountId as Uuid,
+        2 => refund_id: RefundId as Uuid,
+        3 => order_id: OrderId as Uuid,
+        4 => payment_id: PaymentId as Uuid,
+        5 => status: RefundStatus as Text,
+        6 => provider_refund_id: Option<&'a str> as Nullable<Text>,
+        7 => failure_code: Option<&'a str> as Nullable<Text>,
+        8 => failure_message: Option<&'a str> as Nullable<Text>,
+        9 => now: DateTime<Utc> as Timestamptz,
+        10 => actor: &'a str as Text,
+        11 => detail: Option<&'a str> as Nullable<Text>,
+        12 => answer_status: i16 as Int2,
+        13 => answer_body: &'a [u8] as Bytea,
+        14 => moves_order: bool as Bool,
+    }
+}
+
+/// Runs the settle statement. Returns (refunds settled, the order's new status if it moved).
+pub async fn settle(
+    conn: &mut AsyncPgConnection,
+    settle: SettleRefund<'_>,
+) -> QueryResult<(i64, Option<OrderStatus>)> {
+    settle.get_result(conn).await
+}
