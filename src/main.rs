@@ -1,7 +1,6 @@
 //! The `orderpay` command line: `serve`, `migrate`, `accounts create`.
 
 use clap::{Parser, Subcommand};
-use diesel_async::{AsyncConnection, AsyncPgConnection};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,7 +69,7 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => Application::build(args.settings()?).await?.run_until_stopped().await,
         Command::Migrate(database) => {
-            db::prepare(&database.database_url).await?;
+            db::prepare(&database.config()).await?;
             eprintln!("database is up to date");
             Ok(())
         }
@@ -80,11 +79,11 @@ async fn main() -> anyhow::Result<()> {
             Ok(mock.run_until_stopped().await?)
         }
         Command::Reconcile { once, database, provider, reconcile } => {
-            db::prepare(&database.database_url).await?;
+            db::prepare(&database.config()).await?;
             let provider_config = provider.config();
             let config = reconcile.config(&provider_config)?;
             let context = PaymentContext {
-                pool: db::lazy_pool(&database.config(), 2),
+                pool: db::background_pool(&database.config(), 2),
                 provider: Arc::new(HttpProvider::new(&provider_config.url, provider_config.timeout)?),
                 // Only `recheck_after` matters outside requests.
                 settings: PaymentSettings {
@@ -115,8 +114,8 @@ async fn main() -> anyhow::Result<()> {
             Ok(task.await?)
         }
         Command::Accounts { command: AccountsCommand::Create { name, database } } => {
-            db::prepare(&database.database_url).await?;
-            let mut conn = AsyncPgConnection::establish(&database.database_url).await?;
+            db::prepare(&database.config()).await?;
+            let mut conn = db::establish(&database.database_url, database.config().connect_timeout).await?;
             let (account, key) = accounts::create(&mut conn, &name).await?;
             eprintln!(
                 "created account {:?} ({}); its API key follows, shown only this once:",

@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use diesel::sql_types::BigInt;
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use orderpay::app::Application;
 use orderpay::config::{ApiSettings, ProviderConfig, Settings, claim_for};
 use orderpay::db::DatabaseConfig;
@@ -28,10 +28,15 @@ pub fn server_url() -> String {
         .unwrap_or_else(|_| orderpay::config::DEFAULT_DATABASE_URL.to_owned())
 }
 
-fn url_with_database(name: &str) -> String {
-    let mut url = url::Url::parse(&server_url()).expect("database URL");
-    url.set_path(&format!("/{name}"));
-    url.to_string()
+/// The server URL naming database `name` (parsed as PostgreSQL parses it: any form, any number
+/// of hosts).
+pub fn url_with_database(name: &str) -> String {
+    orderpay::db::with_database(&server_url(), name).expect("a valid TEST_DATABASE_URL")
+}
+
+/// A direct connection, through the service's own connect path (TLS, several hosts).
+pub async fn connect(url: &str) -> anyhow::Result<AsyncPgConnection> {
+    orderpay::db::establish(url, Duration::from_secs(5)).await
 }
 
 pub struct TestApp {
@@ -114,6 +119,8 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings, &mut MockSetti
             url: database_url.clone(),
             pool_size: 4,
             acquire_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(10),
         },
         listen: "127.0.0.1:0".to_owned(),
         workers: 2,
@@ -146,6 +153,8 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings, &mut MockSetti
     };
     let mut mock_settings = test_mock_settings();
     configure(&mut settings, &mut mock_settings);
+    // A test may point the app elsewhere (a proxy, a cluster of its own); its checks follow.
+    let database_url = settings.database.url.clone();
     let provider = spawn_mock_provider(mock_settings).await;
     if settings.provider.url.is_empty() {
         settings.provider.url = provider.address.clone();
@@ -173,7 +182,7 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings, &mut MockSetti
 }
 
 async fn drop_stale_databases(now: u64) {
-    let Ok(mut admin) = AsyncPgConnection::establish(&url_with_database("postgres")).await else {
+    let Ok(mut admin) = connect(&url_with_database("postgres")).await else {
         return;
     };
     #[derive(diesel::QueryableByName)]
@@ -207,7 +216,7 @@ impl Drop for TestApp {
         let _ = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
             runtime.block_on(async move {
-                let mut admin = AsyncPgConnection::establish(&admin_url).await.ok()?;
+                let mut admin = connect(&admin_url).await.ok()?;
                 diesel::sql_query(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
                     .execute(&mut admin)
                     .await
@@ -273,7 +282,7 @@ impl TestApp {
 
     /// A direct connection to this test's database, for checking what was stored.
     pub async fn db(&self) -> AsyncPgConnection {
-        AsyncPgConnection::establish(&self.database_url).await.expect("test database")
+        connect(&self.database_url).await.expect("test database")
     }
 
     pub async fn count(&self, sql: &str) -> i64 {
@@ -294,7 +303,7 @@ impl TestApp {
     /// One reconciler pass, as `orderpay reconcile --once` runs it.
     pub async fn reconcile_once(&self) -> PassReport {
         let context = PaymentContext {
-            pool: orderpay::db::lazy_pool(&self.settings.database, 2),
+            pool: orderpay::db::background_pool(&self.settings.database, 2),
             provider: std::sync::Arc::new(
                 HttpProvider::new(&self.settings.provider.url, self.settings.provider.timeout).unwrap(),
             ),
