@@ -8,6 +8,7 @@ mod proxy;
 mod abuse;
 mod chaos;
 mod cli;
+mod database;
 mod errors;
 mod failure_windows;
 mod idempotency;
