@@ -14,8 +14,9 @@
 //! 4. with `target_session_attrs=read-write`, `SHOW transaction_read_only`: a standby is
 //!    skipped for the next host.
 //!
-//! The host that last worked is tried first: after a failover the new primary is found at once,
-//! instead of after a connect timeout spent on the old one for every new connection.
+//! The host that last worked is tried first (unless `load_balance_hosts=random`): after a
+//! failover the new primary is found at once, instead of after a connect timeout spent on the
+//! old one for every new connection.
 
 use std::collections::HashMap;
 use std::io;
@@ -29,7 +30,7 @@ use anyhow::Context as _;
 use diesel_async::AsyncPgConnection;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
-use tokio_postgres::config::{Host, SslNegotiation, TargetSessionAttrs};
+use tokio_postgres::config::{Host, LoadBalanceHosts, SslNegotiation, TargetSessionAttrs};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
@@ -103,8 +104,14 @@ impl Target {
 
     /// A connection to the first host that takes one, starting with the one that last did.
     pub async fn connect(&self, session: &Session) -> anyhow::Result<AsyncPgConnection> {
-        let hosts = self.info.host_count();
-        let first = self.preferred.load(Ordering::Relaxed) % hosts.max(1);
+        let hosts = self.info.host_count().max(1);
+        let first = if self.info.pg.get_load_balance_hosts() == LoadBalanceHosts::Random {
+            // load_balance_hosts=random: spread new connections over the hosts.
+            let mut bytes = [0; 8];
+            getrandom::fill(&mut bytes).map_or(0, |()| u64::from_le_bytes(bytes) as usize % hosts)
+        } else {
+            self.preferred.load(Ordering::Relaxed) % hosts
+        };
         let mut failures = Vec::new();
         for index in (first..hosts).chain(0..first) {
             let attempt =

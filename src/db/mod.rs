@@ -188,16 +188,18 @@ pub async fn establish(url: &str, connect_timeout: Duration) -> anyhow::Result<A
 pub async fn ensure_database_exists(config: &DatabaseConfig) -> anyhow::Result<()> {
     let url = &config.url;
     let timeout = config.effective_connect_timeout();
-    if establish(url, timeout).await.is_ok() {
-        return Ok(());
-    }
+    let unreachable = match establish(url, timeout).await {
+        Ok(_) => return Ok(()),
+        Err(error) => error,
+    };
     let target = connect::target(url)?;
     let name = target.info().pg.get_dbname().map(str::to_owned);
     let Some(name) = name.filter(|name| !name.is_empty()) else {
         anyhow::bail!("DATABASE_URL names no database: {}", redact(url))
     };
     let admin_url = with_database(url, "postgres")?;
-    let mut admin = establish(&admin_url, timeout).await?;
+    // If the server cannot be reached at all, the first error is the one that says why.
+    let mut admin = establish(&admin_url, timeout).await.map_err(|_| unreachable)?;
     let create = format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\""));
     if let Err(error) = diesel::sql_query(create).execute(&mut admin).await {
         // Someone else may have created it meanwhile; only fail if it is still missing.
