@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::cluster::Cluster;
-use crate::helpers::{TestApp, new_key, order_body, spawn_app_with};
+use crate::helpers::{TestApp, new_key, order_body, spawn_app_on_database};
 
 /// What the clients saw.
 #[derive(Default)]
@@ -141,8 +141,7 @@ async fn fail_over(disaster: Disaster) {
     let Some(cluster) = tokio::task::spawn_blocking(Cluster::start).await.unwrap() else { return };
     let cluster = Arc::new(cluster);
     let url = cluster.url("orderpay_failover");
-    let app = spawn_app_with(move |settings, _| {
-        settings.database.url = url;
+    let app = spawn_app_on_database(&url, |settings, _| {
         settings.database.pool_size = 8;
         settings.database.connect_timeout = Duration::from_millis(500);
         settings.database.statement_timeout = Duration::from_millis(1000);

@@ -107,13 +107,29 @@ pub async fn spawn_app() -> TestApp {
 
 /// Spawns the app (and its own mock provider) with settings adjusted by `configure`.
 pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings, &mut MockSettings)) -> TestApp {
+    spawn_app_on(None, configure).await
+}
+
+/// Spawns the app on a database of another server (a test's own cluster): the app and the
+/// test's direct checks both use `database_url`.
+pub async fn spawn_app_on_database(
+    database_url: &str,
+    configure: impl FnOnce(&mut Settings, &mut MockSettings),
+) -> TestApp {
+    spawn_app_on(Some(database_url), configure).await
+}
+
+async fn spawn_app_on(
+    database_url: Option<&str>,
+    configure: impl FnOnce(&mut Settings, &mut MockSettings),
+) -> TestApp {
     if std::env::var("TEST_LOG").is_ok() {
         orderpay::telemetry::init();
     }
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
     let database_name = format!("orderpay_test_{now}_{}", Uuid::now_v7().simple());
     drop_stale_databases(now).await;
-    let database_url = url_with_database(&database_name);
+    let database_url = database_url.map_or_else(|| url_with_database(&database_name), str::to_owned);
     let mut settings = Settings {
         database: DatabaseConfig {
             url: database_url.clone(),
@@ -153,8 +169,6 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings, &mut MockSetti
     };
     let mut mock_settings = test_mock_settings();
     configure(&mut settings, &mut mock_settings);
-    // A test may point the app elsewhere (a proxy, a cluster of its own); its checks follow.
-    let database_url = settings.database.url.clone();
     let provider = spawn_mock_provider(mock_settings).await;
     if settings.provider.url.is_empty() {
         settings.provider.url = provider.address.clone();
