@@ -12,7 +12,6 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use anyhow::Context;
 use tokio_postgres::config::{Host, TargetSessionAttrs};
 
 /// `sslmode`, with libpq's meaning of each value.
@@ -388,17 +387,6 @@ fn encode(text: &str) -> String {
 /// For error messages: the URL redacted, or a placeholder when it does not parse.
 pub fn redact(url: &str) -> String {
     url.parse::<Conninfo>().map_or_else(|_| "<unparseable DATABASE_URL>".to_owned(), |info| info.redacted())
-}
-
-/// Context for errors about `url` that must not leak its password.
-pub trait RedactedContext<T> {
-    fn for_url(self, what: &str, url: &str) -> anyhow::Result<T>;
-}
-
-impl<T, E: Into<anyhow::Error>> RedactedContext<T> for Result<T, E> {
-    fn for_url(self, what: &str, url: &str) -> anyhow::Result<T> {
-        self.map_err(Into::into).with_context(|| format!("{what} {}", redact(url)))
-    }
 }
 
 #[cfg(test)]
