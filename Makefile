@@ -73,7 +73,7 @@ test: db ## run the tests (all but chaos) against the local PostgreSQL, one data
 	fi
 
 .PHONY: chaos
-chaos: db ## crash, fault and outage tests (CHAOS_ORDERS, CHAOS_KILLS make them bigger)
+chaos: db ## crash, fault, outage and database failover tests (CHAOS_ORDERS, CHAOS_KILLS make them bigger)
 	if cargo nextest --version >/dev/null 2>&1; then
 	  cargo nextest run --test api --no-fail-fast --no-capture -E 'test(/^chaos::/)'
 	else

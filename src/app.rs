@@ -49,7 +49,7 @@ impl Application {
     /// starts the background tasks. The server runs once [`Application::run_until_stopped`] is
     /// awaited.
     pub async fn build(settings: Settings) -> anyhow::Result<Application> {
-        db::prepare(&settings.database.url).await?;
+        db::prepare(&settings.database).await?;
         let listener = TcpListener::bind(&settings.listen)
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
         let port = listener.local_addr()?.port();
@@ -102,7 +102,7 @@ impl Application {
         };
 
         let (shutdown, shutdown_signal) = watch::channel(false);
-        let background_pool = db::lazy_pool(&settings.database, 4);
+        let background_pool = db::background_pool(&settings.database, 4);
         observability.register(&background_pool);
         let handle = observability.metrics.clone();
         // The exporter keeps histogram data until upkeep drains it; idle rate-limit buckets are

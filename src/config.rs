@@ -2,7 +2,7 @@
 //! command-line flag, and listed by `orderpay serve --help`.
 //!
 //! Variables read here: `DATABASE_URL`, `ORDERPAY_DB_POOL_SIZE`, `ORDERPAY_DB_ACQUIRE_TIMEOUT_MS`,
-//! `ORDERPAY_LISTEN`, `ORDERPAY_WORKERS`, `ORDERPAY_REQUIRE_IDEMPOTENCY_KEY`,
+//! `ORDERPAY_DB_CONNECT_TIMEOUT_MS`, `ORDERPAY_DB_STATEMENT_TIMEOUT_MS`, `ORDERPAY_LISTEN`, `ORDERPAY_WORKERS`, `ORDERPAY_REQUIRE_IDEMPOTENCY_KEY`,
 //! `ORDERPAY_IDEMPOTENCY_TTL_SECS`, `ORDERPAY_SWEEP_INTERVAL_MS`, `ORDERPAY_SWEEP_BATCH_SIZE`,
 //! `ORDERPAY_PROVIDER_URL`, `ORDERPAY_PROVIDER_TIMEOUT_MS`, `ORDERPAY_PAYMENT_LEASE_MS`,
 //! `ORDERPAY_RECONCILE_INTERVAL_MS`, `ORDERPAY_RECONCILE_BATCH_SIZE`,
@@ -28,7 +28,10 @@ pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/order
 
 #[derive(Debug, Clone, Args)]
 pub struct DatabaseArgs {
-    /// PostgreSQL URL. The database is created when missing and migrated at start.
+    /// PostgreSQL URL or key=value string, as libpq reads it: several hosts to fail over between
+    /// (postgres://u@h1:5432,h2:5432/db?target_session_attrs=read-write), sslmode
+    /// (disable|prefer|require|verify-ca|verify-full) and sslrootcert. The database is created
+    /// when missing and migrated at start.
     #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, hide_env_values = true)]
     pub database_url: String,
 
@@ -40,6 +43,17 @@ pub struct DatabaseArgs {
     /// How long a request waits for a database connection before answering 503.
     #[arg(long, env = "ORDERPAY_DB_ACQUIRE_TIMEOUT_MS", default_value_t = 5000)]
     pub db_acquire_timeout_ms: u64,
+
+    /// How long one database host may take to accept a session (TCP, TLS, authentication, the
+    /// read-write check) before the next host in DATABASE_URL is tried.
+    #[arg(long, env = "ORDERPAY_DB_CONNECT_TIMEOUT_MS", default_value_t = 5000)]
+    pub db_connect_timeout_ms: u64,
+
+    /// Longest a request's database statement may run: set as the session's statement_timeout,
+    /// and enforced by orderpay too (plus 500 ms), so that a frozen server gets 503, not a hang.
+    /// 0 turns it off.
+    #[arg(long, env = "ORDERPAY_DB_STATEMENT_TIMEOUT_MS", default_value_t = 10_000)]
+    pub db_statement_timeout_ms: u64,
 }
 
 impl DatabaseArgs {
@@ -48,6 +62,8 @@ impl DatabaseArgs {
             url: self.database_url.clone(),
             pool_size: self.db_pool_size,
             acquire_timeout: Duration::from_millis(self.db_acquire_timeout_ms),
+            connect_timeout: Duration::from_millis(self.db_connect_timeout_ms.max(1)),
+            statement_timeout: Duration::from_millis(self.db_statement_timeout_ms),
         }
     }
 }

@@ -347,18 +347,22 @@ impl ResponseError for ApiError {
     }
 }
 
-/// Database errors: a lost connection is the database being away (503, retry later); anything
-/// else is unexpected (500).
+/// Database errors. A connection that is gone answers 503 with `Retry-After` (the client retries
+/// with the same key), anything else is unexpected (500).
+///
+/// "Gone" is, as diesel-async reports it: a closed connection or one that cannot send
+/// (`ClosedConnection`, `UnableToSendCommand`: the server or the network closed it, or
+/// orderpay's watch on the connection dropped it because an answer was overdue or the server
+/// sent a session-ending error: FATAL 57P01/57P02/57P03, class 08, 57014), a read-only
+/// transaction (25006: the server was demoted to a standby), and a transaction whose state was
+/// lost with its connection. diesel-async keeps no SQLSTATE in its errors; the codes are read
+/// where they are still visible, on the wire (`db::wire::ends_session`).
 impl From<diesel::result::Error> for ApiError {
     fn from(error: diesel::result::Error) -> Self {
-        use diesel::result::{DatabaseErrorKind, Error};
-        match error {
-            // The connection died (the database restarted, the network cut it): retry later.
-            Error::DatabaseError(
-                DatabaseErrorKind::ClosedConnection | DatabaseErrorKind::UnableToSendCommand,
-                _,
-            ) => ApiError::Unavailable(error.into()),
-            other => ApiError::Internal(other.into()),
+        if connection_gone(&error) {
+            ApiError::Unavailable(error.into())
+        } else {
+            ApiError::Internal(error.into())
         }
     }
 }
@@ -373,7 +377,27 @@ impl From<KeyConflict> for ApiError {
     }
 }
 
-/// Pool errors: no connection within the acquire timeout, or none could be opened.
+fn connection_gone(error: &diesel::result::Error) -> bool {
+    use diesel::result::{DatabaseErrorKind, Error};
+    match error {
+        Error::DatabaseError(
+            DatabaseErrorKind::ClosedConnection
+            | DatabaseErrorKind::UnableToSendCommand
+            | DatabaseErrorKind::ReadOnlyTransaction,
+            _,
+        ) => true,
+        // A BEGIN, COMMIT or ROLLBACK cut short: the connection's state is unknown, and it is
+        // discarded on return to the pool.
+        Error::BrokenTransactionManager => true,
+        Error::RollbackErrorOnCommit { rollback_error, commit_error } => {
+            connection_gone(rollback_error) || connection_gone(commit_error)
+        }
+        _ => false,
+    }
+}
+
+/// Pool errors: no connection within the acquire timeout, or none could be opened (no host
+/// answers, or none is writable).
 impl From<crate::db::PoolRunError> for ApiError {
     fn from(error: crate::db::PoolRunError) -> Self {
         ApiError::Unavailable(anyhow::anyhow!("database pool: {error}"))
@@ -397,6 +421,45 @@ mod tests {
         assert_eq!(body["status"], 409);
         assert_eq!(body["current_state"], "paid");
         assert_eq!(body["detail"], format!("order {} is paid; it cannot be cancelled", Uuid::nil()));
+    }
+
+    fn unavailable_with_retry_after(error: impl Into<ApiError>) {
+        let error: ApiError = error.into();
+        let response = error.error_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{error:?}");
+        assert_eq!(response.headers().get(header::RETRY_AFTER).map(|v| v.as_bytes()), Some(&b"1"[..]));
+        assert_eq!(error.problem_type(), "service-unavailable");
+    }
+
+    #[test]
+    fn every_lost_connection_is_503_with_retry_after() {
+        use diesel::result::{DatabaseErrorKind, Error};
+        let db_error = |kind, message: &str| Error::DatabaseError(kind, Box::new(message.to_owned()));
+        // What tokio-postgres reports once the connection is closed, whoever closed it (the
+        // server after FATAL 57P01/57P02/57P03, the network, or the watch after 57014, 08xxx or
+        // an overdue answer): diesel-async turns it into UnableToSendCommand.
+        unavailable_with_retry_after(db_error(DatabaseErrorKind::UnableToSendCommand, "connection closed"));
+        unavailable_with_retry_after(db_error(DatabaseErrorKind::ClosedConnection, "closed"));
+        // 25006, after a demotion.
+        unavailable_with_retry_after(db_error(
+            DatabaseErrorKind::ReadOnlyTransaction,
+            "cannot execute INSERT in a read-only transaction",
+        ));
+        unavailable_with_retry_after(ApiError::from(Error::BrokenTransactionManager));
+        unavailable_with_retry_after(ApiError::from(Error::RollbackErrorOnCommit {
+            rollback_error: Box::new(db_error(DatabaseErrorKind::UnableToSendCommand, "connection closed")),
+            commit_error: Box::new(db_error(DatabaseErrorKind::UnableToSendCommand, "connection closed")),
+        }));
+        unavailable_with_retry_after(ApiError::from(crate::db::PoolRunError::TimedOut));
+    }
+
+    #[test]
+    fn other_database_errors_stay_500() {
+        use diesel::result::{DatabaseErrorKind, Error};
+        let unique =
+            Error::DatabaseError(DatabaseErrorKind::UniqueViolation, Box::new("duplicate".to_owned()));
+        assert_eq!(ApiError::from(unique).status_code(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(ApiError::from(Error::NotFound).status_code(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 
     #[test]

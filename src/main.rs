@@ -1,7 +1,6 @@
 //! The `orderpay` command line: `serve`, `migrate`, `accounts create`.
 
 use clap::{Parser, Subcommand};
-use diesel_async::{AsyncConnection, AsyncPgConnection};
 
 use orderpay::app::{self, Application};
 use orderpay::config::{DatabaseArgs, MockProviderArgs, ProviderArgs, ReconcileArgs, ServeArgs};
@@ -65,7 +64,7 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => Application::build(args.settings()?).await?.run_until_stopped().await,
         Command::Migrate(database) => {
-            db::prepare(&database.database_url).await?;
+            db::prepare(&database.config()).await?;
             eprintln!("database is up to date");
             Ok(())
         }
@@ -75,13 +74,13 @@ async fn main() -> anyhow::Result<()> {
             Ok(mock.run_until_stopped().await?)
         }
         Command::Reconcile { once, database, provider, reconcile } => {
-            db::prepare(&database.database_url).await?;
+            db::prepare(&database.config()).await?;
             let provider_config = provider.config();
             let config = reconcile.config(&provider_config)?;
             // Outside requests no lease is handed to a request: only the recheck matters.
             let timing = Timing { lease: config.claim_for, recheck_after: config.backoff_base };
             let engine = Engine {
-                pool: db::lazy_pool(&database.config(), 2),
+                pool: db::background_pool(&database.config(), 2),
                 provider: app::provider(&provider_config)?,
                 timing,
             };
@@ -106,8 +105,8 @@ async fn main() -> anyhow::Result<()> {
             Ok(task.await?)
         }
         Command::Accounts { command: AccountsCommand::Create { name, database } } => {
-            db::prepare(&database.database_url).await?;
-            let mut conn = AsyncPgConnection::establish(&database.database_url).await?;
+            db::prepare(&database.config()).await?;
+            let mut conn = db::establish(&database.database_url, database.config().connect_timeout).await?;
             let (account, key) = accounts::create(&mut conn, &name).await?;
             eprintln!(
                 "created account {:?} ({}); its API key follows, shown only this once:",

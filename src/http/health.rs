@@ -3,12 +3,12 @@
 use std::time::Duration;
 
 use actix_web::{HttpResponse, web};
-use diesel_async::RunQueryDsl;
 use serde_json::json;
 
 use chrono::Utc;
 
 use super::AppState;
+use crate::db;
 use crate::error::ApiError;
 use crate::operations::leases::{self, Table};
 use crate::telemetry::metrics;
@@ -21,11 +21,17 @@ pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({ "status": "ok" }))
 }
 
-/// `GET /readyz`: the database answers; 503 otherwise, so a load balancer stops sending traffic.
+/// `GET /readyz`: a writable primary answers; 503 otherwise (the database unreachable, or only a
+/// standby or read-only server reachable, as during a failover), so that a load balancer stops
+/// sending traffic until writes can succeed again.
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let check = async {
         let mut conn = state.pool.get().await?;
-        diesel::sql_query("SELECT 1").execute(&mut conn).await?;
+        if !db::is_writable(&mut conn).await? {
+            // Useless for requests: dropped, so that the pool finds the primary for the next one.
+            db::discard(&mut conn);
+            return Err(ApiError::Unavailable(anyhow::anyhow!("the database is read-only (a standby)")));
+        }
         Ok::<_, ApiError>(())
     };
     match tokio::time::timeout(Duration::from_secs(2), check).await {

@@ -13,6 +13,10 @@ use crate::helpers::{TestApp, http_client, json, new_key, order_body, spawn_app_
 use crate::process::ServiceProcess;
 use crate::proxy::ChaosProxy;
 
+/// Losing the database's primary: a private primary and synchronous standby, SIGKILL and SIGSTOP.
+#[path = "failover.rs"]
+mod failover;
+
 fn env_number(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
 }

@@ -3,7 +3,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use diesel::sql_types::BigInt;
-use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use orderpay::app::Application;
 use orderpay::config::{ApiSettings, ProviderConfig, Settings, claim_for};
 use orderpay::db::DatabaseConfig;
@@ -28,10 +28,15 @@ pub fn server_url() -> String {
         .unwrap_or_else(|_| orderpay::config::DEFAULT_DATABASE_URL.to_owned())
 }
 
-fn url_with_database(name: &str) -> String {
-    let mut url = url::Url::parse(&server_url()).expect("database URL");
-    url.set_path(&format!("/{name}"));
-    url.to_string()
+/// The server URL naming database `name` (parsed as PostgreSQL parses it: any form, any number
+/// of hosts).
+pub fn url_with_database(name: &str) -> String {
+    orderpay::db::with_database(&server_url(), name).expect("a valid TEST_DATABASE_URL")
+}
+
+/// A direct connection, through the service's own connect path (TLS, several hosts).
+pub async fn connect(url: &str) -> anyhow::Result<AsyncPgConnection> {
+    orderpay::db::establish(url, Duration::from_secs(5)).await
 }
 
 pub struct TestApp {
@@ -119,18 +124,36 @@ pub async fn spawn_app() -> TestApp {
 
 /// Spawns the app (and its own mock provider) with settings adjusted by `configure`.
 pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings, &mut MockSettings)) -> TestApp {
+    spawn_app_on(None, configure).await
+}
+
+/// Spawns the app on a database of another server (a test's own cluster): the app and the
+/// test's direct checks both use `database_url`.
+pub async fn spawn_app_on_database(
+    database_url: &str,
+    configure: impl FnOnce(&mut Settings, &mut MockSettings),
+) -> TestApp {
+    spawn_app_on(Some(database_url), configure).await
+}
+
+async fn spawn_app_on(
+    database_url: Option<&str>,
+    configure: impl FnOnce(&mut Settings, &mut MockSettings),
+) -> TestApp {
     if std::env::var("TEST_LOG").is_ok() {
         orderpay::telemetry::init();
     }
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
     let database_name = format!("orderpay_test_{now}_{}", Uuid::now_v7().simple());
     drop_stale_databases(now).await;
-    let database_url = url_with_database(&database_name);
+    let database_url = database_url.map_or_else(|| url_with_database(&database_name), str::to_owned);
     let mut settings = Settings {
         database: DatabaseConfig {
             url: database_url.clone(),
             pool_size: 4,
             acquire_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(10),
         },
         listen: "127.0.0.1:0".to_owned(),
         workers: 2,
@@ -186,7 +209,7 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings, &mut MockSetti
 }
 
 async fn drop_stale_databases(now: u64) {
-    let Ok(mut admin) = AsyncPgConnection::establish(&url_with_database("postgres")).await else {
+    let Ok(mut admin) = connect(&url_with_database("postgres")).await else {
         return;
     };
     #[derive(diesel::QueryableByName)]
@@ -220,7 +243,7 @@ impl Drop for TestApp {
         let _ = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
             runtime.block_on(async move {
-                let mut admin = AsyncPgConnection::establish(&admin_url).await.ok()?;
+                let mut admin = connect(&admin_url).await.ok()?;
                 diesel::sql_query(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
                     .execute(&mut admin)
                     .await
@@ -286,7 +309,7 @@ impl TestApp {
 
     /// A direct connection to this test's database, for checking what was stored.
     pub async fn db(&self) -> AsyncPgConnection {
-        AsyncPgConnection::establish(&self.database_url).await.expect("test database")
+        connect(&self.database_url).await.expect("test database")
     }
 
     pub async fn count(&self, sql: &str) -> i64 {
@@ -307,7 +330,7 @@ impl TestApp {
     /// One reconciler pass, as `orderpay reconcile --once` runs it.
     pub async fn reconcile_once(&self) -> PassReport {
         let provider = orderpay::app::provider(&self.settings.provider).unwrap();
-        let pool = orderpay::db::lazy_pool(&self.settings.database, 2);
+        let pool = orderpay::db::background_pool(&self.settings.database, 2);
         let engine = orderpay::app::engine(&self.settings, pool, provider);
         orderpay::operations::reconciler::run_pass(&engine, &self.settings.reconciler)
             .await

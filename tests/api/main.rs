@@ -1,13 +1,17 @@
 //! Integration tests: the real HTTP app on port 0 against a real PostgreSQL, one fresh database
 //! per test so that tests run in parallel and never see each other's rows.
 
+mod cluster;
 mod helpers;
 mod process;
 mod proxy;
 
 mod abuse;
+// chaos.rs includes failover.rs: its tests are named chaos::failover::…, so that `make chaos`
+// runs them and `make test` does not.
 mod chaos;
 mod cli;
+mod database;
 mod errors;
 mod failure_windows;
 mod idempotency;
