@@ -29,6 +29,8 @@ pub struct CreatePaymentRequest {
 }
 
 fn parse_pay_command(body: Value) -> Result<PayCommand, ApiError> {
+    // The amount as written (see `orders::decimal_text`); the struct checks the shape.
+    let written_amount = body.get("amount").cloned();
     let request: CreatePaymentRequest = body::deserialize(body)?;
     let mut errors = Vec::new();
     let order_id = Uuid::try_parse(&request.order_id)
@@ -37,19 +39,15 @@ fn parse_pay_command(body: Value) -> Result<PayCommand, ApiError> {
     let payment_method = PaymentMethod::parse(&request.payment_method)
         .map_err(|message| errors.push(FieldError::new("payment_method", message)))
         .ok();
-    let amount = match &request.amount {
+    // The same grammar and limits as an order's prices; the precision for the order's currency
+    // is checked by the comparison with its total.
+    let amount = match request.amount.and(written_amount) {
         None | Some(Value::Null) => None,
-        Some(value) => super::orders::decimal_text(value)
-            .and_then(|text| crate::money::parse_decimal(&text).ok())
-            .filter(|amount| !amount.is_sign_negative())
-            .map(Some)
-            .unwrap_or_else(|| {
-                errors.push(FieldError::new(
-                    "amount",
-                    "must be a non-negative decimal string such as \"12.50\"",
-                ));
-                None
-            }),
+        Some(value) => super::orders::decimal_text(&value)
+            .ok_or(crate::money::AmountError::Malformed)
+            .and_then(|text| crate::money::parse_value(&text))
+            .map_err(|error| errors.push(FieldError::new("amount", error)))
+            .ok(),
     };
     match (order_id, payment_method) {
         (Some(order_id), Some(payment_method)) if errors.is_empty() => {
