@@ -38,8 +38,8 @@ pub enum ApiError {
     #[error("the request body is not valid JSON: {0}")]
     MalformedJson(String),
 
-    /// 415 `unsupported-media-type`: a body that is not `application/json`.
-    #[error("the request body must be application/json")]
+    /// 415 `unsupported-media-type`: a body that is not `application/json` in UTF-8.
+    #[error("the request body must be application/json in UTF-8 (no charset, or charset=utf-8)")]
     UnsupportedMediaType,
 
     /// 413 `payload-too-large`: the body is over the limit.

@@ -52,7 +52,13 @@ fn read_json(
     request: &HttpRequest,
     payload: &mut Payload,
 ) -> impl Future<Output = Result<Option<Value>, ApiError>> + 'static {
-    let content_type = request.headers().get(CONTENT_TYPE).map(|v| v.as_bytes().to_vec());
+    // Two Content-Type headers name no single media type.
+    let mut content_types = request.headers().get_all(CONTENT_TYPE);
+    let content_type = match (content_types.next(), content_types.next()) {
+        (Some(value), None) => Some(value.as_bytes().to_vec()),
+        (Some(_), Some(_)) => Some(Vec::new()),
+        (None, _) => None,
+    };
     let declared_length = request
         .headers()
         .get(actix_web::http::header::CONTENT_LENGTH)
@@ -82,14 +88,61 @@ fn read_json(
     }
 }
 
-/// `application/json` or any `application/*+json`, parameters (charset) ignored.
+/// `application/json` or any `application/*+json`, in UTF-8: a `charset` parameter, if any, must
+/// be `utf-8` (case-insensitive, quoted or not). Other parameters are ignored. JSON is UTF-8
+/// (RFC 8259); a body declared in another charset would be read as something it is not.
 fn is_json_media_type(value: &[u8]) -> bool {
     let Ok(value) = std::str::from_utf8(value) else {
         return false;
     };
-    let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    essence == "application/json"
-        || essence.strip_prefix("application/").is_some_and(|sub| sub.ends_with("+json"))
+    let Some((essence, parameters)) = media_type(value) else {
+        return false;
+    };
+    let json = essence == "application/json"
+        || essence.strip_prefix("application/").is_some_and(|sub| sub.ends_with("+json"));
+    json && parameters
+        .iter()
+        .filter(|(name, _)| name.eq_ignore_ascii_case("charset"))
+        .all(|(_, charset)| charset.eq_ignore_ascii_case("utf-8"))
+}
+
+/// A media type (RFC 9110 section 8.3.1): its essence in lower case and its parameters, values
+/// unquoted. `None` when it is malformed.
+fn media_type(value: &str) -> Option<(String, Vec<(String, String)>)> {
+    let (essence, mut rest) = value.split_once(';').unwrap_or((value, ""));
+    let essence = essence.trim().to_ascii_lowercase();
+    let mut parameters = Vec::new();
+    loop {
+        rest = rest.trim_start_matches([' ', '\t', ';']);
+        if rest.is_empty() {
+            return Some((essence, parameters));
+        }
+        let (name, after) = rest.split_once('=')?;
+        let (parameter_value, after) = match after.strip_prefix('"') {
+            Some(quoted) => unquote(quoted)?,
+            None => {
+                let end = after.find(';').unwrap_or(after.len());
+                (after[..end].trim_end().to_owned(), &after[end..])
+            }
+        };
+        parameters.push((name.trim().to_owned(), parameter_value));
+        rest = after;
+    }
+}
+
+/// The rest of an RFC 9110 quoted-string after its opening quote: the unescaped text and what
+/// follows the closing quote.
+fn unquote(quoted: &str) -> Option<(String, &str)> {
+    let mut text = String::new();
+    let mut chars = quoted.char_indices();
+    while let Some((at, c)) = chars.next() {
+        match c {
+            '"' => return Some((text, &quoted[at + 1..])),
+            '\\' => text.push(chars.next()?.1),
+            c => text.push(c),
+        }
+    }
+    None
 }
 
 /// Deserialises a JSON value into a request DTO. A well-formed body of the wrong shape (a wrong
@@ -134,6 +187,32 @@ mod tests {
         assert!(is_json_media_type(b"application/merge-patch+json"));
         assert!(!is_json_media_type(b"text/plain"));
         assert!(!is_json_media_type(b"application/x-www-form-urlencoded"));
+    }
+
+    #[test]
+    fn only_utf8_json_is_accepted() {
+        for accepted in [
+            "application/json; charset=utf-8",
+            "application/json;charset=UTF-8",
+            "application/json; charset=\"utf-8\"",
+            "application/json; charset=\"UTF-8\"; foo=bar",
+            "application/json; foo=\"a;charset=latin1\"",
+            "application/json;",
+        ] {
+            assert!(is_json_media_type(accepted.as_bytes()), "{accepted}");
+        }
+        for refused in [
+            "application/json; charset=latin1",
+            "application/json; charset=\"latin1\"",
+            "application/json; Charset=ISO-8859-1",
+            "application/json; charset=utf-16",
+            "application/json; charset=utf8",
+            "application/json; charset=utf-8; charset=latin1",
+            "application/json; charset=\"utf-8",
+            "application/json; charset",
+        ] {
+            assert!(!is_json_media_type(refused.as_bytes()), "{refused}");
+        }
     }
 
     #[test]

@@ -251,3 +251,39 @@ async fn a_payment_amount_follows_the_same_money_grammar() {
     let body = json!({"order_id": order_id, "payment_method": "pm_card_ok", "amount": "48.4800"});
     assert_eq!(app.pay_with(&body, &new_key()).await.status(), 201);
 }
+
+#[tokio::test]
+async fn a_charset_other_than_utf8_is_an_unsupported_media_type() {
+    let app = spawn_app().await;
+    let send = |content_type: &'static str| {
+        app.request(Method::POST, "/orders")
+            .header("Content-Type", content_type)
+            .body(order_body().to_string())
+            .send()
+    };
+    for refused in [
+        "application/json; charset=latin1",
+        "application/json; charset=ISO-8859-1",
+        "application/json;charset=\"latin1\"",
+        "application/json; CHARSET=utf-16",
+        "application/json; charset=utf-8; charset=latin1",
+    ] {
+        let problem = assert_problem(send(refused).await.unwrap(), 415, "unsupported-media-type").await;
+        assert!(problem["detail"].as_str().unwrap().contains("UTF-8"), "{problem}");
+    }
+    let two_types = app
+        .request(Method::POST, "/orders")
+        .header("Content-Type", "application/json")
+        .header("Content-Type", "text/plain")
+        .body(order_body().to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_problem(two_types, 415, "unsupported-media-type").await;
+    assert_eq!(app.orders_stored().await, 0);
+    for accepted in
+        ["application/json; charset=utf-8", "application/json; charset=\"UTF-8\"", "application/json"]
+    {
+        assert_eq!(send(accepted).await.unwrap().status(), 201, "{accepted}");
+    }
+}
