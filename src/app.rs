@@ -91,6 +91,7 @@ impl Application {
         let replays = Arc::new(ReplayCache::new(settings.api.replay_cache_entries));
         let rate_limiter = Arc::new(RateLimiter::new(settings.api.rate_limit));
         let workers = settings.workers.max(1);
+        let body_timeout = http::body::BodyTimeout(settings.client_body_timeout);
         // One pool per worker, created on that worker's thread (see db::lazy_pool).
         let pool_per_worker = (database.pool_size / workers as u32).max(1);
         let server = HttpServer::new(move || {
@@ -118,6 +119,8 @@ impl Application {
                 .wrap(ErrorHandlers::new().default_handler(http::problem_for_foreign_errors))
                 .wrap(from_fn(http::echo_idempotency_key))
                 .wrap(from_fn(http::observe::observe))
+                .app_data(body_timeout)
+                .wrap(from_fn(http::body::body_deadline))
                 .configure(http::routes)
                 .default_service(web::to(http::route_not_found))
         })
@@ -128,6 +131,8 @@ impl Application {
         // disconnected, so slow clients cannot hold connections.
         .client_request_timeout(settings.client_timeout)
         .client_disconnect_timeout(Duration::from_secs(1))
+        // actix counts connections per worker.
+        .max_connections(settings.max_connections.div_ceil(workers).max(1))
         .listen(listener)?
         .run();
 

@@ -42,6 +42,10 @@ pub enum ApiError {
     #[error("the request body must be application/json in UTF-8 (no charset, or charset=utf-8)")]
     UnsupportedMediaType,
 
+    /// 408 `request-timeout`: the request body did not arrive in time. The connection is closed.
+    #[error("the request body did not arrive within {} ms", .0.as_millis())]
+    RequestTimeout(std::time::Duration),
+
     /// 413 `payload-too-large`: the body is over the limit.
     #[error("the request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
@@ -145,6 +149,7 @@ impl ApiError {
         match self {
             ApiError::MalformedJson(_) => ("malformed-json", "Malformed JSON"),
             ApiError::UnsupportedMediaType => ("unsupported-media-type", "Unsupported media type"),
+            ApiError::RequestTimeout(_) => ("request-timeout", "Request timeout"),
             ApiError::PayloadTooLarge { .. } => ("payload-too-large", "Payload too large"),
             ApiError::Validation(_) => ("validation-failed", "Validation failed"),
             ApiError::InvalidParameter(_) => ("invalid-parameter", "Invalid parameter"),
@@ -233,6 +238,7 @@ impl ResponseError for ApiError {
             ApiError::PaymentDeclined { .. } | ApiError::PaymentFailed { .. } => StatusCode::PAYMENT_REQUIRED,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Validation(_) | ApiError::IdempotencyKeyReused(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -271,6 +277,10 @@ impl ResponseError for ApiError {
             }
             ApiError::RateLimited { retry_after_secs } => {
                 response.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));
+            }
+            // The rest of the body may still be on its way: the connection cannot be reused.
+            ApiError::RequestTimeout(_) => {
+                response.force_close();
             }
             _ => {}
         }

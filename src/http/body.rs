@@ -1,12 +1,18 @@
-//! JSON request bodies: media type, size limit and well-formedness, checked before any domain
-//! code runs, each with its own problem type.
+//! JSON request bodies: media type, size limit, time limit and well-formedness, checked before
+//! any domain code runs, each with its own problem type.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
+use std::rc::Rc;
+use std::time::Duration;
 
-use actix_web::dev::Payload;
+use actix_web::body::{BodySize, BodyStream, BoxBody, EitherBody, MessageBody};
+use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::http::header::CONTENT_TYPE;
-use actix_web::{FromRequest, HttpRequest};
+use actix_web::middleware::Next;
+use actix_web::web::Bytes;
+use actix_web::{FromRequest, HttpMessage, HttpRequest};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -14,6 +20,105 @@ use crate::error::{ApiError, FieldError};
 
 /// The largest request body accepted: 1 MiB.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// How long a client may take to send its request body, counted from the moment its request
+/// head was read (`ORDERPAY_CLIENT_BODY_TIMEOUT_MS`). App data, read by [`body_deadline`].
+#[derive(Debug, Clone, Copy)]
+pub struct BodyTimeout(pub Duration);
+
+/// Without [`BodyTimeout`] in the app data.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_millis(10_000);
+
+/// Bounds the time a request body may take, for every request, and makes sure that a connection
+/// is never held by a body nobody reads.
+///
+/// actix-http bounds the request head (`client_request_timeout`) but not the body: a client that
+/// sends its head and part of a body, then stalls, would hold the connection and the handler
+/// waiting for it for ever. So the body gets a deadline, counted from now (the head has just
+/// been read), which [`JsonBody`] enforces: 408 `request-timeout`, sent with `Connection: close`.
+///
+/// A body the handler does not read (an early 401, a route without a body) is the other half.
+/// When the application has dropped an unfinished chunked request body by the time the response
+/// is sent, actix-http keeps the connection to read and discard the rest of it, with no time
+/// limit; while the application still holds it, actix-http closes the connection after the
+/// response instead (after the `client_disconnect_timeout` linger). So the payload moves from the
+/// request into a shared [`RequestBody`], and the response body holds it until actix has sent
+/// the last byte: an unfinished request body always ends the connection, in bounded time.
+pub async fn body_deadline(
+    mut request: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody, HoldingBody>>, actix_web::Error> {
+    let payload = request.take_payload();
+    if matches!(payload, Payload::None) {
+        return Ok(next.call(request).await?.map_into_left_body());
+    }
+    let timeout = request.app_data::<BodyTimeout>().map_or(DEFAULT_BODY_TIMEOUT, |limit| limit.0);
+    let body = RequestBody::new(payload, timeout);
+    request.extensions_mut().insert(body.clone());
+    let response = next.call(request).await?;
+    Ok(response.map_body(|_, response_body| {
+        EitherBody::right(HoldingBody { body: response_body.boxed(), _request_body: body.payload })
+    }))
+}
+
+/// A response body that keeps the request's payload alive until the response is sent (see
+/// [`body_deadline`]).
+pub struct HoldingBody {
+    body: BoxBody,
+    _request_body: Rc<RefCell<Payload>>,
+}
+
+impl MessageBody for HoldingBody {
+    type Error = Box<dyn std::error::Error>;
+
+    fn size(&self) -> BodySize {
+        self.body.size()
+    }
+
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Bytes, Self::Error>>> {
+        Pin::new(&mut self.body).poll_next(cx)
+    }
+}
+
+/// A request's payload and the deadline for reading it, shared by the request (for
+/// [`JsonBody`]) and, once answered, its response (see [`body_deadline`]).
+#[derive(Clone)]
+struct RequestBody {
+    payload: Rc<RefCell<Payload>>,
+    deadline: tokio::time::Instant,
+    timeout: Duration,
+}
+
+impl RequestBody {
+    fn new(payload: Payload, timeout: Duration) -> Self {
+        RequestBody {
+            payload: Rc::new(RefCell::new(payload)),
+            deadline: tokio::time::Instant::now() + timeout,
+            timeout,
+        }
+    }
+
+    /// The payload, for reading; it goes back when the reader is done or dropped.
+    fn take(&self) -> TakenPayload {
+        TakenPayload { payload: self.payload.borrow_mut().take(), home: self.payload.clone() }
+    }
+}
+
+/// A payload out of its [`RequestBody`] while it is read. Back home on drop, so that a read that
+/// times out or is abandoned (another extractor failed) leaves the payload held, not dropped.
+struct TakenPayload {
+    payload: Payload,
+    home: Rc<RefCell<Payload>>,
+}
+
+impl Drop for TakenPayload {
+    fn drop(&mut self) {
+        *self.home.borrow_mut() = self.payload.take();
+    }
+}
 
 /// A request body that must be present and be JSON. Kept as a [`Value`] so that the
 /// idempotency fingerprint sees exactly what the client sent before it is deserialised.
@@ -64,20 +169,28 @@ fn read_json(
         .get(actix_web::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let stream = actix_web::body::BodyStream::new(payload.take());
+    // The body as `body_deadline` set it aside; without that middleware, the request's own.
+    let body = request.extensions().get::<RequestBody>().cloned().unwrap_or_else(|| {
+        let timeout = request.app_data::<BodyTimeout>().map_or(DEFAULT_BODY_TIMEOUT, |limit| limit.0);
+        RequestBody::new(payload.take(), timeout)
+    });
     async move {
         if declared_length.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
             return Err(ApiError::PayloadTooLarge { limit: MAX_BODY_BYTES });
         }
-        let bytes = match actix_web::body::to_bytes_limited(stream, MAX_BODY_BYTES).await {
-            Err(_limit_exceeded) => {
+        let mut taken = body.take();
+        let read = actix_web::body::to_bytes_limited(BodyStream::new(&mut taken.payload), MAX_BODY_BYTES);
+        let bytes = match tokio::time::timeout_at(body.deadline, read).await {
+            Err(_elapsed) => return Err(ApiError::RequestTimeout(body.timeout)),
+            Ok(Err(_limit_exceeded)) => {
                 return Err(ApiError::PayloadTooLarge { limit: MAX_BODY_BYTES });
             }
-            Ok(Err(error)) => {
+            Ok(Ok(Err(error))) => {
                 return Err(ApiError::MalformedJson(format!("unreadable body: {error}")));
             }
-            Ok(Ok(bytes)) => bytes,
+            Ok(Ok(Ok(bytes))) => bytes,
         };
+        drop(taken);
         if bytes.is_empty() {
             return Ok(None);
         }
