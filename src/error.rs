@@ -46,6 +46,10 @@ pub enum ApiError {
     #[error("the request body did not arrive within {} ms", .0.as_millis())]
     RequestTimeout(std::time::Duration),
 
+    /// 400 `bad-request`: the request itself is malformed (such as two `Authorization` headers).
+    #[error("{0}")]
+    BadRequest(&'static str),
+
     /// 413 `payload-too-large`: the body is over the limit.
     #[error("the request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
@@ -150,6 +154,7 @@ impl ApiError {
             ApiError::MalformedJson(_) => ("malformed-json", "Malformed JSON"),
             ApiError::UnsupportedMediaType => ("unsupported-media-type", "Unsupported media type"),
             ApiError::RequestTimeout(_) => ("request-timeout", "Request timeout"),
+            ApiError::BadRequest(_) => ("bad-request", "Bad request"),
             ApiError::PayloadTooLarge { .. } => ("payload-too-large", "Payload too large"),
             ApiError::Validation(_) => ("validation-failed", "Validation failed"),
             ApiError::InvalidParameter(_) => ("invalid-parameter", "Invalid parameter"),
@@ -226,6 +231,7 @@ impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
             ApiError::MalformedJson(_)
+            | ApiError::BadRequest(_)
             | ApiError::InvalidParameter(_)
             | ApiError::InvalidIdempotencyKey(_)
             | ApiError::IdempotencyKeyMissing => StatusCode::BAD_REQUEST,

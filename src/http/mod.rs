@@ -20,6 +20,7 @@ use actix_web::{HttpRequest, HttpResponse, Resource, web};
 use serde_json::json;
 
 use crate::error::{ApiError, PROBLEM_JSON};
+use crate::idempotency::IdempotencyKey;
 
 /// Registers every route. Each resource answers an unsupported method with 405 and `Allow`.
 pub fn routes(config: &mut web::ServiceConfig) {
@@ -54,13 +55,18 @@ pub async fn route_not_found(request: HttpRequest) -> Result<HttpResponse, ApiEr
     Err(ApiError::RouteNotFound { path: request.path().to_owned() })
 }
 
-/// Echoes the request's `Idempotency-Key` on every response to a request that carried one,
-/// whether it succeeded, was replayed or failed.
+/// Echoes the request's `Idempotency-Key`, as sent, on every response to a request that carried
+/// a valid one, whether it succeeded, was replayed or failed. A malformed key (or two keys) is
+/// not echoed: whatever bytes a client sent must not be reflected into a response header.
 pub async fn echo_idempotency_key(
     request: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let key = request.headers().get(idempotency::IDEMPOTENCY_KEY).cloned();
+    let mut values = request.headers().get_all(idempotency::IDEMPOTENCY_KEY);
+    let key = match (values.next(), values.next()) {
+        (Some(value), None) if IdempotencyKey::parse(value.as_bytes()).is_ok() => Some(value.clone()),
+        _ => None,
+    };
     let mut response = next.call(request).await?;
     if let Some(key) = key {
         response.headers_mut().insert(idempotency::IDEMPOTENCY_KEY, key);
