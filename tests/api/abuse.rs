@@ -281,3 +281,35 @@ async fn connections_beyond_the_cap_wait_for_a_free_one() {
     .unwrap();
     assert_eq!(answer.status(), Some(200), "{answer:?}");
 }
+
+#[tokio::test]
+async fn what_the_http_layer_refuses_gets_its_status_and_a_closed_connection() {
+    // These are answered by actix-http's HTTP/1 parser, before the application sees a request:
+    // status codes without a body (see openapi.yaml, "Answers from the HTTP layer").
+    let app = spawn_app_with(|settings, _| settings.client_timeout = Duration::from_millis(500)).await;
+    let many_headers: String = (0..100).map(|i| format!("X-Header-{i}: {i}\r\n")).collect();
+    let cases: Vec<(&str, Vec<u8>, u16)> = vec![
+        ("a control character in a header", b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Note: a\x01b\r\n\r\n".to_vec(), 400),
+        ("DEL in a header", b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Note: a\x7fb\r\n\r\n".to_vec(), 400),
+        (
+            "Content-Length and Transfer-Encoding",
+            b"POST /orders HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+                .to_vec(),
+            400,
+        ),
+        ("two Content-Length", b"POST /orders HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}".to_vec(), 400),
+        ("too many headers", format!("GET /healthz HTTP/1.1\r\nHost: x\r\n{many_headers}\r\n").into_bytes(), 431),
+        ("a slow request head", b"POST /orders HTTP/1.1\r\nHost: x\r\nContent-Ty".to_vec(), 408),
+    ];
+    let address = app.socket_address();
+    for (name, request, status) in cases {
+        let address = address.clone();
+        let answer =
+            tokio::task::spawn_blocking(move || exchange(&address, &request, Duration::from_secs(10)))
+                .await
+                .unwrap();
+        assert_eq!(answer.status(), Some(status), "{name}: {answer:?}");
+        assert!(answer.closed, "{name}: the connection stayed open: {answer:?}");
+    }
+    assert_eq!(app.client.get(app.url("/healthz")).send().await.unwrap().status(), 200);
+}
