@@ -64,6 +64,7 @@ impl Application {
         let rate_limiter = Arc::new(RateLimiter::new(settings.api.rate_limit));
         let api = Arc::new(settings.api.clone());
         let workers = settings.workers.max(1);
+        let body_timeout = http::body::BodyTimeout(settings.client_body_timeout);
         // One pool per worker, created on that worker's thread (see db::lazy_pool).
         let pool_per_worker = (settings.database.pool_size / workers as u32).max(1);
         let server = {
@@ -87,6 +88,8 @@ impl Application {
                     .wrap(ErrorHandlers::new().default_handler(http::problem_for_foreign_errors))
                     .wrap(from_fn(http::echo_idempotency_key))
                     .wrap(from_fn(http::observe::observe))
+                    .app_data(body_timeout)
+                    .wrap(from_fn(http::body::body_deadline))
                     .configure(http::routes)
                     .default_service(web::to(http::route_not_found))
             })
@@ -97,6 +100,8 @@ impl Application {
             // disconnected, so slow clients cannot hold connections.
             .client_request_timeout(settings.client_timeout)
             .client_disconnect_timeout(Duration::from_secs(1))
+            // actix counts connections per worker.
+            .max_connections(settings.max_connections.div_ceil(workers).max(1))
             .listen(listener)?
             .run()
         };

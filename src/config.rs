@@ -9,7 +9,8 @@
 //! `ORDERPAY_RECONCILE_MAX_ATTEMPTS`, `ORDERPAY_RECONCILE_BACKOFF_BASE_MS`,
 //! `ORDERPAY_RECONCILE_BACKOFF_CAP_MS`, `ORDERPAY_SHUTDOWN_GRACE_SECS`, `ORDERPAY_AUTH_CACHE_SECS`,
 //! `ORDERPAY_REPLAY_CACHE_BYTES`, `ORDERPAY_RATE_LIMIT_PER_SEC`,
-//! `ORDERPAY_RATE_LIMIT_BURST`, `ORDERPAY_CLIENT_TIMEOUT_MS`; for the mock provider `MOCK_PROVIDER_LISTEN`,
+//! `ORDERPAY_RATE_LIMIT_BURST`, `ORDERPAY_CLIENT_TIMEOUT_MS`, `ORDERPAY_CLIENT_BODY_TIMEOUT_MS`,
+//! `ORDERPAY_MAX_CONNECTIONS`; for the mock provider `MOCK_PROVIDER_LISTEN`,
 //! `MOCK_PROVIDER_TIMEOUT_HOLD_MS`, `MOCK_PROVIDER_SETTLE_MS`; and, for logging (see
 //! telemetry.rs), `ORDERPAY_LOG_FORMAT` and `RUST_LOG`.
 
@@ -293,6 +294,16 @@ pub struct ServeArgs {
     #[arg(long, env = "ORDERPAY_CLIENT_TIMEOUT_MS", default_value_t = 5000)]
     pub client_timeout_ms: u64,
 
+    /// How long a client may take to send its request body, once the head is in, before 408 and
+    /// disconnect.
+    #[arg(long, env = "ORDERPAY_CLIENT_BODY_TIMEOUT_MS", default_value_t = 10_000)]
+    pub client_body_timeout_ms: u64,
+
+    /// Open client connections at most, in all (split evenly between the workers); beyond it new
+    /// connections wait in the listen backlog. Each idle connection costs a few KiB.
+    #[arg(long, env = "ORDERPAY_MAX_CONNECTIONS", default_value_t = 4096)]
+    pub max_connections: usize,
+
     /// On SIGTERM, how long in-flight requests (and then background tasks) may take to finish.
     #[arg(long, env = "ORDERPAY_SHUTDOWN_GRACE_SECS", default_value_t = 30)]
     pub shutdown_grace_secs: u64,
@@ -324,6 +335,10 @@ pub struct Settings {
     pub reconciler: ReconcilerConfig,
     pub shutdown_grace: Duration,
     pub client_timeout: Duration,
+    /// How long a request body may take to arrive once the head is in.
+    pub client_body_timeout: Duration,
+    /// Open connections at most, over all workers.
+    pub max_connections: usize,
 }
 
 impl ServeArgs {
@@ -347,6 +362,7 @@ impl ServeArgs {
             self.idempotency_ttl_secs * 1000 > self.payment_lease_ms,
             "ORDERPAY_IDEMPOTENCY_TTL_SECS must be longer than ORDERPAY_PAYMENT_LEASE_MS"
         );
+        anyhow::ensure!(self.max_connections >= 1, "ORDERPAY_MAX_CONNECTIONS must be at least 1");
         let retention = Duration::from_secs(self.idempotency_ttl_secs);
         let workers = self
             .workers
@@ -375,6 +391,8 @@ impl ServeArgs {
             reconciler,
             shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
             client_timeout: Duration::from_millis(self.client_timeout_ms.max(1)),
+            client_body_timeout: Duration::from_millis(self.client_body_timeout_ms.max(1)),
+            max_connections: self.max_connections,
         })
     }
 }

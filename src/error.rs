@@ -39,9 +39,17 @@ pub enum ApiError {
     #[error("the request body is not valid JSON: {0}")]
     MalformedJson(String),
 
-    /// 415 `unsupported-media-type`: a body that is not `application/json`.
-    #[error("the request body must be application/json")]
+    /// 415 `unsupported-media-type`: a body that is not `application/json` in UTF-8.
+    #[error("the request body must be application/json in UTF-8 (no charset, or charset=utf-8)")]
     UnsupportedMediaType,
+
+    /// 408 `request-timeout`: the request body did not arrive in time. The connection is closed.
+    #[error("the request body did not arrive within {} ms", .0.as_millis())]
+    RequestTimeout(std::time::Duration),
+
+    /// 400 `bad-request`: the request itself is malformed (such as two `Authorization` headers).
+    #[error("{0}")]
+    BadRequest(&'static str),
 
     /// 413 `payload-too-large`: the body is over the limit.
     #[error("the request body is larger than {limit} bytes")]
@@ -180,6 +188,8 @@ impl ApiError {
         match self {
             ApiError::MalformedJson(_) => ("malformed-json", "Malformed JSON"),
             ApiError::UnsupportedMediaType => ("unsupported-media-type", "Unsupported media type"),
+            ApiError::RequestTimeout(_) => ("request-timeout", "Request timeout"),
+            ApiError::BadRequest(_) => ("bad-request", "Bad request"),
             ApiError::PayloadTooLarge { .. } => ("payload-too-large", "Payload too large"),
             ApiError::Validation(_) => ("validation-failed", "Validation failed"),
             ApiError::InvalidParameter(_) => ("invalid-parameter", "Invalid parameter"),
@@ -288,6 +298,7 @@ impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
             ApiError::MalformedJson(_)
+            | ApiError::BadRequest(_)
             | ApiError::InvalidParameter(_)
             | ApiError::InvalidIdempotencyKey(_)
             | ApiError::IdempotencyKeyMissing => StatusCode::BAD_REQUEST,
@@ -305,6 +316,7 @@ impl ResponseError for ApiError {
             | ApiError::OperationFailed { .. } => StatusCode::PAYMENT_REQUIRED,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Validation(_)
             | ApiError::IdempotencyKeyReused(_)
             | ApiError::RefundExceedsRefundable { .. }
@@ -340,6 +352,10 @@ impl ResponseError for ApiError {
             }
             ApiError::RateLimited { retry_after_secs } => {
                 response.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));
+            }
+            // The rest of the body may still be on its way: the connection cannot be reused.
+            ApiError::RequestTimeout(_) => {
+                response.force_close();
             }
             _ => {}
         }

@@ -4,6 +4,21 @@
 //! here ever touches a float. An [`Amount`] is only built by parsing (or by checked arithmetic on
 //! amounts), so it is always non-negative, within [`Amount::MAX`] and never finer than its
 //! currency's minor unit.
+//!
+//! # Amounts in requests
+//!
+//! The text of an amount (a JSON string, or a JSON number read as its exact text) must match
+//! openapi.yaml's `^[0-9]+(\.[0-9]+)?$`: digits, optionally a point and more digits. No sign
+//! (not even `-0`), no exponent (`1e2`), no spaces, separators or special values. rust_decimal's
+//! own parser is more lenient (underscores, a leading `+`), which an API must not be.
+//!
+//! Trailing zeros are normalised, not refused: they do not change the value, so `"1.000"` is
+//! 1.00 in USD and `"12.0"` is 12 in JPY. Only a non-zero digit past the currency's minor unit
+//! is refused, as too precise for that currency. (The idempotency fingerprint still compares
+//! the text as written: `"1.000"` and `"1.00"` are two different request bodies.)
+//!
+//! Each refusal names its real problem: malformed text, a negative value, more decimal places
+//! than the currency allows, or more than [`Amount::MAX`].
 
 use std::fmt;
 use std::str::FromStr;
@@ -125,7 +140,9 @@ pub struct Amount {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AmountError {
-    #[error("must be a decimal number such as \"12.50\"")]
+    #[error(
+        "must be a decimal string such as \"12.50\": digits and an optional decimal point, with no sign and no exponent"
+    )]
     Malformed,
     #[error("must not be negative")]
     Negative,
@@ -134,6 +151,9 @@ pub enum AmountError {
     #[error("exceeds the maximum amount of {}", Amount::MAX)]
     TooLarge,
 }
+
+/// The finest minor unit of any supported currency (BHD, JOD, KWD, OMR, TND: 3 decimals).
+pub const MAX_MINOR_UNITS: u32 = 3;
 
 impl Amount {
     /// The largest amount orderpay handles, in major units: far above any real order, far below
@@ -144,11 +164,11 @@ impl Amount {
         Amount { value: Decimal::ZERO, currency }
     }
 
-    /// Parses the exact decimal text of an amount: `"12.50"`, `"0"`, or JSON number text like
-    /// `12.5` or `1.25e1`. Signs other than a leading minus, spaces, separators and special
-    /// values are refused; the value must be within the currency's minor unit.
+    /// Parses an amount as a client writes it (the grammar is in the module documentation). The
+    /// value must be within the currency's minor unit: `"12.5"` and `"12.500"` are 12.50 in USD,
+    /// `"12.505"` is refused as too precise for USD.
     pub fn parse(text: &str, currency: Currency) -> Result<Self, AmountError> {
-        let value = parse_decimal(text)?;
+        let value = Digits::parse(text)?.value(currency.minor_units, currency.code)?;
         Self::from_decimal(value, currency)
     }
 
@@ -210,44 +230,88 @@ impl serde::Serialize for Amount {
     }
 }
 
-/// Strict decimal grammar: `-?digits(.digits)?` with an optional JSON exponent. rust_decimal's
-/// own parser is more lenient (underscores, a leading `+`), which an API must not be.
-pub fn parse_decimal(text: &str) -> Result<Decimal, AmountError> {
+/// Parses the value of an amount whose currency is not known yet (a payment's `amount` guard,
+/// compared with the order's total once the order is loaded): the grammar and limits of
+/// [`Amount::parse`] (see the module documentation), with the finest minor unit of any supported
+/// currency.
+pub fn parse_value(text: &str) -> Result<Decimal, AmountError> {
+    let value = Digits::parse(text)?.value(MAX_MINOR_UNITS, "any supported currency")?;
+    if value > Amount::MAX {
+        return Err(AmountError::TooLarge);
+    }
+    Ok(value)
+}
+
+/// The significant digits of an amount's text: the integer part without its leading zeros and
+/// the fraction without its trailing zeros (neither changes the value).
+#[derive(Debug)]
+struct Digits<'a> {
+    integer: &'a str,
+    fraction: &'a str,
+}
+
+/// Digits in [`Amount::MAX`]'s integer part.
+const MAX_INTEGER_DIGITS: usize = 15;
+
+fn all_digits(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
+}
+
+impl<'a> Digits<'a> {
+    fn parse(text: &'a str) -> Result<Self, AmountError> {
+        if let Some(unsigned) = text.strip_prefix('-') {
+            // No sign is ever allowed; call it negative only when it is a number below zero, in
+            // any JSON number form (`-5`, `-1e400`). `-0` is malformed, not negative.
+            return Err(if is_nonzero_json_number(unsigned) {
+                AmountError::Negative
+            } else {
+                AmountError::Malformed
+            });
+        }
+        let (integer, fraction) = match text.split_once('.') {
+            Some((integer, fraction)) => (integer, Some(fraction)),
+            None => (text, None),
+        };
+        if !all_digits(integer) || fraction.is_some_and(|fraction| !all_digits(fraction)) {
+            return Err(AmountError::Malformed);
+        }
+        let integer = integer.trim_start_matches('0');
+        if integer.len() > MAX_INTEGER_DIGITS {
+            return Err(AmountError::TooLarge);
+        }
+        Ok(Digits { integer, fraction: fraction.unwrap_or("").trim_end_matches('0') })
+    }
+
+    /// The exact value, refused when it has more decimal places than `minor_units`.
+    fn value(&self, minor_units: u32, currency: &'static str) -> Result<Decimal, AmountError> {
+        if self.fraction.len() > minor_units as usize {
+            return Err(AmountError::TooPrecise { currency, minor_units });
+        }
+        // At most 15 + 3 digits: the mantissa fits an i64 with room to spare.
+        let mantissa = self
+            .integer
+            .bytes()
+            .chain(self.fraction.bytes())
+            .fold(0_i64, |mantissa, digit| mantissa * 10 + i64::from(digit - b'0'));
+        Ok(Decimal::new(mantissa, self.fraction.len() as u32))
+    }
+}
+
+/// JSON's number grammar without the sign (`5`, `1.5`, `1e400`), with a non-zero digit before
+/// any exponent.
+fn is_nonzero_json_number(text: &str) -> bool {
     let (mantissa, exponent) = match text.find(['e', 'E']) {
         Some(at) => (&text[..at], Some(&text[at + 1..])),
         None => (text, None),
     };
-    let digits = mantissa.strip_prefix('-').unwrap_or(mantissa);
-    let (integer, fraction) = match digits.split_once('.') {
+    let (integer, fraction) = match mantissa.split_once('.') {
         Some((integer, fraction)) => (integer, Some(fraction)),
-        None => (digits, None),
+        None => (mantissa, None),
     };
-    let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if !all_digits(integer) || fraction.is_some_and(|f| !all_digits(f)) {
-        return Err(AmountError::Malformed);
-    }
-    // Anything with more than 28 significant digits cannot be a money amount we accept; refusing
-    // it early keeps the decimal parser from rounding.
-    if integer.len() + fraction.map_or(0, str::len) > 28 {
-        return Err(AmountError::TooLarge);
-    }
-    match exponent {
-        None => Decimal::from_str_exact(mantissa).map_err(|_| AmountError::Malformed),
-        Some(exponent) => {
-            let exponent_digits = exponent.strip_prefix(['-', '+']).unwrap_or(exponent);
-            if !all_digits(exponent_digits) || exponent_digits.len() > 3 {
-                return Err(AmountError::Malformed);
-            }
-            let exponent: i32 = exponent.parse().map_err(|_| AmountError::Malformed)?;
-            if exponent > 15 {
-                return Err(AmountError::TooLarge);
-            }
-            if exponent < -28 {
-                return Err(AmountError::TooPrecise { currency: "any", minor_units: 0 });
-            }
-            Decimal::from_scientific(&format!("{mantissa}e{exponent}")).map_err(|_| AmountError::Malformed)
-        }
-    }
+    let well_formed = all_digits(integer)
+        && fraction.is_none_or(all_digits)
+        && exponent.is_none_or(|exponent| all_digits(exponent.strip_prefix(['-', '+']).unwrap_or(exponent)));
+    well_formed && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b))
 }
 
 #[cfg(test)]
@@ -279,34 +343,63 @@ mod tests {
             ("12.5", "12.50"),
             ("0", "0.00"),
             ("0.10", "0.10"),
-            ("1.25e1", "12.50"),
-            ("100.000", "100.00"),
-            ("-0", "0.00"),
+            ("007.5", "7.50"),
             ("999999999999999", "999999999999999.00"),
+            // Trailing zeros are normalised, whatever their number.
+            ("100.000", "100.00"),
+            ("1.000", "1.00"),
         ];
         for (input, printed) in cases {
             assert_eq!(Amount::parse(input, usd()).unwrap().to_string(), printed, "{input}");
         }
+        let long_zeros = format!("2.5{}", "0".repeat(1000));
+        assert_eq!(Amount::parse(&long_zeros, usd()).unwrap().to_string(), "2.50");
         let jpy = Currency::parse("JPY").unwrap();
         assert_eq!(Amount::parse("1200", jpy).unwrap().to_string(), "1200");
-        assert_eq!(Amount::parse("1200.0", jpy).unwrap().to_string(), "1200");
+        assert_eq!(Amount::parse("12.0", jpy).unwrap().to_string(), "12");
+        assert_eq!(Amount::parse("1200.000", jpy).unwrap().to_string(), "1200");
     }
 
     #[test]
-    fn bad_amounts_are_refused_with_a_reason() {
+    fn bad_amounts_are_refused_with_their_real_reason() {
         let jpy = Currency::parse("JPY").unwrap();
         assert_eq!(
             Amount::parse("1.5", jpy).unwrap_err(),
             AmountError::TooPrecise { currency: "JPY", minor_units: 0 }
         );
-        assert!(matches!(Amount::parse("0.001", usd()), Err(AmountError::TooPrecise { .. })));
-        assert_eq!(Amount::parse("-1", usd()), Err(AmountError::Negative));
-        assert_eq!(Amount::parse("1e16", usd()), Err(AmountError::TooLarge));
+        let too_precise = AmountError::TooPrecise { currency: "USD", minor_units: 2 };
+        assert_eq!(Amount::parse("0.001", usd()), Err(too_precise.clone()));
+        let tiny = format!("0.{}1", "0".repeat(1000));
+        assert_eq!(Amount::parse(&tiny, usd()), Err(too_precise.clone()));
+        assert_eq!(too_precise.to_string(), "has more decimal places than USD allows (2)");
+        for negative in ["-1", "-0.01", "-1e400", "-1E2", "-12.50"] {
+            assert_eq!(Amount::parse(negative, usd()), Err(AmountError::Negative), "{negative:?}");
+        }
         assert_eq!(Amount::parse("1000000000000000", usd()), Err(AmountError::TooLarge));
+        assert_eq!(Amount::parse("999999999999999.01", usd()), Err(AmountError::TooLarge));
         assert_eq!(Amount::parse(&"9".repeat(40), usd()), Err(AmountError::TooLarge));
-        for bad in ["", "+1", "1_000", " 1", "1 ", "1,5", ".5", "5.", "NaN", "inf", "0x10", "1e", "--1"] {
+        let malformed = [
+            "", "+1", "1_000", " 1", "1 ", "1,5", ".5", "5.", "NaN", "inf", "0x10", "1e", "--1", "1e2",
+            "1E2", "1.25e1", "1e-400", "1e16", "-0", "-0.00", "-0e5", "-", "-abc", "1.2.3", "١",
+        ];
+        for bad in malformed {
             assert_eq!(Amount::parse(bad, usd()), Err(AmountError::Malformed), "{bad:?}");
         }
+        assert!(AmountError::Malformed.to_string().starts_with("must be a decimal string such as \"12.50\""));
+    }
+
+    #[test]
+    fn values_without_a_currency_follow_the_same_rules_to_the_finest_minor_unit() {
+        assert_eq!(parse_value("48.48").unwrap(), Decimal::new(4848, 2));
+        assert_eq!(parse_value("48.480").unwrap(), Decimal::new(4848, 2));
+        assert_eq!(parse_value("1.234").unwrap(), Decimal::new(1234, 3));
+        let too_precise = parse_value("1.2345").unwrap_err();
+        assert_eq!(too_precise.to_string(), "has more decimal places than any supported currency allows (3)");
+        assert_eq!(parse_value("-1"), Err(AmountError::Negative));
+        assert_eq!(parse_value("1e2"), Err(AmountError::Malformed));
+        assert_eq!(parse_value("-0"), Err(AmountError::Malformed));
+        assert_eq!(parse_value("1000000000000000"), Err(AmountError::TooLarge));
+        assert_eq!(parse_value("999999999999999.5"), Err(AmountError::TooLarge));
     }
 
     #[test]
@@ -322,6 +415,15 @@ mod tests {
         use proptest::prelude::*;
 
         use super::super::*;
+
+        /// openapi.yaml's money pattern, `^[0-9]+(\.[0-9]+)?$`, by hand.
+        fn matches_published_pattern(text: &str) -> bool {
+            let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+            match text.split_once('.') {
+                Some((integer, fraction)) => digits(integer) && digits(fraction),
+                None => digits(text),
+            }
+        }
 
         proptest! {
             #[test]
@@ -344,6 +446,97 @@ mod tests {
                     Err(AmountError::TooPrecise { .. })
                 );
                 prop_assert!(refused);
+            }
+
+            /// Whatever the text, an accepted amount matches the published pattern
+            /// `^[0-9]+(\.[0-9]+)?$`.
+            #[test]
+            fn only_the_published_grammar_is_accepted(text in "[-+0-9.eE_ ,]{0,12}") {
+                let currency = Currency::parse("KWD").unwrap();
+                if Amount::parse(&text, currency).is_ok() || parse_value(&text).is_ok() {
+                    prop_assert!(matches_published_pattern(&text), "{text:?} was accepted");
+                }
+            }
+
+            #[test]
+            fn the_published_grammar_within_the_limits_is_accepted(
+                integer in "[0-9]{1,15}",
+                decimals in "(\\.[0-9]{1,3})?",
+                zeros in 0_usize..30,
+            ) {
+                let exact = Decimal::from_str_exact(&format!("{integer}{decimals}")).unwrap();
+                let padding = if decimals.is_empty() { String::new() } else { "0".repeat(zeros) };
+                let text = format!("{integer}{decimals}{padding}");
+                prop_assert_eq!(parse_value(&text), Ok(exact));
+                let kwd = Currency::parse("KWD").unwrap();
+                prop_assert_eq!(Amount::parse(&text, kwd).map(|amount| amount.value()), Ok(exact));
+            }
+
+            #[test]
+            fn an_exponent_is_malformed_whatever_its_value(
+                mantissa in "[0-9]{1,6}(\\.[0-9]{1,3})?",
+                exponent in "[eE][-+]?[0-9]{1,3}",
+            ) {
+                let text = format!("{mantissa}{exponent}");
+                prop_assert_eq!(Amount::parse(&text, Currency::parse("USD").unwrap()), Err(AmountError::Malformed));
+                prop_assert_eq!(parse_value(&text), Err(AmountError::Malformed));
+            }
+
+            #[test]
+            fn a_minus_sign_is_negative_below_zero_and_malformed_on_zero(
+                mantissa in "[0-9]{1,6}(\\.[0-9]{1,3})?([eE][-+]?[0-9]{1,3})?",
+            ) {
+                let text = format!("-{mantissa}");
+                let significant = mantissa.split(['e', 'E']).next().unwrap();
+                let expected = if significant.bytes().any(|b| b != b'0' && b != b'.') {
+                    AmountError::Negative
+                } else {
+                    AmountError::Malformed
+                };
+                prop_assert_eq!(Amount::parse(&text, Currency::parse("USD").unwrap()), Err(expected.clone()));
+                prop_assert_eq!(parse_value(&text), Err(expected));
+            }
+
+            #[test]
+            fn trailing_zeros_do_not_change_the_amount(
+                units in 0_u64..1_000_000_000_000_000,
+                cents in 0_u32..100,
+                zeros in 0_usize..40,
+            ) {
+                let usd = Currency::parse("USD").unwrap();
+                let plain = Amount::parse(&format!("{units}.{cents:02}"), usd).unwrap();
+                let padded = Amount::parse(&format!("{units}.{cents:02}{}", "0".repeat(zeros)), usd).unwrap();
+                prop_assert_eq!(plain, padded);
+            }
+
+            /// A non-zero digit past the minor unit is refused with the currency and its minor
+            /// unit named, however far past it is; up to the minor unit, the value is exact.
+            #[test]
+            fn precision_is_checked_against_the_currency_named_in_the_error(
+                index in 0_usize..CURRENCIES.len(),
+                units in 0_u64..1_000_000,
+                decimals in "[0-9]{0,6}",
+                padding in 0_usize..30,
+            ) {
+                let (code, minor_units) = CURRENCIES[index];
+                let currency = Currency::parse(code).unwrap();
+                let text = if decimals.is_empty() {
+                    units.to_string()
+                } else {
+                    format!("{units}.{decimals}{}", "0".repeat(padding))
+                };
+                let significant = decimals.trim_end_matches('0').len();
+                match Amount::parse(&text, currency) {
+                    Ok(amount) => {
+                        prop_assert!(significant <= minor_units as usize, "{text} accepted in {code}");
+                        let exact = format!("{units}.{}", if decimals.is_empty() { "0" } else { decimals.as_str() });
+                        prop_assert_eq!(amount.value(), Decimal::from_str_exact(&exact).unwrap());
+                    }
+                    Err(error) => {
+                        prop_assert!(significant > minor_units as usize, "{text} refused in {code}: {error}");
+                        prop_assert_eq!(error.to_string(), format!("has more decimal places than {code} allows ({minor_units})"));
+                    }
+                }
             }
 
             #[test]

@@ -38,9 +38,18 @@ impl FromRequest for Authenticated {
 }
 
 /// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive).
+///
+/// Two `Authorization` headers are a malformed request, not two chances: 400 `bad-request`
+/// (RFC 9110 allows one field; RFC 6750 answers a repeated or doubled credential with 400
+/// `invalid_request`). Reading only the first would let a proxy that reads the last disagree
+/// with us about who is calling.
 fn bearer_token(request: &HttpRequest) -> Result<&str, ApiError> {
     let missing = ApiError::Unauthorized("send your API key as Authorization: Bearer sk_...");
-    let value = request.headers().get(AUTHORIZATION).ok_or(missing)?;
+    let mut values = request.headers().get_all(AUTHORIZATION);
+    let value = values.next().ok_or(missing)?;
+    if values.next().is_some() {
+        return Err(ApiError::BadRequest("send one Authorization header, not several"));
+    }
     let value = value.to_str().map_err(|_| ApiError::Unauthorized("the API key is not valid"))?;
     match value.split_once(' ') {
         Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() => {

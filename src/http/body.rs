@@ -1,12 +1,18 @@
-//! JSON request bodies: media type, size limit and well-formedness, checked before any domain
-//! code runs, each with its own problem type.
+//! JSON request bodies: media type, size limit, time limit and well-formedness, checked before
+//! any domain code runs, each with its own problem type.
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
+use std::rc::Rc;
+use std::time::Duration;
 
-use actix_web::dev::Payload;
+use actix_web::body::{BodySize, BodyStream, BoxBody, EitherBody, MessageBody};
+use actix_web::dev::{Payload, ServiceRequest, ServiceResponse};
 use actix_web::http::header::CONTENT_TYPE;
-use actix_web::{FromRequest, HttpRequest};
+use actix_web::middleware::Next;
+use actix_web::web::Bytes;
+use actix_web::{FromRequest, HttpMessage, HttpRequest};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -14,6 +20,105 @@ use crate::error::{ApiError, FieldError};
 
 /// The largest request body accepted: 1 MiB.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// How long a client may take to send its request body, counted from the moment its request
+/// head was read (`ORDERPAY_CLIENT_BODY_TIMEOUT_MS`). App data, read by [`body_deadline`].
+#[derive(Debug, Clone, Copy)]
+pub struct BodyTimeout(pub Duration);
+
+/// Without [`BodyTimeout`] in the app data.
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_millis(10_000);
+
+/// Bounds the time a request body may take, for every request, and makes sure that a connection
+/// is never held by a body nobody reads.
+///
+/// actix-http bounds the request head (`client_request_timeout`) but not the body: a client that
+/// sends its head and part of a body, then stalls, would hold the connection and the handler
+/// waiting for it for ever. So the body gets a deadline, counted from now (the head has just
+/// been read), which [`JsonBody`] enforces: 408 `request-timeout`, sent with `Connection: close`.
+///
+/// A body the handler does not read (an early 401, a route without a body) is the other half.
+/// When the application has dropped an unfinished chunked request body by the time the response
+/// is sent, actix-http keeps the connection to read and discard the rest of it, with no time
+/// limit; while the application still holds it, actix-http closes the connection after the
+/// response instead (after the `client_disconnect_timeout` linger). So the payload moves from the
+/// request into a shared [`RequestBody`], and the response body holds it until actix has sent
+/// the last byte: an unfinished request body always ends the connection, in bounded time.
+pub async fn body_deadline(
+    mut request: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody, HoldingBody>>, actix_web::Error> {
+    let payload = request.take_payload();
+    if matches!(payload, Payload::None) {
+        return Ok(next.call(request).await?.map_into_left_body());
+    }
+    let timeout = request.app_data::<BodyTimeout>().map_or(DEFAULT_BODY_TIMEOUT, |limit| limit.0);
+    let body = RequestBody::new(payload, timeout);
+    request.extensions_mut().insert(body.clone());
+    let response = next.call(request).await?;
+    Ok(response.map_body(|_, response_body| {
+        EitherBody::right(HoldingBody { body: response_body.boxed(), _request_body: body.payload })
+    }))
+}
+
+/// A response body that keeps the request's payload alive until the response is sent (see
+/// [`body_deadline`]).
+pub struct HoldingBody {
+    body: BoxBody,
+    _request_body: Rc<RefCell<Payload>>,
+}
+
+impl MessageBody for HoldingBody {
+    type Error = Box<dyn std::error::Error>;
+
+    fn size(&self) -> BodySize {
+        self.body.size()
+    }
+
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Bytes, Self::Error>>> {
+        Pin::new(&mut self.body).poll_next(cx)
+    }
+}
+
+/// A request's payload and the deadline for reading it, shared by the request (for
+/// [`JsonBody`]) and, once answered, its response (see [`body_deadline`]).
+#[derive(Clone)]
+struct RequestBody {
+    payload: Rc<RefCell<Payload>>,
+    deadline: tokio::time::Instant,
+    timeout: Duration,
+}
+
+impl RequestBody {
+    fn new(payload: Payload, timeout: Duration) -> Self {
+        RequestBody {
+            payload: Rc::new(RefCell::new(payload)),
+            deadline: tokio::time::Instant::now() + timeout,
+            timeout,
+        }
+    }
+
+    /// The payload, for reading; it goes back when the reader is done or dropped.
+    fn take(&self) -> TakenPayload {
+        TakenPayload { payload: self.payload.borrow_mut().take(), home: self.payload.clone() }
+    }
+}
+
+/// A payload out of its [`RequestBody`] while it is read. Back home on drop, so that a read that
+/// times out or is abandoned (another extractor failed) leaves the payload held, not dropped.
+struct TakenPayload {
+    payload: Payload,
+    home: Rc<RefCell<Payload>>,
+}
+
+impl Drop for TakenPayload {
+    fn drop(&mut self) {
+        *self.home.borrow_mut() = self.payload.take();
+    }
+}
 
 /// A request body that must be present and be JSON. Kept as a [`Value`] so that the
 /// idempotency fingerprint sees exactly what the client sent before it is deserialised.
@@ -52,26 +157,40 @@ fn read_json(
     request: &HttpRequest,
     payload: &mut Payload,
 ) -> impl Future<Output = Result<Option<Value>, ApiError>> + 'static {
-    let content_type = request.headers().get(CONTENT_TYPE).map(|v| v.as_bytes().to_vec());
+    // Two Content-Type headers name no single media type.
+    let mut content_types = request.headers().get_all(CONTENT_TYPE);
+    let content_type = match (content_types.next(), content_types.next()) {
+        (Some(value), None) => Some(value.as_bytes().to_vec()),
+        (Some(_), Some(_)) => Some(Vec::new()),
+        (None, _) => None,
+    };
     let declared_length = request
         .headers()
         .get(actix_web::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let stream = actix_web::body::BodyStream::new(payload.take());
+    // The body as `body_deadline` set it aside; without that middleware, the request's own.
+    let body = request.extensions().get::<RequestBody>().cloned().unwrap_or_else(|| {
+        let timeout = request.app_data::<BodyTimeout>().map_or(DEFAULT_BODY_TIMEOUT, |limit| limit.0);
+        RequestBody::new(payload.take(), timeout)
+    });
     async move {
         if declared_length.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
             return Err(ApiError::PayloadTooLarge { limit: MAX_BODY_BYTES });
         }
-        let bytes = match actix_web::body::to_bytes_limited(stream, MAX_BODY_BYTES).await {
-            Err(_limit_exceeded) => {
+        let mut taken = body.take();
+        let read = actix_web::body::to_bytes_limited(BodyStream::new(&mut taken.payload), MAX_BODY_BYTES);
+        let bytes = match tokio::time::timeout_at(body.deadline, read).await {
+            Err(_elapsed) => return Err(ApiError::RequestTimeout(body.timeout)),
+            Ok(Err(_limit_exceeded)) => {
                 return Err(ApiError::PayloadTooLarge { limit: MAX_BODY_BYTES });
             }
-            Ok(Err(error)) => {
+            Ok(Ok(Err(error))) => {
                 return Err(ApiError::MalformedJson(format!("unreadable body: {error}")));
             }
-            Ok(Ok(bytes)) => bytes,
+            Ok(Ok(Ok(bytes))) => bytes,
         };
+        drop(taken);
         if bytes.is_empty() {
             return Ok(None);
         }
@@ -82,14 +201,61 @@ fn read_json(
     }
 }
 
-/// `application/json` or any `application/*+json`, parameters (charset) ignored.
+/// `application/json` or any `application/*+json`, in UTF-8: a `charset` parameter, if any, must
+/// be `utf-8` (case-insensitive, quoted or not). Other parameters are ignored. JSON is UTF-8
+/// (RFC 8259); a body declared in another charset would be read as something it is not.
 fn is_json_media_type(value: &[u8]) -> bool {
     let Ok(value) = std::str::from_utf8(value) else {
         return false;
     };
-    let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    essence == "application/json"
-        || essence.strip_prefix("application/").is_some_and(|sub| sub.ends_with("+json"))
+    let Some((essence, parameters)) = media_type(value) else {
+        return false;
+    };
+    let json = essence == "application/json"
+        || essence.strip_prefix("application/").is_some_and(|sub| sub.ends_with("+json"));
+    json && parameters
+        .iter()
+        .filter(|(name, _)| name.eq_ignore_ascii_case("charset"))
+        .all(|(_, charset)| charset.eq_ignore_ascii_case("utf-8"))
+}
+
+/// A media type (RFC 9110 section 8.3.1): its essence in lower case and its parameters, values
+/// unquoted. `None` when it is malformed.
+fn media_type(value: &str) -> Option<(String, Vec<(String, String)>)> {
+    let (essence, mut rest) = value.split_once(';').unwrap_or((value, ""));
+    let essence = essence.trim().to_ascii_lowercase();
+    let mut parameters = Vec::new();
+    loop {
+        rest = rest.trim_start_matches([' ', '\t', ';']);
+        if rest.is_empty() {
+            return Some((essence, parameters));
+        }
+        let (name, after) = rest.split_once('=')?;
+        let (parameter_value, after) = match after.strip_prefix('"') {
+            Some(quoted) => unquote(quoted)?,
+            None => {
+                let end = after.find(';').unwrap_or(after.len());
+                (after[..end].trim_end().to_owned(), &after[end..])
+            }
+        };
+        parameters.push((name.trim().to_owned(), parameter_value));
+        rest = after;
+    }
+}
+
+/// The rest of an RFC 9110 quoted-string after its opening quote: the unescaped text and what
+/// follows the closing quote.
+fn unquote(quoted: &str) -> Option<(String, &str)> {
+    let mut text = String::new();
+    let mut chars = quoted.char_indices();
+    while let Some((at, c)) = chars.next() {
+        match c {
+            '"' => return Some((text, &quoted[at + 1..])),
+            '\\' => text.push(chars.next()?.1),
+            c => text.push(c),
+        }
+    }
+    None
 }
 
 /// Deserialises a JSON value into a request DTO. A well-formed body of the wrong shape (a wrong
@@ -134,6 +300,32 @@ mod tests {
         assert!(is_json_media_type(b"application/merge-patch+json"));
         assert!(!is_json_media_type(b"text/plain"));
         assert!(!is_json_media_type(b"application/x-www-form-urlencoded"));
+    }
+
+    #[test]
+    fn only_utf8_json_is_accepted() {
+        for accepted in [
+            "application/json; charset=utf-8",
+            "application/json;charset=UTF-8",
+            "application/json; charset=\"utf-8\"",
+            "application/json; charset=\"UTF-8\"; foo=bar",
+            "application/json; foo=\"a;charset=latin1\"",
+            "application/json;",
+        ] {
+            assert!(is_json_media_type(accepted.as_bytes()), "{accepted}");
+        }
+        for refused in [
+            "application/json; charset=latin1",
+            "application/json; charset=\"latin1\"",
+            "application/json; Charset=ISO-8859-1",
+            "application/json; charset=utf-16",
+            "application/json; charset=utf8",
+            "application/json; charset=utf-8; charset=latin1",
+            "application/json; charset=\"utf-8",
+            "application/json; charset",
+        ] {
+            assert!(!is_json_media_type(refused.as_bytes()), "{refused}");
+        }
     }
 
     #[test]

@@ -26,6 +26,7 @@ use crate::accounts::AccountCache;
 use crate::config::ApiSettings;
 use crate::db::Pool;
 use crate::error::{ApiError, PROBLEM_JSON};
+use crate::idempotency::IdempotencyKey;
 use crate::idempotency::Keys;
 use crate::operations::Engine;
 use crate::rate_limit::RateLimiter;
@@ -98,13 +99,18 @@ pub async fn route_not_found(request: HttpRequest) -> Result<HttpResponse, ApiEr
     Err(ApiError::RouteNotFound { path: request.path().to_owned() })
 }
 
-/// Echoes the request's `Idempotency-Key` on every response to a request that carried one,
-/// whether it succeeded, was replayed or failed.
+/// Echoes the request's `Idempotency-Key`, as sent, on every response to a request that carried
+/// a valid one, whether it succeeded, was replayed or failed. A malformed key (or two keys) is
+/// not echoed: whatever bytes a client sent must not be reflected into a response header.
 pub async fn echo_idempotency_key(
     request: ServiceRequest,
     next: Next<impl MessageBody>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let key = request.headers().get(idempotency::IDEMPOTENCY_KEY).cloned();
+    let mut values = request.headers().get_all(idempotency::IDEMPOTENCY_KEY);
+    let key = match (values.next(), values.next()) {
+        (Some(value), None) if IdempotencyKey::parse(value.as_bytes()).is_ok() => Some(value.clone()),
+        _ => None,
+    };
     let mut response = next.call(request).await?;
     idempotency::count_refusal(&response);
     if let Some(key) = key {

@@ -16,7 +16,7 @@ use super::body::{self, JsonBody, OptionalJsonBody};
 use super::idempotency::{IdempotencyHeader, respond};
 use crate::error::{ApiError, FieldError};
 use crate::ids::OrderId;
-use crate::money::{Amount, Currency};
+use crate::money::{self, Amount, AmountError, Currency};
 use crate::orders::representation::OrderResource;
 use crate::orders::{NewLineItem, NewOrder, Order, PlaceError, Quantity, Sku, service};
 
@@ -113,6 +113,11 @@ fn flatten(errors: &ValidationErrors, prefix: &str, out: &mut Vec<FieldError>) {
 }
 
 /// The text of a money field: a string as is, a number as its exact JSON text.
+///
+/// Take the value from the body as parsed, not from the request struct deserialised from it:
+/// serde_json (with `arbitrary_precision`) keeps a number's exact text in a [`Value`], but when a
+/// `Value` is deserialised into a struct, a number goes through an f64 whenever that f64 prints
+/// back as the same text, and comes out reformatted: `-0` as `0`, `0.0000001` as `1e-7`.
 pub(super) fn decimal_text(value: &Value) -> Option<Cow<'_, str>> {
     match value {
         Value::String(text) => Some(Cow::Borrowed(text)),
@@ -123,6 +128,13 @@ pub(super) fn decimal_text(value: &Value) -> Option<Cow<'_, str>> {
 
 /// Parses a `POST /orders` body into a valid [`NewOrder`], reporting every invalid field at once.
 fn parse_new_order(body: Value) -> Result<NewOrder, ApiError> {
+    // The prices as written (see `decimal_text`); the struct checks the shape.
+    let written_prices: Vec<Value> = match body.get("items") {
+        Some(Value::Array(items)) => {
+            items.iter().map(|item| item.get("unit_price").cloned().unwrap_or_default()).collect()
+        }
+        _ => Vec::new(),
+    };
     let request: CreateOrderRequest = body::deserialize(body)?;
     let mut errors = Vec::new();
     if let Err(validation) = request.validate() {
@@ -139,19 +151,16 @@ fn parse_new_order(body: Value) -> Result<NewOrder, ApiError> {
             .map_err(|_| "must be 1 to 10000")
             .and_then(Quantity::new)
             .map_err(|e| errors.push(FieldError::new(field("quantity"), e)));
-        let unit_price = match (decimal_text(&item.unit_price), currency) {
-            (None, _) => Err("must be a decimal string such as \"12.50\"".to_owned()),
-            (Some(text), Some(currency)) => Amount::parse(&text, currency).map_err(|e| e.to_string()),
-            // Without a valid currency the price's precision cannot be checked; the currency
-            // error is already reported.
-            (Some(_), None) => Err(String::new()),
+        let written = written_prices.get(index).unwrap_or(&item.unit_price);
+        let unit_price = match (decimal_text(written), currency) {
+            (None, _) => Err(AmountError::Malformed),
+            (Some(text), Some(currency)) => Amount::parse(&text, currency).map(Some),
+            // Without a valid currency (its error is already reported) the precision cannot be
+            // checked, but the grammar, the sign and the size can.
+            (Some(text), None) => money::parse_value(&text).map(|_| None),
         }
-        .map_err(|message| {
-            if !message.is_empty() {
-                errors.push(FieldError::new(field("unit_price"), message));
-            }
-        });
-        if let (Ok(sku), Ok(quantity), Ok(unit_price)) = (sku, quantity, unit_price) {
+        .map_err(|error| errors.push(FieldError::new(field("unit_price"), error)));
+        if let (Ok(sku), Ok(quantity), Ok(Some(unit_price))) = (sku, quantity, unit_price) {
             items.push(NewLineItem { sku, quantity, unit_price });
         }
     }

@@ -36,7 +36,9 @@ pub struct CreatePaymentRequest {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CaptureRequest {
-    amount: Option<Value>,
+    /// Read as written, before deserialising (see `written_amount`); declared for its shape.
+    #[serde(rename = "amount")]
+    _amount: Option<Value>,
 }
 
 /// `POST /payments/{id}/void` body: nothing, or an empty object.
@@ -45,6 +47,8 @@ pub struct CaptureRequest {
 pub struct VoidRequest {}
 
 fn parse_pay_command(body: Value) -> Result<PayCommand, ApiError> {
+    // The amount as written (see `orders::decimal_text`); the struct checks the shape.
+    let written_amount = body.get("amount").cloned();
     let request: CreatePaymentRequest = body::deserialize(body)?;
     let mut errors = Vec::new();
     let order_id = OrderId::parse(&request.order_id)
@@ -53,19 +57,15 @@ fn parse_pay_command(body: Value) -> Result<PayCommand, ApiError> {
     let payment_method = PaymentMethod::parse(&request.payment_method)
         .map_err(|message| errors.push(FieldError::new("payment_method", message)))
         .ok();
-    let amount = match &request.amount {
+    // The same grammar and limits as an order's prices; the precision for the order's currency
+    // is checked by the comparison with its total.
+    let amount = match request.amount.and(written_amount) {
         None | Some(Value::Null) => None,
-        Some(value) => super::orders::decimal_text(value)
-            .and_then(|text| crate::money::parse_decimal(&text).ok())
-            .filter(|amount| !amount.is_sign_negative())
-            .map(Some)
-            .unwrap_or_else(|| {
-                errors.push(FieldError::new(
-                    "amount",
-                    "must be a non-negative decimal string such as \"12.50\"",
-                ));
-                None
-            }),
+        Some(value) => super::orders::decimal_text(&value)
+            .ok_or(crate::money::AmountError::Malformed)
+            .and_then(|text| crate::money::parse_value(&text))
+            .map_err(|error| errors.push(FieldError::new("amount", error)))
+            .ok(),
     };
     let capture_method = match request.capture_method.as_deref() {
         None => Some(CaptureMethod::Automatic),
@@ -83,17 +83,22 @@ fn parse_pay_command(body: Value) -> Result<PayCommand, ApiError> {
     }
 }
 
-/// A positive decimal amount (string or number, exact text), or a 422 naming `field`.
-pub(super) fn parse_amount(value: &Value, field: &str) -> Result<Decimal, ApiError> {
-    super::orders::decimal_text(value)
-        .and_then(|text| crate::money::parse_decimal(&text).ok())
-        .filter(|amount| amount.is_sign_positive() && !amount.is_zero())
-        .ok_or_else(|| {
-            ApiError::Validation(vec![FieldError::new(
-                field,
-                "must be a positive decimal string such as \"12.50\"",
-            )])
-        })
+/// An optional positive amount, read from `body` as written (a decimal string, or a JSON number
+/// taken as its exact text, in the grammar of every amount), or a 422 naming the field. Read
+/// before the body is deserialised: serde would turn a number into a float on the way.
+pub(super) fn written_amount(body: Option<&Value>, field: &str) -> Result<Option<Decimal>, ApiError> {
+    let Some(value) = body.and_then(|body| body.get(field)).filter(|value| !value.is_null()) else {
+        return Ok(None);
+    };
+    let invalid = |message: String| ApiError::Validation(vec![FieldError::new(field, message)]);
+    let amount = super::orders::decimal_text(value)
+        .ok_or(crate::money::AmountError::Malformed)
+        .and_then(|text| crate::money::parse_value(&text))
+        .map_err(|error| invalid(error.to_string()))?;
+    if amount.is_zero() {
+        return Err(invalid("must be more than zero".to_owned()));
+    }
+    Ok(Some(amount))
 }
 
 /// `POST /payments`: `Idempotency-Key` required.
@@ -128,13 +133,8 @@ pub async fn capture(
     let keyed = key
         .bind(account.id, &request, &route, body.as_ref(), true)?
         .ok_or(ApiError::IdempotencyKeyMissing)?;
-    let capture: CaptureRequest = body.map(body::deserialize).transpose()?.unwrap_or_default();
-    let amount = capture
-        .amount
-        .as_ref()
-        .filter(|value| !value.is_null())
-        .map(|value| parse_amount(value, "amount"))
-        .transpose()?;
+    let amount = written_amount(body.as_ref(), "amount")?;
+    let CaptureRequest { .. } = body.map(body::deserialize).transpose()?.unwrap_or_default();
     if let Some(amount) = amount {
         check_precision(&state, account.id, payment_id, amount).await?;
     }

@@ -21,8 +21,10 @@ use crate::refunds::service::{self, RefundCommand};
 #[serde(deny_unknown_fields)]
 pub struct CreateRefundRequest {
     payment_id: String,
-    /// What to give back; all that is still refundable when left out.
-    amount: Option<Value>,
+    /// What to give back; all that is still refundable when left out. Read as written, before
+    /// deserialising (see `payments::written_amount`); declared for its shape.
+    #[serde(rename = "amount")]
+    _amount: Option<Value>,
     reason: Option<String>,
 }
 
@@ -36,21 +38,19 @@ pub struct ListRefundsQuery {
 }
 
 fn parse_refund_command(body: Value) -> Result<RefundCommand, ApiError> {
+    let amount = super::payments::written_amount(Some(&body), "amount");
     let request: CreateRefundRequest = body::deserialize(body)?;
     let mut errors = Vec::new();
     let payment_id = PaymentId::parse(&request.payment_id)
         .ok_or_else(|| errors.push(FieldError::new("payment_id", "must be a payment id (a UUID)")))
         .ok();
-    let amount = match request.amount.as_ref().filter(|value| !value.is_null()) {
-        None => None,
-        Some(value) => match super::payments::parse_amount(value, "amount") {
-            Ok(amount) => Some(amount),
-            Err(ApiError::Validation(mut more)) => {
-                errors.append(&mut more);
-                None
-            }
-            Err(other) => return Err(other),
-        },
+    let amount = match amount {
+        Ok(amount) => amount,
+        Err(ApiError::Validation(mut more)) => {
+            errors.append(&mut more);
+            None
+        }
+        Err(other) => return Err(other),
     };
     let reason = match request.reason.as_deref() {
         None => None,

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{Charge, ChargeStatus, ProviderError, Refund, RefundStatus};
-use crate::money::parse_decimal;
+use crate::money::parse_value;
 
 /// Charge statuses on the wire.
 pub mod charge_status {
@@ -189,7 +189,7 @@ pub enum EventObject {
 }
 
 fn money(field: &str, text: &str) -> Result<rust_decimal::Decimal, ProviderError> {
-    parse_decimal(text).map_err(|error| ProviderError::Malformed(format!("{field} {text:?}: {error}")))
+    parse_value(text).map_err(|error| ProviderError::Malformed(format!("{field} {text:?}: {error}")))
 }
 
 impl ChargeBody {
@@ -271,7 +271,7 @@ mod tests {
         let body: ChargeBody = serde_json::from_value(charge_json()).unwrap();
         let charge = body.to_charge().unwrap();
         assert_eq!(charge.status, ChargeStatus::RequiresCapture);
-        assert_eq!(charge.amount.to_string(), "10.00");
+        assert_eq!(charge.amount, rust_decimal::Decimal::new(1000, 2));
         assert!(charge.amount_captured.is_zero());
         assert!(charge.authorization_expires_at.is_some());
 
@@ -281,7 +281,7 @@ mod tests {
             refund.status,
             RefundStatus::Failed { code: "refund_declined".into(), message: "no".into() }
         );
-        assert_eq!(refund.amount.to_string(), "2.50");
+        assert_eq!(refund.amount, rust_decimal::Decimal::new(250, 2));
     }
 
     #[test]

@@ -138,3 +138,152 @@ async fn unknown_routes_and_wrong_methods_are_problems_too() {
     assert_eq!(wrong_method.headers()["allow"], "POST");
     assert_problem(wrong_method, 405, "method-not-allowed").await;
 }
+
+/// The single error on `field` of a 422 answer.
+async fn field_message(response: reqwest::Response, field: &str) -> String {
+    let problem = assert_problem(response, 422, "validation-failed").await;
+    let errors = problem["errors"].as_array().unwrap();
+    let on_field: Vec<&Value> = errors.iter().filter(|error| error["field"] == field).collect();
+    assert_eq!(on_field.len(), 1, "one error on {field}: {problem}");
+    on_field[0]["message"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn prices_follow_the_published_money_grammar_and_say_what_is_wrong() {
+    let app = spawn_app().await;
+    let malformed = "must be a decimal string such as \"12.50\"";
+    let tiny = format!("0.{}1", "0".repeat(1000));
+    // (currency, unit_price as a JSON value, the start of the message on items[0].unit_price)
+    let cases: Vec<(&str, Value, &str)> = vec![
+        ("USD", json!("1e2"), malformed),
+        ("USD", json!("1E2"), malformed),
+        ("USD", json!("-0"), malformed),
+        ("USD", json!("1e-400"), malformed),
+        ("USD", json!(" 12.50"), malformed),
+        ("USD", number("1e2"), malformed),
+        ("USD", number("1E2"), malformed),
+        ("USD", number("-0"), malformed),
+        ("USD", number("1e-400"), malformed),
+        ("USD", number("1.25e1"), malformed),
+        ("USD", number("-0.0"), malformed),
+        ("USD", number("0.0000001"), "has more decimal places than USD allows (2)"),
+        ("USD", number("100000000000000000000000"), "exceeds the maximum amount of 999999999999999"),
+        ("USD", json!("-1e400"), "must not be negative"),
+        ("USD", number("-1e400"), "must not be negative"),
+        ("USD", json!("-12.50"), "must not be negative"),
+        ("USD", number("-5"), "must not be negative"),
+        ("USD", json!(tiny), "has more decimal places than USD allows (2)"),
+        ("USD", number(&tiny), "has more decimal places than USD allows (2)"),
+        ("USD", json!("19.999"), "has more decimal places than USD allows (2)"),
+        ("JPY", json!("12.5"), "has more decimal places than JPY allows (0)"),
+        ("KWD", json!("1.2345"), "has more decimal places than KWD allows (3)"),
+        ("USD", json!("1000000000000000"), "exceeds the maximum amount of 999999999999999"),
+        ("USD", json!(true), malformed),
+    ];
+    for (currency, price, expected) in cases {
+        let body = json!({"currency": currency, "items": [{"sku": "a", "quantity": 1, "unit_price": price}]});
+        let message =
+            field_message(app.post_order(&body, Some(&new_key())).await, "items[0].unit_price").await;
+        assert!(message.starts_with(expected), "{currency} {price}: {message:?}, expected {expected:?}");
+    }
+    // A malformed price is reported even when the currency is invalid too.
+    let body = json!({"currency": "XYZ", "items": [{"sku": "a", "quantity": 1, "unit_price": "1e2"}]});
+    let message = field_message(app.post_order(&body, None).await, "items[0].unit_price").await;
+    assert!(message.starts_with(malformed), "{message}");
+    assert_eq!(app.orders_stored().await, 0);
+    assert_eq!(app.keys_stored().await, 0);
+}
+
+#[tokio::test]
+async fn trailing_zeros_are_normalised_in_strings_and_numbers() {
+    let app = spawn_app().await;
+    let cases: Vec<(&str, Value, &str)> = vec![
+        ("USD", json!("1.000"), "1.00"),
+        ("USD", number("1.000"), "1.00"),
+        ("USD", number("12.5"), "12.50"),
+        ("USD", json!("007.10"), "7.10"),
+        ("JPY", json!("12.0"), "12"),
+        ("JPY", number("12.000"), "12"),
+        ("KWD", json!("1.2340"), "1.234"),
+    ];
+    for (currency, price, printed) in cases {
+        let body = json!({"currency": currency, "items": [{"sku": "a", "quantity": 1, "unit_price": price}]});
+        let response = app.post_order(&body, None).await;
+        assert_eq!(response.status(), 201, "{currency} {price}");
+        let order = crate::helpers::json(response).await;
+        assert_eq!(order["items"][0]["unit_price"], printed, "{currency} {price}");
+    }
+}
+
+#[tokio::test]
+async fn a_payment_amount_follows_the_same_money_grammar() {
+    let app = spawn_app().await;
+    let order = app.create_order().await;
+    let (order_id, total) = (order["id"].as_str().unwrap(), order["total_amount"].as_str().unwrap());
+    assert_eq!(total, "48.48");
+    let malformed = "must be a decimal string such as \"12.50\"";
+    let cases: Vec<(Value, &str)> = vec![
+        (json!("4.848e1"), malformed),
+        (number("4.848e1"), malformed),
+        (json!("-0"), malformed),
+        (number("-0"), malformed),
+        (number("0.0000001"), "has more decimal places than any supported currency allows (3)"),
+        (json!("48.48 "), malformed),
+        (json!(["48.48"]), malformed),
+        (json!("-48.48"), "must not be negative"),
+        (number("-1e400"), "must not be negative"),
+        (json!("48.4801"), "has more decimal places than any supported currency allows (3)"),
+        (
+            json!(format!("0.{}1", "0".repeat(1000))),
+            "has more decimal places than any supported currency allows (3)",
+        ),
+        (json!("1000000000000000"), "exceeds the maximum amount of 999999999999999"),
+        (json!("48.481"), "must equal the order's total_amount, 48.48"),
+    ];
+    for (amount, expected) in cases {
+        let body = json!({"order_id": order_id, "payment_method": "pm_card_ok", "amount": amount});
+        let message = field_message(app.pay_with(&body, &new_key()).await, "amount").await;
+        assert!(message.starts_with(expected), "{amount}: {message:?}, expected {expected:?}");
+    }
+    assert_eq!(app.payments_stored().await, 0);
+    assert!(app.provider.charges().await.is_empty());
+    // Trailing zeros are the same amount.
+    let body = json!({"order_id": order_id, "payment_method": "pm_card_ok", "amount": "48.4800"});
+    assert_eq!(app.pay_with(&body, &new_key()).await.status(), 201);
+}
+
+#[tokio::test]
+async fn a_charset_other_than_utf8_is_an_unsupported_media_type() {
+    let app = spawn_app().await;
+    let send = |content_type: &'static str| {
+        app.request(Method::POST, "/orders")
+            .header("Content-Type", content_type)
+            .body(order_body().to_string())
+            .send()
+    };
+    for refused in [
+        "application/json; charset=latin1",
+        "application/json; charset=ISO-8859-1",
+        "application/json;charset=\"latin1\"",
+        "application/json; CHARSET=utf-16",
+        "application/json; charset=utf-8; charset=latin1",
+    ] {
+        let problem = assert_problem(send(refused).await.unwrap(), 415, "unsupported-media-type").await;
+        assert!(problem["detail"].as_str().unwrap().contains("UTF-8"), "{problem}");
+    }
+    let two_types = app
+        .request(Method::POST, "/orders")
+        .header("Content-Type", "application/json")
+        .header("Content-Type", "text/plain")
+        .body(order_body().to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_problem(two_types, 415, "unsupported-media-type").await;
+    assert_eq!(app.orders_stored().await, 0);
+    for accepted in
+        ["application/json; charset=utf-8", "application/json; charset=\"UTF-8\"", "application/json"]
+    {
+        assert_eq!(send(accepted).await.unwrap().status(), 201, "{accepted}");
+    }
+}

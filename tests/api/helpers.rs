@@ -179,6 +179,8 @@ async fn spawn_app_on(
         },
         shutdown_grace: Duration::from_secs(5),
         client_timeout: Duration::from_secs(5),
+        client_body_timeout: Duration::from_secs(10),
+        max_connections: 4096,
     };
     let mut mock_settings = test_mock_settings();
     configure(&mut settings, &mut mock_settings);
@@ -420,4 +422,45 @@ pub async fn assert_problem(response: Response, status: u16, problem_type: &str)
     assert_eq!(body["status"], status, "{body}");
     assert!(body["title"].is_string() && body["detail"].is_string(), "{body}");
     body
+}
+
+/// What a server answered on a raw connection, and whether it closed the connection.
+#[derive(Debug)]
+pub struct RawAnswer {
+    pub text: String,
+    /// The server closed the connection (a read returned 0) before `wait` ran out.
+    pub closed: bool,
+}
+
+impl RawAnswer {
+    /// The status code of the first response, if any.
+    pub fn status(&self) -> Option<u16> {
+        self.text.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
+    }
+}
+
+/// Reads everything a server sends on `stream` until it closes the connection or `wait` passes
+/// without news (blocking: call it from `spawn_blocking` or a thread).
+pub fn read_until_closed(stream: &mut std::net::TcpStream, wait: Duration) -> RawAnswer {
+    use std::io::Read;
+    stream.set_read_timeout(Some(wait)).unwrap();
+    let mut answer = Vec::new();
+    let mut buffer = [0_u8; 8192];
+    let closed = loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => break true,
+            Ok(read) => answer.extend_from_slice(&buffer[..read]),
+            // A reset after the answer is a close too.
+            Err(error) if error.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(_timed_out) => break false,
+        }
+    };
+    RawAnswer { text: String::from_utf8_lossy(&answer).into_owned(), closed }
+}
+
+impl TestApp {
+    /// `127.0.0.1:<port>`, for raw TCP clients.
+    pub fn socket_address(&self) -> String {
+        self.address.trim_start_matches("http://").to_owned()
+    }
 }

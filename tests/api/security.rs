@@ -2,6 +2,7 @@
 //! account's burst cannot starve the others.
 
 use reqwest::Method;
+use reqwest::header::HeaderValue;
 use serde_json::json;
 
 use crate::helpers::{assert_problem, json, new_key, spawn_app, spawn_app_with};
@@ -62,4 +63,82 @@ async fn a_per_account_rate_limit_answers_429_and_spares_other_accounts() {
     assert!(statuses[5..].iter().all(|&status| status == 429), "{statuses:?}");
     let others = app.client.get(app.url("/orders")).bearer_auth(&other).send().await.unwrap();
     assert_eq!(others.status(), 200, "another account keeps its own budget");
+}
+
+#[tokio::test]
+async fn two_authorization_headers_are_a_bad_request() {
+    let app = spawn_app().await;
+    let (_, other) = app.create_account("other").await;
+    let mine = format!("Bearer {}", app.api_key);
+    let theirs = format!("Bearer {other}");
+    let pairs = [
+        (mine.as_str(), "Bearer sk_wrong"),
+        ("Bearer sk_wrong", mine.as_str()),
+        (mine.as_str(), theirs.as_str()),
+        (mine.as_str(), mine.as_str()),
+    ];
+    for (first, second) in pairs {
+        for (method, path) in [(Method::GET, "/orders"), (Method::POST, "/orders")] {
+            let mut request = app
+                .client
+                .request(method.clone(), app.url(path))
+                .header("Authorization", first)
+                .header("Authorization", second);
+            if method == Method::POST {
+                request = request.json(&crate::helpers::order_body());
+            }
+            let problem = assert_problem(request.send().await.unwrap(), 400, "bad-request").await;
+            assert!(problem["detail"].as_str().unwrap().contains("one Authorization header"), "{problem}");
+        }
+    }
+    assert_eq!(app.orders_stored().await, 0);
+}
+
+#[tokio::test]
+async fn only_a_valid_idempotency_key_is_echoed() {
+    let app = spawn_app().await;
+    let echo = |response: &reqwest::Response| {
+        response
+            .headers()
+            .get_all("idempotency-key")
+            .iter()
+            .map(|v| v.as_bytes().to_vec())
+            .collect::<Vec<_>>()
+    };
+    let invalid: Vec<HeaderValue> = vec![
+        HeaderValue::from_static("has space"),
+        HeaderValue::from_static("\"unterminated"),
+        HeaderValue::from_bytes("clé".as_bytes()).unwrap(),
+        HeaderValue::from_bytes(&[b'k', 0xff, b'\t', b'x']).unwrap(),
+        HeaderValue::from_str(&"k".repeat(256)).unwrap(),
+    ];
+    for key in invalid {
+        let response = app
+            .request(Method::POST, "/orders")
+            .header("Idempotency-Key", key.clone())
+            .json(&crate::helpers::order_body())
+            .send()
+            .await
+            .unwrap();
+        assert!(echo(&response).is_empty(), "{key:?} echoed as {:?}", echo(&response));
+        assert_problem(response, 400, "idempotency-key-invalid").await;
+    }
+    let two_keys = app
+        .request(Method::POST, "/orders")
+        .header("Idempotency-Key", "first")
+        .header("Idempotency-Key", "second")
+        .json(&crate::helpers::order_body())
+        .send()
+        .await
+        .unwrap();
+    assert!(echo(&two_keys).is_empty(), "{:?}", echo(&two_keys));
+    assert_problem(two_keys, 400, "idempotency-key-invalid").await;
+    // A valid key is echoed as sent, on success and on failure alike.
+    let quoted = format!("\"{}\"", new_key());
+    let created = app.post_order(&crate::helpers::order_body(), Some(&quoted)).await;
+    assert_eq!(created.status(), 201);
+    assert_eq!(echo(&created), [quoted.as_bytes().to_vec()]);
+    let refused = app.post_order(&json!({"currency": "XYZ"}), Some("a-valid-key")).await;
+    assert_eq!(echo(&refused), [b"a-valid-key".to_vec()]);
+    assert_problem(refused, 422, "validation-failed").await;
 }
