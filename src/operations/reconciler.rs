@@ -86,6 +86,7 @@ impl PassReport {
     }
 
     fn add(&mut self, other: PassReport) {
+        self.claimed += other.claimed;
         self.settled += other.settled;
         self.redriven += other.redriven;
         self.rescheduled += other.rescheduled;

@@ -189,6 +189,157 @@ async fn payments_stay_exactly_once_through_kills_and_provider_faults() {
     );
 }
 
+/// Sends one keyed write (`path`, `body`) until it gets a final answer (any 2xx but 202, or a
+/// 4xx that is not "wait"), retrying through every 202, 409, 5xx and refused connection.
+async fn send_until_final(
+    address: Arc<String>,
+    api_key: String,
+    path: String,
+    body: Value,
+    deadline: Instant,
+    retries: Arc<AtomicUsize>,
+) -> (u16, Value) {
+    let client = http_client();
+    let key = new_key();
+    let mut last = (0, Value::Null);
+    while Instant::now() < deadline {
+        let sent = client
+            .post(format!("{address}{path}"))
+            .bearer_auth(&api_key)
+            .header("Idempotency-Key", &key)
+            .timeout(Duration::from_secs(5))
+            .json(&body)
+            .send()
+            .await;
+        if let Ok(response) = sent {
+            let status = response.status().as_u16();
+            let body: Value = response.json().await.unwrap_or(Value::Null);
+            if status != 202 && status != 409 && status < 500 {
+                return (status, body);
+            }
+            last = (status, body);
+        }
+        retries.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(Duration::from_millis(40 + random_below(80))).await;
+    }
+    last
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refunds_stay_within_what_was_captured_through_kills_and_provider_faults() {
+    let orders = env_number("CHAOS_ORDERS", 40) / 2;
+    let kills = env_number("CHAOS_KILLS", 3);
+    let app = spawn_app_with(|settings, mock| {
+        mock.timeout_hold = Duration::from_millis(700);
+        settings.reconciler.max_attempts = 1000;
+    })
+    .await;
+    let mut payment_ids = Vec::new();
+    for _ in 0..orders {
+        let (_, payment) = app.paid_order("30.00", "pm_card_ok").await;
+        payment_ids.push(payment["id"].as_str().unwrap().to_owned());
+    }
+    // Slower answers than the payments' run, so that the kills land while refunds are in flight.
+    app.provider.set_faults(json!({"latency_ms": 40, "timeout_rate": 0.15, "error_rate": 0.15})).await;
+    let port = free_port();
+    let env = [
+        ("ORDERPAY_LISTEN", format!("127.0.0.1:{port}")),
+        ("ORDERPAY_PROVIDER_TIMEOUT_MS", "300".to_owned()),
+        ("ORDERPAY_PAYMENT_LEASE_MS", "600".to_owned()),
+        ("ORDERPAY_RECONCILE_INTERVAL_MS", "200".to_owned()),
+        ("ORDERPAY_RECONCILE_BACKOFF_BASE_MS", "100".to_owned()),
+        ("ORDERPAY_RECONCILE_BACKOFF_CAP_MS", "400".to_owned()),
+        ("ORDERPAY_RECONCILE_MAX_ATTEMPTS", "1000".to_owned()),
+    ];
+    let env_refs: Vec<(&str, &str)> = env.iter().map(|(name, value)| (*name, value.as_str())).collect();
+    let start = || ServiceProcess::start(&app.database_url, &app.provider.address, &env_refs);
+    let mut service = start().await;
+    let address = Arc::new(format!("http://127.0.0.1:{port}"));
+    let deadline = Instant::now() + Duration::from_secs(90 + orders as u64 / 2);
+    let retries = Arc::new(AtomicUsize::new(0));
+    // Each payment gets two partial refunds in a row (10.00, then 5.00), each with its own key.
+    let clients: Vec<_> = payment_ids
+        .iter()
+        .map(|payment_id| {
+            let (address, api_key, payment_id) = (address.clone(), app.api_key.clone(), payment_id.clone());
+            let retries = retries.clone();
+            tokio::spawn(async move {
+                let mut answers = Vec::new();
+                for amount in ["10.00", "5.00"] {
+                    let body = json!({"payment_id": payment_id, "amount": amount});
+                    let path = "/refunds".to_owned();
+                    answers.push(
+                        send_until_final(
+                            address.clone(),
+                            api_key.clone(),
+                            path,
+                            body,
+                            deadline,
+                            retries.clone(),
+                        )
+                        .await,
+                    );
+                }
+                answers
+            })
+        })
+        .collect();
+    for _ in 0..kills {
+        tokio::time::sleep(Duration::from_millis(300 + random_below(900))).await;
+        service.kill();
+        tokio::time::sleep(Duration::from_millis(100 + random_below(300))).await;
+        service = start().await;
+    }
+    let mut answered = Vec::new();
+    for client in clients {
+        answered.extend(client.await.unwrap());
+    }
+    service.kill();
+    app.provider.set_faults(json!({})).await;
+    for _ in 0..100 {
+        if app.count("SELECT count(*) AS count FROM refunds WHERE status = 'processing'").await == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        app.reconcile_once().await;
+    }
+
+    for (status, body) in &answered {
+        assert_eq!(*status, 201, "every refund ends refunded: {body}");
+        let refund = app.get_json(&format!("/refunds/{}", body["id"].as_str().unwrap())).await;
+        assert_eq!(refund["status"], "succeeded");
+    }
+    assert_eq!(app.count("SELECT count(*) AS count FROM refunds WHERE status = 'processing'").await, 0);
+    // For every charge: what the provider refunded is what we recorded, within what it captured.
+    let provider_refunds = app.provider.refunds().await;
+    let keys: HashSet<&str> =
+        provider_refunds.iter().map(|r| r["idempotency_key"].as_str().unwrap()).collect();
+    assert_eq!(keys.len(), provider_refunds.len(), "a downstream key refunded twice");
+    for payment_id in &payment_ids {
+        let payment = app.get_payment(payment_id).await;
+        let charge_id = payment["provider_charge_id"].as_str().unwrap();
+        let at_provider: rust_decimal::Decimal = provider_refunds
+            .iter()
+            .filter(|refund| refund["charge"] == charge_id && refund["status"] == "succeeded")
+            .map(|refund| refund["amount"].as_str().unwrap().parse::<rust_decimal::Decimal>().unwrap())
+            .sum();
+        let ours: rust_decimal::Decimal = payment["amount_refunded"].as_str().unwrap().parse().unwrap();
+        assert_eq!(at_provider, ours, "payment {payment_id}: the provider and orderpay agree");
+        assert_eq!(ours, rust_decimal::Decimal::new(1500, 2), "two refunds of 10.00 and 5.00");
+        assert!(ours <= payment["amount_captured"].as_str().unwrap().parse().unwrap());
+    }
+    let transitions =
+        app.count("SELECT count(*) AS count FROM payment_events WHERE subject = 'refund'").await;
+    assert_eq!(transitions, answered.len() as i64, "one transition per refund");
+    println!(
+        "chaos: {} refunds of {orders} payments, {kills} SIGKILLs, provider faults (15% held answers, \
+         15% 503s, 40 ms), {} client retries before a final answer; the provider's refunded sums \
+         equal orderpay's for every charge",
+        answered.len(),
+        retries.load(Ordering::Relaxed)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_outage_answers_503_quickly_and_loses_no_acknowledged_order() {
     let proxy = ChaosProxy::start("127.0.0.1:5432").await;

@@ -202,3 +202,128 @@ async fn w6_two_reconcilers_and_a_retry_racing_apply_one_transition() {
     let body: Value = json(replay).await;
     assert_eq!(body["status"], "succeeded");
 }
+
+/// Sends `method path body` to the subprocess without waiting for the answer.
+fn send_in_background(app: &TestApp, address: &str, path: &str, body: Value, key: &str) {
+    let request = app
+        .client
+        .post(format!("{address}{path}"))
+        .bearer_auth(&app.api_key)
+        .header("Idempotency-Key", key)
+        .json(&body);
+    tokio::spawn(async move {
+        let _ = request.send().await;
+    });
+}
+
+/// W1 for a refund: its start committed, then the process died before the request left.
+#[tokio::test]
+async fn w1_a_refund_started_before_a_crash_is_sent_once_by_the_reconciler() {
+    let app = spawn_app().await;
+    let (order_id, payment) = app.paid_order("30.00", "pm_card_ok").await;
+    let (_hole, hole_address) = black_hole();
+    let mut service = ServiceProcess::start(&app.database_url, &hole_address, CRASHY).await;
+    let key = new_key();
+    let body = json!({"payment_id": payment["id"], "amount": "10.00"});
+    send_in_background(&app, &service.address, "/refunds", body.clone(), &key);
+    let processing = "SELECT count(*) AS count FROM refunds WHERE status = 'processing'";
+    wait_until("the refund starts", async || app.count(processing).await == 1).await;
+    service.kill();
+    assert!(app.provider.refunds().await.is_empty(), "the refund never left");
+    assert_eq!(
+        reconcile_cli(&app),
+        "claimed=0 settled=0 redriven=0 rescheduled=0 stuck=0 gave_up=0 errors=0",
+        "left alone while the dead request's lease could still be live"
+    );
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(
+        reconcile_cli(&app),
+        "claimed=1 settled=1 redriven=1 rescheduled=0 stuck=0 gave_up=0 errors=0"
+    );
+    let retry = app.refund_with(&body, &key).await;
+    assert_eq!(retry.status(), 201);
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    let refund_id = json(retry).await["id"].as_str().unwrap().to_owned();
+    assert_eq!(app.provider_refunds_for(&refund_id).await.len(), 1);
+    assert_eq!(app.order_status(&order_id).await, "partially_refunded");
+}
+
+/// W2 for a refund: the provider made it, and the process died before recording it.
+#[tokio::test]
+async fn w2_a_refund_made_before_a_crash_is_found_by_a_retry_not_made_again() {
+    let app = spawn_app().await;
+    let (order_id, payment) = app.paid_order("30.00", "pm_refund_timeout").await;
+    let mut service = ServiceProcess::start(&app.database_url, &app.provider.address, CRASHY).await;
+    let key = new_key();
+    let body = json!({"payment_id": payment["id"]});
+    send_in_background(&app, &service.address, "/refunds", body.clone(), &key);
+    wait_until("the provider refunds", async || !app.provider.refunds().await.is_empty()).await;
+    service.kill();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let retry = app.refund_with(&body, &key).await;
+    assert_eq!(retry.status(), 201, "the retry took the refund over and found it");
+    let refund = json(retry).await;
+    assert_eq!(refund["status"], "succeeded");
+    let at_provider = app.provider_refunds_for(refund["id"].as_str().unwrap()).await;
+    assert_eq!(at_provider.len(), 1);
+    assert_eq!(at_provider[0]["requests"], 1, "looked up, never sent again");
+    assert_eq!(app.order_status(&order_id).await, "refunded");
+}
+
+/// W1 for a capture: started, then the process died before the request left.
+#[tokio::test]
+async fn w1_a_capture_started_before_a_crash_is_sent_once_by_a_retry() {
+    let app = spawn_app().await;
+    let (order_id, payment) = app.authorized_order("20.00", "pm_card_ok").await;
+    let payment_id = payment["id"].as_str().unwrap().to_owned();
+    let (_hole, hole_address) = black_hole();
+    let mut service = ServiceProcess::start(&app.database_url, &hole_address, CRASHY).await;
+    let key = new_key();
+    send_in_background(&app, &service.address, &format!("/payments/{payment_id}/capture"), json!({}), &key);
+    let processing = "SELECT count(*) AS count FROM payment_operations WHERE status = 'processing'";
+    wait_until("the capture starts", async || app.count(processing).await == 1).await;
+    service.kill();
+    assert_eq!(app.provider_charge(&payment_id).await["status"], "requires_capture");
+    let early = app.capture(&payment_id, None, &key).await;
+    assert_eq!(early.status(), 409, "the dead request's lease still runs");
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let retry = app
+        .request(reqwest::Method::POST, &format!("/payments/{payment_id}/capture"))
+        .header("Idempotency-Key", &key)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(retry.status(), 200, "taken over, looked up, sent once");
+    assert_eq!(json(retry).await["status"], "succeeded");
+    assert_eq!(app.provider_charge(&payment_id).await["amount_captured"], "20.00");
+    assert_eq!(app.order_status(&order_id).await, "paid");
+}
+
+/// W2 for a capture: the provider captured, and the process died before recording it.
+#[tokio::test]
+async fn w2_a_capture_made_before_a_crash_is_found_by_the_reconciler() {
+    let app = spawn_app().await;
+    let (order_id, payment) = app.authorized_order("20.00", "pm_card_ok").await;
+    let payment_id = payment["id"].as_str().unwrap().to_owned();
+    let mut service = ServiceProcess::start(&app.database_url, &app.provider.address, CRASHY).await;
+    app.provider.set_faults(json!({"timeout_rate": 1.0})).await;
+    send_in_background(
+        &app,
+        &service.address,
+        &format!("/payments/{payment_id}/capture"),
+        json!({}),
+        &new_key(),
+    );
+    wait_until("the provider captures", async || {
+        app.provider.charges_for(&payment_id).await[0]["status"] == "succeeded"
+    })
+    .await;
+    service.kill();
+    app.provider.set_faults(json!({})).await;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!((pass.claimed, pass.settled, pass.redriven), (1, 1, 0), "found captured: {pass:?}");
+    assert_eq!(app.get_payment(&payment_id).await["status"], "succeeded");
+    assert_eq!(app.order_status(&order_id).await, "paid");
+}

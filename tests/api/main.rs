@@ -9,6 +9,7 @@ mod proxy;
 mod abuse;
 // chaos.rs includes failover.rs: its tests are named chaos::failover::…, so that `make chaos`
 // runs them and `make test` does not.
+mod captures;
 mod chaos;
 mod cli;
 mod database;
@@ -19,4 +20,5 @@ mod operations;
 mod orders;
 mod payments;
 mod provider;
+mod refunds;
 mod security;
