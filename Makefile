@@ -49,13 +49,23 @@ run: db build ## run the mock provider and the service against the local Postgre
 
 	    ORDER=\$$(curl -s $$base/orders -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-order-1' -d '{"currency":"USD","items":[{"sku":"tee","quantity":2,"unit_price":"19.99"}]}' | sed -E 's/^[{]"id":"([^"]+)".*/\1/'); echo \$$ORDER
 
-	  2. Pay it (pm_card_ok succeeds; try pm_card_declined, pm_provider_timeout, pm_provider_pending on other orders):
+	  2. Pay it and keep the payment's id (pm_card_ok succeeds; try pm_card_declined, pm_provider_timeout, pm_provider_pending on other orders):
 
-	    curl -si $$base/payments -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-pay-1' -d "{\"order_id\":\"\$$ORDER\",\"payment_method\":\"pm_card_ok\"}"
+	    PAYMENT=\$$(curl -s $$base/payments -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-pay-1' -d "{\"order_id\":\"\$$ORDER\",\"payment_method\":\"pm_card_ok\"}" | sed -E 's/^[{]"id":"([^"]+)".*/\1/'); echo \$$PAYMENT
 
 	  3. Replay: run step 2 again. The same answer with Idempotent-Replayed: true, and still one charge:
 
 	    curl -s http://$(MOCK_PROVIDER_LISTEN)/_admin/charges
+
+	  4. Give 10.00 back (the order becomes partially_refunded; run it again: a replay, one refund at the provider):
+
+	    curl -si $$base/refunds -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-refund-1' -d "{\"payment_id\":\"\$$PAYMENT\",\"amount\":\"10.00\"}"
+
+	  5. Ship first, then capture: authorize a new order (capture_method manual), then capture it (or POST .../void):
+
+	    ORDER2=\$$(curl -s $$base/orders -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -d '{"currency":"USD","items":[{"sku":"mug","quantity":1,"unit_price":"8.50"}]}' | sed -E 's/^[{]"id":"([^"]+)".*/\1/')
+	    AUTH=\$$(curl -s $$base/payments -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-auth-1' -d "{\"order_id\":\"\$$ORDER2\",\"payment_method\":\"pm_card_ok\",\"capture_method\":\"manual\"}" | sed -E 's/^[{]"id":"([^"]+)".*/\1/')
+	    curl -si $$base/payments/\$$AUTH/capture -H "Authorization: Bearer \$$KEY" -H 'Idempotency-Key: demo-capture-1' -X POST
 
 	  The API description: $$base/openapi.yaml
 
