@@ -7,7 +7,8 @@
 //! `ORDERPAY_PROVIDER_URL`, `ORDERPAY_PROVIDER_TIMEOUT_MS`, `ORDERPAY_PAYMENT_LEASE_MS`,
 //! `ORDERPAY_RECONCILE_INTERVAL_MS`, `ORDERPAY_RECONCILE_BATCH_SIZE`,
 //! `ORDERPAY_RECONCILE_MAX_ATTEMPTS`, `ORDERPAY_RECONCILE_BACKOFF_BASE_MS`,
-//! `ORDERPAY_RECONCILE_BACKOFF_CAP_MS`, `ORDERPAY_SHUTDOWN_GRACE_SECS`, `ORDERPAY_AUTH_CACHE_SECS`,
+//! `ORDERPAY_RECONCILE_BACKOFF_CAP_MS`, `ORDERPAY_GIVE_UP_MARGIN_MS`,
+//! `ORDERPAY_LATE_CHARGE_WATCH_SECS`, `ORDERPAY_SHUTDOWN_GRACE_SECS`, `ORDERPAY_AUTH_CACHE_SECS`,
 //! `ORDERPAY_REPLAY_CACHE_BYTES`, `ORDERPAY_RATE_LIMIT_PER_SEC`,
 //! `ORDERPAY_RATE_LIMIT_BURST`, `ORDERPAY_CLIENT_TIMEOUT_MS`, `ORDERPAY_CLIENT_BODY_TIMEOUT_MS`,
 //! `ORDERPAY_MAX_CONNECTIONS`; for the mock provider `MOCK_PROVIDER_LISTEN`,
@@ -145,6 +146,16 @@ pub struct ReconcileArgs {
     /// Longest wait between two checks of one payment.
     #[arg(long, env = "ORDERPAY_RECONCILE_BACKOFF_CAP_MS", default_value_t = 300_000)]
     pub reconcile_backoff_cap_ms: u64,
+
+    /// Before giving up on an operation the provider never received, its last send must have
+    /// been quiet this long beyond the provider timeout (a send still in flight could land).
+    #[arg(long, env = "ORDERPAY_GIVE_UP_MARGIN_MS", default_value_t = 5_000)]
+    pub give_up_margin_ms: u64,
+
+    /// How long a payment given up on is watched for a charge that lands late (and is then
+    /// refunded by the system).
+    #[arg(long, env = "ORDERPAY_LATE_CHARGE_WATCH_SECS", default_value_t = 86_400)]
+    pub late_charge_watch_secs: u64,
 }
 
 impl ReconcileArgs {
@@ -164,6 +175,8 @@ impl ReconcileArgs {
                 self.reconcile_backoff_cap_ms.max(self.reconcile_backoff_base_ms),
             ),
             claim_for: claim_for(provider.timeout),
+            quiet_before_give_up: provider.timeout + Duration::from_millis(self.give_up_margin_ms),
+            late_charge_watch: Duration::from_secs(self.late_charge_watch_secs),
         })
     }
 }

@@ -119,6 +119,8 @@ diesel::table! {
         amount_refunded -> Numeric,
         amount_refunding -> Numeric,
         authorization_expires_at -> Nullable<Timestamptz>,
+        late_watch_until -> Nullable<Timestamptz>,
+        late_charge_amount -> Nullable<Numeric>,
     }
 }
 

@@ -13,7 +13,7 @@ use rust_decimal::Decimal;
 use uuid::Uuid;
 
 use super::leases::Table;
-use super::{Actor, Engine, EngineError, Finding, Kind, Recorded};
+use super::{Actor, Engine, EngineError, Finding, GiveUp, Kind, Recorded};
 use crate::clock::after;
 use crate::db::Pool;
 use crate::error::ApiError;
@@ -41,7 +41,7 @@ pub enum ActionOutcome {
     /// The capture was refused for another reason; the authorization still waits.
     Declined { code: String, message: String },
     /// The reconciler gave up: the provider never received it; the authorization still waits.
-    GaveUp { attempts: i32 },
+    GaveUp(GiveUp),
 }
 
 /// A capture or void with the payment it acts on (its charge id, and what its answer shows).
@@ -152,8 +152,8 @@ impl Kind for Actions {
         }
     }
 
-    fn gave_up(_: &Held, attempts: i32) -> ActionOutcome {
-        ActionOutcome::GaveUp { attempts }
+    fn gave_up(_: &Held, give_up: GiveUp) -> ActionOutcome {
+        ActionOutcome::GaveUp(give_up)
     }
 
     async fn settle(
@@ -161,7 +161,7 @@ impl Kind for Actions {
         held: &Held,
         outcome: ActionOutcome,
         actor: Actor,
-    ) -> Result<Recorded, EngineError> {
+    ) -> Result<Option<Recorded>, EngineError> {
         settle(pool, held, outcome, actor).await
     }
 
@@ -184,7 +184,7 @@ pub async fn settle(
     held: &Held,
     outcome: ActionOutcome,
     actor: Actor,
-) -> Result<Recorded, EngineError> {
+) -> Result<Option<Recorded>, EngineError> {
     let now = Utc::now().trunc_subsecs(6);
     let operation = &held.operation;
     let action = operation.kind;
@@ -237,11 +237,13 @@ pub async fn settle(
             };
             (ActionStatus::Failed, Some((code.clone(), message.clone())), Some(refusal), None)
         }
-        ActionOutcome::GaveUp { attempts } => {
+        ActionOutcome::GaveUp(give_up) => {
             // A capture or void sent late could still land: look at the authorization soon.
             authorized_again(&mut payment, watch.min(now + AFTER_A_GIVE_UP));
-            let reason =
-                format!("the provider never received the {action} after {attempts} attempts; nothing moved");
+            let reason = format!(
+                "the provider never received the {action} after {} attempts; nothing moved",
+                give_up.attempts
+            );
             let refusal = ApiError::OperationFailed {
                 operation: action.as_str(),
                 id: operation.id.as_uuid(),
@@ -276,29 +278,25 @@ pub async fn settle(
         payment_failure_message: payment.failure_message.as_deref(),
         payment_next_check_at: payment.next_check_at,
         order_status,
+        quiet_for_ms: match outcome {
+            ActionOutcome::GaveUp(give_up) => Some(give_up.quiet_for_ms()),
+            _ => None,
+        },
     };
     let (applied, _) = authorization::settle(&mut conn, statement).await?;
     if applied == 1 {
         tracing::info!(operation_id = %operation.id, %action, status = %status, payment_status = %payment.status,
             actor = actor.as_str(), "capture or void settled");
-        return Ok(Recorded { answer, applied: true });
+        return Ok(Some(Recorded { answer, applied: true }));
     }
-    let current = authorization::find(&mut conn, operation.account_id, operation.id)
+    // Someone settled it first: theirs is the answer. Or a give-up was held back.
+    let id = (operation.account_id, operation.id.as_uuid());
+    let standing = super::leases::standing(&mut conn, Table::PaymentOperations, id)
         .await?
         .ok_or_else(|| EngineError::Vanished(format!("operation {}", operation.id)))?;
-    let standing = super::leases::standing(
-        &mut conn,
-        Table::PaymentOperations,
-        (operation.account_id, operation.id.as_uuid()),
-    )
-    .await?
-    .and_then(|standing| standing.answer());
-    match standing {
-        Some((status, body)) => Ok(Recorded { answer: stored_action_answer(status, body), applied: false }),
-        None => {
-            Err(EngineError::Vanished(format!("the answer of operation {} ({})", current.id, current.status)))
-        }
-    }
+    Ok(standing
+        .answer()
+        .map(|(status, body)| Recorded { answer: stored_action_answer(status, body), applied: false }))
 }
 
 fn invalid_state(payment: &Payment, action: &'static str) -> ApiError {

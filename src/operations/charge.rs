@@ -6,7 +6,7 @@ use diesel_async::AsyncPgConnection;
 use uuid::Uuid;
 
 use super::leases::Table;
-use super::{Actor, EngineError, Finding, Kind, Recorded};
+use super::{Actor, EngineError, Finding, GiveUp, Kind, Recorded};
 use crate::db::Pool;
 use crate::idempotency::StoredResponse;
 use crate::ids::{AccountId, PaymentId};
@@ -31,7 +31,7 @@ pub enum ChargeOutcome {
     /// Definitely not charged: the payment fails, the order stays payable.
     Declined { code: String, message: String },
     /// The reconciler gave up: the provider never received the charge.
-    GaveUp { attempts: i32 },
+    GaveUp(GiveUp),
 }
 
 /// The payment's charge as a provider operation.
@@ -126,8 +126,8 @@ impl Kind for Charges {
         }
     }
 
-    fn gave_up(_: &Payment, attempts: i32) -> ChargeOutcome {
-        ChargeOutcome::GaveUp { attempts }
+    fn gave_up(_: &Payment, give_up: GiveUp) -> ChargeOutcome {
+        ChargeOutcome::GaveUp(give_up)
     }
 
     async fn settle(
@@ -135,7 +135,7 @@ impl Kind for Charges {
         payment: &Payment,
         outcome: ChargeOutcome,
         actor: Actor,
-    ) -> Result<Recorded, EngineError> {
+    ) -> Result<Option<Recorded>, EngineError> {
         settle(pool, payment, outcome, actor).await
     }
 
@@ -158,9 +158,10 @@ pub async fn settle(
     payment: &Payment,
     outcome: ChargeOutcome,
     actor: Actor,
-) -> Result<Recorded, EngineError> {
+) -> Result<Option<Recorded>, EngineError> {
     let now = Utc::now().trunc_subsecs(6);
     let mut settled = Payment { next_check_at: None, lease: None, updated_at: now, ..payment.clone() };
+    let (mut quiet_for_ms, mut late_watch_until) = (None, None);
     let order_status = match outcome {
         ChargeOutcome::Captured { charge_id } => {
             settled.status = PaymentStatus::Succeeded;
@@ -189,12 +190,17 @@ pub async fn settle(
             settled.failure_message = Some(message);
             None
         }
-        ChargeOutcome::GaveUp { attempts } => {
+        ChargeOutcome::GaveUp(give_up) => {
             settled.status = PaymentStatus::Failed;
             settled.failure_code = Some(GAVE_UP_CODE.to_owned());
             settled.failure_message = Some(format!(
-                "the provider never received the charge after {attempts} attempts; nothing was charged"
+                "the provider never received the charge after {} attempts; nothing was charged",
+                give_up.attempts
             ));
+            // A charge sent late could still land: look for one until the watch ends.
+            quiet_for_ms = Some(give_up.quiet_for_ms());
+            settled.next_check_at = Some(crate::clock::after(now, give_up.quiet_for));
+            late_watch_until = Some(crate::clock::after(now, give_up.late_watch));
             None
         }
     };
@@ -217,6 +223,8 @@ pub async fn settle(
         authorization_expires_at: settled.authorization_expires_at,
         next_check_at: settled.next_check_at,
         order_status,
+        quiet_for_ms,
+        late_watch_until,
     };
     let (applied, moved) = repository::settle(&mut conn, statement).await?;
     if applied == 1 {
@@ -229,12 +237,15 @@ pub async fn settle(
         }
         tracing::info!(payment_id = %settled.id, status = %settled.status, actor = actor.as_str(), "payment settled");
         crate::telemetry::metrics::payment_settled(settled.status.as_str());
-        return Ok(Recorded { answer, applied: true });
+        return Ok(Some(Recorded { answer, applied: true }));
     }
-    // Someone settled it first: theirs is the answer.
+    // Someone settled it first: theirs is the answer. Or a give-up was held back.
     let current = repository::find_answered(&mut conn, payment.account_id, payment.id)
         .await?
         .ok_or_else(|| EngineError::Vanished(format!("payment {}", payment.id)))?;
+    if current.answer.is_none() && current.payment.status == PaymentStatus::Processing {
+        return Ok(None);
+    }
     if current.payment.status != settled.status {
         tracing::error!(payment_id = %payment.id, current = %current.payment.status,
             wanted = %settled.status, "conflicting outcomes for one payment's charge; the first stands");
@@ -243,7 +254,7 @@ pub async fn settle(
         Some((status, body)) => stored_answer(payment.id.as_uuid(), status, body),
         None => final_response(&current.payment),
     };
-    Ok(Recorded { answer, applied: false })
+    Ok(Some(Recorded { answer, applied: false }))
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@
 
 pub mod authorization;
 pub mod charge;
+pub mod late_charge;
 pub mod leases;
 pub mod reconciler;
 pub mod refund;
@@ -100,6 +101,24 @@ pub struct Recorded {
     pub applied: bool,
 }
 
+/// The reconciler gives up on an operation the provider never received, after `attempts`
+/// checks: only once its last send has been quiet for `quiet_for` (the provider timeout and a
+/// margin: a send still in flight could yet land), ordered against every send by the database.
+/// A payment given up on is then watched for `late_watch`, in case a charge lands anyway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GiveUp {
+    pub attempts: i32,
+    pub quiet_for: Duration,
+    pub late_watch: Duration,
+}
+
+impl GiveUp {
+    /// The quiet period as the settle statements take it.
+    pub fn quiet_for_ms(&self) -> i64 {
+        i64::try_from(self.quiet_for.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
 /// One kind of provider operation: where its rows are, how to ask the provider about one, and
 /// how to record a final outcome. Adding a provider operation means implementing this.
 pub trait Kind: Send + Sync + 'static {
@@ -134,17 +153,18 @@ pub trait Kind: Send + Sync + 'static {
     ) -> impl Future<Output = Finding<Self::Final>> + Send;
 
     /// The final outcome of an operation the reconciler gives up on: the provider never
-    /// received it after `attempts` checks.
-    fn gave_up(op: &Self::Op, attempts: i32) -> Self::Final;
+    /// received it.
+    fn gave_up(op: &Self::Op, give_up: GiveUp) -> Self::Final;
 
     /// Applies a final outcome in one statement, guarded by the operation being in flight, and
-    /// returns the final answer (someone else's, if they settled it first).
+    /// returns the final answer (someone else's, if they settled it first). `None`: a give-up
+    /// held back because a send may still be in flight; the operation is unchanged.
     fn settle(
         pool: &Pool,
         op: &Self::Op,
         outcome: Self::Final,
         actor: Actor,
-    ) -> impl Future<Output = Result<Recorded, EngineError>> + Send;
+    ) -> impl Future<Output = Result<Option<Recorded>, EngineError>> + Send;
 
     /// The final answer stored on its row, with the headers that go with it.
     fn stored_answer(id: Uuid, status: u16, body: Vec<u8>) -> StoredResponse;

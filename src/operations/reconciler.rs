@@ -28,7 +28,7 @@ use super::authorization::{self, Actions, Watched};
 use super::charge::Charges;
 use super::leases::{self, Lease, LeaseTarget};
 use super::refund::Refunds;
-use super::{Actor, DriveMode, Engine, EngineError, Finding, Kind, drive};
+use super::{Actor, DriveMode, Engine, EngineError, Finding, GiveUp, Kind, drive, late_charge};
 use crate::background::{Shutdown, every};
 use crate::clock::after;
 use crate::ids::LeaseId;
@@ -45,6 +45,11 @@ pub struct ReconcilerConfig {
     /// How long a claimed payment stays hidden from other reconcilers (and its key leased):
     /// longer than a lookup plus a re-sent charge can take.
     pub claim_for: Duration,
+    /// How long the last send must have been quiet before an operation the provider never
+    /// received is given up on: the provider timeout and a margin.
+    pub quiet_before_give_up: Duration,
+    /// How long a payment given up on is watched for a charge that lands late.
+    pub late_charge_watch: Duration,
 }
 
 impl ReconcilerConfig {
@@ -105,6 +110,7 @@ pub async fn run_pass(engine: &Engine, config: &ReconcilerConfig) -> Result<Pass
     report.add(pass_over::<Actions>(engine, config).await?);
     report.add(pass_over::<Refunds>(engine, config).await?);
     report.add(watch_authorizations(engine, config).await?);
+    report.add(late_charge::watch_due(engine, config).await?);
     crate::telemetry::metrics::reconciler_pass(&report.results());
     Ok(report)
 }
@@ -177,7 +183,12 @@ async fn reconcile<K: Kind>(
         Finding::Final(outcome) => (outcome, false),
         Finding::NotReceived => {
             tracing::warn!(%id, kind = K::TABLE.label(), attempts, "giving up on an operation the provider never received");
-            (K::gave_up(op, attempts), true)
+            let give_up = GiveUp {
+                attempts,
+                quiet_for: config.quiet_before_give_up,
+                late_watch: config.late_charge_watch,
+            };
+            (K::gave_up(op, give_up), true)
         }
         Finding::Unknown { reason } => {
             let wait = if last_check {
@@ -203,7 +214,16 @@ async fn reconcile<K: Kind>(
             return Ok(());
         }
     };
-    let recorded = K::settle(&engine.pool, op, outcome, Actor::Reconciler).await?;
+    let Some(recorded) = K::settle(&engine.pool, op, outcome, Actor::Reconciler).await? else {
+        // A send may still be in flight: the give-up waits until it has been quiet long enough.
+        tracing::warn!(%id, kind = K::TABLE.label(), "a give-up held back: a send may still be in flight");
+        report.rescheduled += 1;
+        let mut conn = engine.pool.get().await?;
+        let next_check = after(Utc::now(), config.quiet_before_give_up);
+        let reason = "waiting for the last send to be quiet before giving up";
+        leases::release(&mut conn, K::TABLE, K::id(op), lease, next_check, reason, Utc::now()).await?;
+        return Ok(());
+    };
     if recorded.applied {
         if giving_up {
             report.gave_up += 1;
@@ -273,6 +293,8 @@ mod tests {
             backoff_base: Duration::from_secs(1),
             backoff_cap: Duration::from_secs(60),
             claim_for: Duration::from_secs(30),
+            quiet_before_give_up: Duration::from_secs(10),
+            late_charge_watch: Duration::from_secs(86_400),
         };
         let waits: Vec<u64> = (1..=8).map(|attempt| config.backoff(attempt).as_secs()).collect();
         assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60]);

@@ -6,7 +6,7 @@ use diesel_async::AsyncPgConnection;
 use uuid::Uuid;
 
 use super::leases::Table;
-use super::{Actor, EngineError, Finding, Kind, Recorded};
+use super::{Actor, EngineError, Finding, GiveUp, Kind, Recorded};
 use crate::db::Pool;
 use crate::idempotency::StoredResponse;
 use crate::ids::{AccountId, RefundId};
@@ -26,7 +26,7 @@ pub enum RefundOutcome {
     /// The provider refused; nothing moved.
     Failed { code: String, message: String },
     /// The reconciler gave up: the provider never received it.
-    GaveUp { attempts: i32 },
+    GaveUp(GiveUp),
 }
 
 /// A refund with the provider's id of the charge it gives money back on.
@@ -110,8 +110,8 @@ impl Kind for Refunds {
         }
     }
 
-    fn gave_up(_: &Held, attempts: i32) -> RefundOutcome {
-        RefundOutcome::GaveUp { attempts }
+    fn gave_up(_: &Held, give_up: GiveUp) -> RefundOutcome {
+        RefundOutcome::GaveUp(give_up)
     }
 
     async fn settle(
@@ -119,7 +119,7 @@ impl Kind for Refunds {
         held: &Held,
         outcome: RefundOutcome,
         actor: Actor,
-    ) -> Result<Recorded, EngineError> {
+    ) -> Result<Option<Recorded>, EngineError> {
         settle(pool, &held.refund, outcome, actor).await
     }
 
@@ -141,9 +141,10 @@ pub async fn settle(
     refund: &Refund,
     outcome: RefundOutcome,
     actor: Actor,
-) -> Result<Recorded, EngineError> {
+) -> Result<Option<Recorded>, EngineError> {
     let now = Utc::now().trunc_subsecs(6);
     let mut settled = Refund { lease: None, updated_at: now, ..refund.clone() };
+    let mut quiet_for_ms = None;
     match outcome {
         RefundOutcome::Succeeded { refund_id } => {
             settled.status = RefundStatus::Succeeded;
@@ -154,12 +155,14 @@ pub async fn settle(
             settled.failure_code = Some(code);
             settled.failure_message = Some(message);
         }
-        RefundOutcome::GaveUp { attempts } => {
+        RefundOutcome::GaveUp(give_up) => {
             settled.status = RefundStatus::Failed;
             settled.failure_code = Some(GAVE_UP_CODE.to_owned());
             settled.failure_message = Some(format!(
-                "the provider never received the refund after {attempts} attempts; nothing moved"
+                "the provider never received the refund after {} attempts; nothing moved",
+                give_up.attempts
             ));
+            quiet_for_ms = Some(give_up.quiet_for_ms());
         }
     }
     let answer = final_response(&settled);
@@ -179,20 +182,22 @@ pub async fn settle(
         answer_status: answer.status as i16,
         answer_body: &answer.body,
         moves_order: refund.idempotency_key.is_some(),
+        quiet_for_ms,
     };
     let (applied, order_status) = repository::settle(&mut conn, statement).await?;
     if applied == 1 {
         tracing::info!(refund_id = %refund.id, status = %settled.status, order_status = ?order_status,
             actor = actor.as_str(), "refund settled");
         crate::telemetry::metrics::refund_settled(settled.status.as_str());
-        return Ok(Recorded { answer, applied: true });
+        return Ok(Some(Recorded { answer, applied: true }));
     }
+    // Someone settled it first: theirs is the answer. Or a give-up was held back.
     let id = (refund.account_id, refund.id.as_uuid());
-    match super::leases::standing(&mut conn, Table::Refunds, id).await?.and_then(|standing| standing.answer())
-    {
-        Some((status, body)) => {
-            Ok(Recorded { answer: stored_answer(refund.id.as_uuid(), status, body), applied: false })
-        }
-        None => Err(EngineError::Vanished(format!("the answer of refund {}", refund.id))),
-    }
+    let standing = super::leases::standing(&mut conn, Table::Refunds, id)
+        .await?
+        .ok_or_else(|| EngineError::Vanished(format!("refund {}", refund.id)))?;
+    Ok(standing.answer().map(|(status, body)| Recorded {
+        answer: stored_answer(refund.id.as_uuid(), status, body),
+        applied: false,
+    }))
 }

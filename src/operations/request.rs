@@ -124,7 +124,9 @@ pub async fn finish<K: Kind>(
 async fn record<K: Kind>(engine: &Engine, op: &K::Op, lease: LeaseId, finding: Finding<K::Final>) -> Answer {
     let reason = match finding {
         Finding::Final(outcome) => match K::settle(&engine.pool, op, outcome, Actor::Request).await {
-            Ok(recorded) => return Answer::Final(Execution::Executed(recorded.answer)),
+            Ok(Some(recorded)) => return Answer::Final(Execution::Executed(recorded.answer)),
+            // Only a give-up is ever held back, and requests never give up.
+            Ok(None) => return Answer::Pending(K::pending_answer(op)),
             Err(error) => {
                 tracing::error!(error = %error, "could not record an operation's outcome; left processing");
                 return Answer::Pending(K::pending_answer(op));

@@ -163,6 +163,8 @@ crate::text_enum! {
         PaymentInProgress = "payment_in_progress",
         /// The client's `amount` is not the order's total.
         AmountMismatch = "amount_mismatch",
+        /// The order's total is zero: no charge of zero ever reaches the provider.
+        NothingToPay = "nothing_to_pay",
     }
 }
 
@@ -233,6 +235,8 @@ crate::prepared_statement! {
         14 => authorization_expires_at: Option<DateTime<Utc>> as Nullable<Timestamptz>,
         15 => next_check_at: Option<DateTime<Utc>> as Nullable<Timestamptz>,
         16 => order_status: Option<crate::orders::OrderStatus> as Nullable<Text>,
+        17 => quiet_for_ms: Option<i64> as Nullable<BigInt>,
+        18 => late_watch_until: Option<DateTime<Utc>> as Nullable<Timestamptz>,
     }
 }
 
@@ -280,6 +284,100 @@ pub async fn watch_again(
         .execute(conn)
         .await?;
     Ok(())
+}
+
+/// The reconciler's watch on payments it gave up on: up to `limit` due for a look for a charge
+/// that landed late, skipping rows another reconciler is claiming, hidden from the others until
+/// `claimed_until`. Each look counts an attempt (the watch's backoff).
+pub async fn watch_late(
+    conn: &mut AsyncPgConnection,
+    now: DateTime<Utc>,
+    limit: i64,
+    claimed_until: DateTime<Utc>,
+) -> QueryResult<Vec<(Payment, DateTime<Utc>)>> {
+    #[derive(QueryableByName)]
+    struct Watched {
+        #[diesel(embed)]
+        payment: PaymentRow,
+        #[diesel(sql_type = Timestamptz)]
+        late_watch_until: DateTime<Utc>,
+    }
+    let rows: Vec<Watched> = diesel::sql_query(
+        "UPDATE payments SET next_check_at = $3, attempts = attempts + 1 \
+         WHERE (account_id, id) IN ( \
+             SELECT account_id, id FROM payments \
+             WHERE status = 'failed' AND late_watch_until IS NOT NULL AND next_check_at <= $1 \
+             ORDER BY next_check_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+         RETURNING *",
+    )
+    .bind::<Timestamptz, _>(now)
+    .bind::<BigInt, _>(limit)
+    .bind::<Timestamptz, _>(claimed_until)
+    .load(conn)
+    .await?;
+    rows.into_iter().map(|row| Ok((row.payment.into_payment()?, row.late_watch_until))).collect()
+}
+
+/// Schedules the next look for a late charge, or (`None`) ends the watch.
+pub async fn watch_late_again(
+    conn: &mut AsyncPgConnection,
+    payment: &Payment,
+    next_check_at: Option<DateTime<Utc>>,
+) -> QueryResult<()> {
+    diesel::update(payments::table)
+        .filter(payments::account_id.eq(payment.account_id))
+        .filter(payments::id.eq(payment.id))
+        .filter(payments::status.eq(PaymentStatus::Failed))
+        .set(payments::next_check_at.eq(next_check_at))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Records a charge that landed after its payment was given up on: its amount (now what the
+/// payment captured, so that a refund can give it back), its id, the end of the watch, and an
+/// audit row. The payment stays `failed`. Returns false when it was recorded before.
+pub async fn record_late_charge(
+    conn: &mut AsyncPgConnection,
+    payment: &Payment,
+    charge_id: &str,
+    amount: Decimal,
+    now: DateTime<Utc>,
+) -> QueryResult<bool> {
+    use crate::db::schema::payment_events;
+    let recorded = diesel::update(payments::table)
+        .filter(payments::account_id.eq(payment.account_id))
+        .filter(payments::id.eq(payment.id))
+        .filter(payments::status.eq(PaymentStatus::Failed))
+        .filter(payments::late_charge_amount.is_null())
+        .set((
+            payments::late_charge_amount.eq(Some(amount)),
+            payments::amount_captured.eq(amount),
+            payments::provider_charge_id.eq(Some(charge_id)),
+            payments::next_check_at.eq(None::<DateTime<Utc>>),
+            payments::updated_at.eq(now),
+        ))
+        .execute(conn)
+        .await?;
+    if recorded == 0 {
+        return Ok(false);
+    }
+    diesel::insert_into(payment_events::table)
+        .values((
+            payment_events::account_id.eq(payment.account_id),
+            payment_events::payment_id.eq(payment.id),
+            payment_events::subject.eq("payment"),
+            payment_events::subject_id.eq(payment.id.as_uuid()),
+            payment_events::from_status.eq(PaymentStatus::Failed),
+            payment_events::to_status.eq(PaymentStatus::Failed),
+            payment_events::actor.eq(crate::operations::Actor::System),
+            payment_events::detail
+                .eq(Some(format!("a charge landed late ({charge_id}, {amount}); refunding it"))),
+            payment_events::at.eq(now),
+        ))
+        .execute(conn)
+        .await?;
+    Ok(true)
 }
 
 crate::prepared_statement! {

@@ -126,6 +126,11 @@ async fn start_payment(
                 let total = order_total(&started)?;
                 return refuse(conn, amount_mismatch(&total)).await;
             }
+            StartOutcome::NothingToPay => {
+                let total = order_total(&started)?;
+                let message = format!("the order's total_amount is {total}: there is nothing to pay");
+                return refuse(conn, ApiError::Validation(vec![FieldError::new("order_id", message)])).await;
+            }
             StartOutcome::KeyExists => {
                 if let Some(begin) = request::existing_key::<Charges>(engine, conn, keyed).await? {
                     return Ok(begin);

@@ -10,7 +10,9 @@
 -- 6 its failure code, 7 its failure message, 8 now, 9 actor, 10 event detail, 11 answer status,
 -- 12 answer body, 13 the payment's new status, 14 the amount captured (NULL: unchanged),
 -- 15 the payment's failure code, 16 its failure message, 17 its next check (the authorization's
--- watch, when it is authorized again), 18 the order's new status (NULL: unchanged).
+-- watch, when it is authorized again), 18 the order's new status (NULL: unchanged), 19 for a
+-- give-up, how long the last send must have been quiet (milliseconds; NULL otherwise: see
+-- settle_payment.sql).
 WITH locked_order AS (
     SELECT id FROM orders WHERE account_id = $1 AND id = $3 FOR UPDATE
 ), locked_payment AS (
@@ -22,6 +24,8 @@ WITH locked_order AS (
     SET status = $5, failure_code = $6, failure_message = $7, next_check_at = NULL,
         lease_until = NULL, lease_id = NULL, updated_at = $8, answer_status = $11, answer_body = $12
     WHERE account_id = $1 AND id = $2 AND status = 'processing'
+        AND ($19::bigint IS NULL OR last_send_at IS NULL
+            OR last_send_at < clock_timestamp() - $19 * interval '1 millisecond')
         AND EXISTS (SELECT 1 FROM locked_payment)
     RETURNING account_id, id, payment_id, kind, status
 ), moved_payment AS (

@@ -11,15 +11,24 @@
 -- Parameters: 1 account, 2 payment id, 3 order id, 4 new status, 5 provider charge id,
 -- 6 failure code, 7 failure message, 8 now, 9 actor, 10 event detail, 11 answer status,
 -- 12 answer body, 13 amount captured, 14 authorization expires at, 15 next check (the
--- authorization's watch), 16 the order's new status (NULL: unchanged).
+-- authorization's watch, or the late-charge watch of a payment given up on), 16 the order's new
+-- status (NULL: unchanged), 17 for a give-up, how long the last send must have been quiet (in
+-- milliseconds, at the database's clock; NULL otherwise), 18 until when a payment given up on
+-- is watched for a charge that lands late (NULL otherwise).
+-- The give-up guard orders a give-up against every send: a send marks `last_send_at` under its
+-- lease before it leaves, so a send that may still be in flight holds the give-up back, and a
+-- send that would start after the give-up finds the payment settled and does not leave.
 WITH locked_order AS (
     SELECT id FROM orders WHERE account_id = $1 AND id = $3 FOR UPDATE
 ), settled AS (
     UPDATE payments
     SET status = $4, provider_charge_id = $5, failure_code = $6, failure_message = $7,
         amount_captured = $13, authorization_expires_at = $14, next_check_at = $15,
-        lease_until = NULL, lease_id = NULL, updated_at = $8, answer_status = $11, answer_body = $12
+        late_watch_until = $18, lease_until = NULL, lease_id = NULL, updated_at = $8,
+        answer_status = $11, answer_body = $12
     WHERE account_id = $1 AND id = $2 AND status = 'processing' AND answer_status IS NULL
+        AND ($17::bigint IS NULL OR last_send_at IS NULL
+            OR last_send_at < clock_timestamp() - $17 * interval '1 millisecond')
         AND EXISTS (SELECT 1 FROM locked_order)
     RETURNING account_id, id, order_id, status
 ), logged AS (

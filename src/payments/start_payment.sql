@@ -31,6 +31,7 @@
         WHEN EXISTS (SELECT 1 FROM live) THEN 'payment_in_progress'
         WHEN $14::numeric IS NOT NULL AND $14 <> (SELECT total_amount FROM payable)
             THEN 'amount_mismatch'
+        WHEN (SELECT total_amount FROM payable) = 0 THEN 'nothing_to_pay'
         ELSE 'started'
     END AS outcome
 ), started AS (

@@ -214,6 +214,7 @@ crate::prepared_statement! {
         12 => answer_status: i16 as Int2,
         13 => answer_body: &'a [u8] as Bytea,
         14 => moves_order: bool as Bool,
+        15 => quiet_for_ms: Option<i64> as Nullable<BigInt>,
     }
 }
 

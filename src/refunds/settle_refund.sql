@@ -8,7 +8,8 @@
 -- Lock order (docs/architecture.md): the order, then the payment, then the refund.
 -- Parameters: 1 account, 2 refund id, 3 order id, 4 payment id, 5 new status, 6 provider refund
 -- id, 7 failure code, 8 failure message, 9 now, 10 actor, 11 event detail, 12 answer status,
--- 13 answer body, 14 whether the order moves.
+-- 13 answer body, 14 whether the order moves, 15 for a give-up, how long the last send must have
+-- been quiet (milliseconds; NULL otherwise: see settle_payment.sql).
 WITH locked_order AS (
     SELECT id FROM orders WHERE account_id = $1 AND id = $3 FOR UPDATE
 ), locked_payment AS (
@@ -21,6 +22,8 @@ WITH locked_order AS (
         next_check_at = NULL, lease_until = NULL, lease_id = NULL, updated_at = $9,
         answer_status = $12, answer_body = $13
     WHERE account_id = $1 AND id = $2 AND status = 'processing'
+        AND ($15::bigint IS NULL OR last_send_at IS NULL
+            OR last_send_at < clock_timestamp() - $15 * interval '1 millisecond')
         AND EXISTS (SELECT 1 FROM locked_payment)
     RETURNING account_id, id, payment_id, amount, status
 ), paid_back AS (

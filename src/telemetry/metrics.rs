@@ -10,6 +10,7 @@
 //! | `orderpay_idempotency_keys_swept_total` | counter | |
 //! | `orderpay_payments_settled_total` | counter | `status`: succeeded, requires_capture, failed, canceled |
 //! | `orderpay_refunds_settled_total` | counter | `status`: succeeded, failed |
+//! | `orderpay_late_charges_total` | counter | `result`: refunded, voided (charges that landed after their payment was given up on) |
 //! | `orderpay_reconciler_passes_total` | counter | |
 //! | `orderpay_reconciler_payments_total` | counter | `result`: settled, redriven, rescheduled, stuck, gave_up, error |
 //! | `orderpay_db_pool_connections` | gauge | `state`: in_use, idle (read at scrape) |
@@ -58,6 +59,10 @@ fn describe() {
     );
     describe_counter!("orderpay_payments_settled_total", "Payments whose charge or authorization settled");
     describe_counter!("orderpay_refunds_settled_total", "Refunds moved to a final status");
+    describe_counter!(
+        "orderpay_late_charges_total",
+        "Charges that landed after their payment was given up on, refunded or voided by the system"
+    );
     describe_counter!("orderpay_reconciler_passes_total", "Reconciler passes run");
     describe_counter!("orderpay_reconciler_payments_total", "Payments handled by the reconciler, by result");
     describe_gauge!("orderpay_db_pool_connections", "Database connections by state");
@@ -85,6 +90,12 @@ pub fn keys_swept(count: usize) {
 
 pub fn payment_settled(status: &'static str) {
     counter!("orderpay_payments_settled_total", "status" => status).increment(1);
+}
+
+/// `result`: refunded (a charge that landed after its payment was given up on, refunded by the
+/// system), voided (a late authorization).
+pub fn late_charge(result: &'static str) {
+    counter!("orderpay_late_charges_total", "result" => result).increment(1);
 }
 
 pub fn refund_settled(status: &'static str) {

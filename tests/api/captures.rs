@@ -262,8 +262,9 @@ async fn a_capture_the_provider_never_received_is_given_up_without_failing_the_a
     app.provider.set_faults(json!({"error_rate": 1.0})).await;
     let key = new_key();
     assert_eq!(app.capture(payment_id, None, &key).await.status(), 202);
+    // Checks until the last one, then the give-up once the last send has been quiet (1.1 s).
     let mut gave_up = 0;
-    for _ in 0..5 {
+    for _ in 0..12 {
         tokio::time::sleep(Duration::from_millis(250)).await;
         gave_up += app.reconcile_once().await.gave_up;
     }

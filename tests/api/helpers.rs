@@ -176,6 +176,9 @@ async fn spawn_app_on(
             backoff_base: Duration::from_millis(50),
             backoff_cap: Duration::from_millis(200),
             claim_for: claim_for(Duration::from_secs(1)),
+            // The provider timeout (1 s) and a 100 ms margin.
+            quiet_before_give_up: Duration::from_millis(1100),
+            late_charge_watch: Duration::from_secs(60),
         },
         shutdown_grace: Duration::from_secs(5),
         client_timeout: Duration::from_secs(5),

@@ -16,6 +16,7 @@ mod database;
 mod errors;
 mod failure_windows;
 mod idempotency;
+mod late_charges;
 mod operations;
 mod orders;
 mod payments;

@@ -287,10 +287,16 @@ async fn provider_5xx_is_never_success_without_a_charge_nor_failure_on_a_guess_w
     assert!(app.provider.charges().await.is_empty(), "nothing was charged");
     assert_eq!(app.order_status(&order_id).await, "pending_payment");
 
-    // At the limit the reconciler gives up, explicitly, with a reason.
+    // At the limit the last check only looks; the give-up still waits until the last send has
+    // been quiet for the provider timeout and a margin (1.1 s here): it could yet land.
     tokio::time::sleep(Duration::from_millis(250)).await;
+    let held_back = app.reconcile_once().await;
+    assert_eq!((held_back.claimed, held_back.redriven, held_back.gave_up), (1, 0, 0), "{held_back:?}");
+    assert_eq!(app.get_payment(&payment_id).await["status"], "processing");
+    // Then the reconciler gives up, explicitly, with a reason.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
     let pass = app.reconcile_once().await;
-    assert_eq!(pass.gave_up, 1);
+    assert_eq!(pass.gave_up, 1, "{pass:?}");
     let payment = app.get_payment(&payment_id).await;
     assert_eq!(payment["status"], "failed");
     assert_eq!(payment["failure_code"], "reconciliation_gave_up");

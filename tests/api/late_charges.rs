@@ -1,0 +1,162 @@
+//! Nothing charged twice, even late. A give-up never races a send: it waits until the payment's
+//! last send has been quiet for the provider timeout and a margin, ordered against every send by
+//! the database. And a charge that lands after its payment was given up on anyway is refunded by
+//! the system; the failed payment stays failed.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::helpers::{TestApp, assert_problem, json, new_key, spawn_app_with};
+
+/// An app whose provider calls time out after 300 ms, giving up after one check, and whose
+/// give-up waits for 1.1 s of quiet after the last send.
+async fn impatient_app() -> TestApp {
+    spawn_app_with(|settings, _| {
+        settings.provider.timeout = Duration::from_millis(300);
+        settings.reconciler.max_attempts = 1;
+        settings.reconciler.quiet_before_give_up = Duration::from_millis(1100);
+    })
+    .await
+}
+
+/// The outside finding: a charge slow at the provider beyond our timeout, the reconciler's last
+/// check before it lands. Before, the check gave up ("never received"), the order became payable
+/// again, the slow charge landed, and a second payment charged the order twice.
+#[tokio::test]
+async fn a_slow_charge_still_in_flight_at_the_last_check_is_never_given_up_on() {
+    let app = impatient_app().await;
+    let order_id = app.create_order().await["id"].as_str().unwrap().to_owned();
+    app.provider.set_faults(json!({"latency_ms": 2000})).await;
+    let key = new_key();
+    let accepted = app.pay(&order_id, "pm_card_ok", &key).await;
+    assert_eq!(accepted.status(), 202, "the provider is slower than our timeout");
+    let payment_id = json(accepted).await["id"].as_str().unwrap().to_owned();
+
+    // The last check finds nothing at the provider yet; the send is still in flight.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!((pass.claimed, pass.gave_up), (1, 0), "held back: {pass:?}");
+    assert_eq!(app.get_payment(&payment_id).await["status"], "processing");
+    let second = app.pay(&order_id, "pm_card_ok", &new_key()).await;
+    assert_problem(second, 409, "payment-in-progress").await;
+
+    // The slow charge lands; the next check finds it.
+    tokio::time::sleep(Duration::from_millis(2300)).await;
+    app.provider.set_faults(json!({})).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!((pass.settled, pass.gave_up), (1, 0), "{pass:?}");
+    assert_eq!(app.get_payment(&payment_id).await["status"], "succeeded");
+    assert_eq!(app.order_status(&order_id).await, "paid");
+    assert_problem(app.pay(&order_id, "pm_card_ok", &new_key()).await, 409, "invalid-state").await;
+    let charges = app.provider.charges().await;
+    assert_eq!(charges.len(), 1, "charged once: {charges:?}");
+}
+
+/// The give-up and a send are ordered by the database: a send noted just before the give-up
+/// (here, by hand, as a re-send would note it under its lease) holds the give-up back.
+#[tokio::test]
+async fn a_send_noted_before_the_give_up_holds_it_back() {
+    let app = impatient_app().await;
+    let order_id = app.create_order().await["id"].as_str().unwrap().to_owned();
+    app.provider.set_faults(json!({"error_rate": 1.0})).await;
+    let accepted = app.pay(&order_id, "pm_card_ok", &new_key()).await;
+    assert_eq!(accepted.status(), 202);
+    let payment_id = json(accepted).await["id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    app.execute(&format!("UPDATE payments SET last_send_at = clock_timestamp() WHERE id = '{payment_id}'"))
+        .await;
+    let pass = app.reconcile_once().await;
+    assert_eq!((pass.claimed, pass.gave_up), (1, 0), "{pass:?}");
+    assert_eq!(app.get_payment(&payment_id).await["status"], "processing");
+}
+
+/// A charge that lands after the give-up anyway (a provider can act later than any timeout):
+/// the reconciler finds it, records it on the failed payment, and the system refunds it. The
+/// failed payment stays failed with its stored answer; the order is untouched and can be paid.
+#[tokio::test]
+async fn a_charge_that_lands_after_the_give_up_is_refunded_by_the_system() {
+    let app = impatient_app().await;
+    let order = app.create_order().await;
+    let order_id = order["id"].as_str().unwrap().to_owned();
+    app.provider.set_faults(json!({"error_rate": 1.0})).await;
+    let key = new_key();
+    let payment = json(app.pay(&order_id, "pm_card_ok", &key).await).await;
+    let payment_id = payment["id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!(pass.gave_up, 1, "never received, and quiet long enough: {pass:?}");
+    let failed = assert_problem(app.pay(&order_id, "pm_card_ok", &key).await, 402, "payment-failed").await;
+    app.provider.set_faults(json!({})).await;
+
+    // The lost charge request reaches the provider after all.
+    let late = app
+        .client
+        .post(format!("{}/v1/charges", app.provider.address))
+        .header("Idempotency-Key", format!("orderpay_pay_{payment_id}"))
+        .json(&json!({
+            "amount": order["total_amount"], "currency": "USD", "payment_method": "pm_card_ok",
+            "reference": payment_id, "capture": true,
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(late.status(), 201, "{}", late.text().await.unwrap());
+
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!(pass.settled, 1, "the late charge was found: {pass:?}");
+    let refunds = app.provider.refunds().await;
+    assert_eq!(refunds.len(), 1, "refunded once: {refunds:?}");
+    assert_eq!(refunds[0]["status"], "succeeded");
+    assert_eq!(refunds[0]["amount"], order["total_amount"]);
+    let system_refunds = app.count(
+        "SELECT count(*) AS count FROM refunds WHERE idempotency_key IS NULL AND status = 'succeeded'",
+    );
+    assert_eq!(system_refunds.await, 1);
+    // The failed payment is not revived; its answer stands; the order was never paid.
+    assert_eq!(app.get_payment(&payment_id).await["status"], "failed");
+    assert_eq!(
+        assert_problem(app.pay(&order_id, "pm_card_ok", &key).await, 402, "payment-failed").await,
+        failed
+    );
+    assert_eq!(app.order_status(&order_id).await, "pending_payment");
+    let recorded = app
+        .count(&format!("SELECT count(*) AS count FROM payments WHERE id = '{payment_id}' AND late_charge_amount IS NOT NULL"))
+        .await;
+    assert_eq!(recorded, 1, "the late charge is recorded on the failed payment");
+    let audit = app
+        .count(&format!(
+            "SELECT count(*) AS count FROM payment_events WHERE payment_id = '{payment_id}' AND actor = 'system'"
+        ))
+        .await;
+    assert!(audit >= 2, "the late charge and its refund are in the audit trail ({audit})");
+    let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains(r#"orderpay_late_charges_total{result="refunded"} 1"#), "{metrics}");
+    // Nothing more to watch; the order is paid once with a new key.
+    assert_eq!(app.reconcile_once().await.claimed, 0);
+    assert_eq!(app.pay(&order_id, "pm_card_ok", &new_key()).await.status(), 201);
+    let kept: Vec<_> = app
+        .provider
+        .charges()
+        .await
+        .into_iter()
+        .filter(|charge| charge["amount_refunded"] == "0.00")
+        .collect();
+    assert_eq!(kept.len(), 1, "the customer is charged once in the end");
+}
+
+/// No charge of zero ever reaches the provider: an order whose total is zero is refused.
+#[tokio::test]
+async fn an_order_of_zero_is_not_charged() {
+    let app = impatient_app().await;
+    let body = json!({"currency": "USD", "items": [{"sku": "free", "quantity": 1, "unit_price": "0.00"}]});
+    let order = json(app.post_order(&body, None).await).await;
+    let key = new_key();
+    let refused = app.pay(order["id"].as_str().unwrap(), "pm_card_ok", &key).await;
+    let problem = assert_problem(refused, 422, "validation-failed").await;
+    assert_eq!(problem["errors"][0]["field"], "order_id");
+    assert!(app.provider.charges().await.is_empty());
+    assert_eq!(app.payments_stored().await, 0);
+    assert_eq!(app.keys_stored().await, 0, "not stored: nothing to replay");
+}
