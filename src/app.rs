@@ -119,7 +119,15 @@ impl Application {
                 std::future::ready(false)
             });
         let reconciler_engine = engine(&settings, background_pool.clone(), provider);
+        let events_sweep = crate::events::sweeper::run(
+            background_pool.clone(),
+            settings.event_retention,
+            settings.sweeper.interval,
+            settings.sweeper.batch_size,
+            shutdown_signal.clone(),
+        );
         let background = vec![
+            tokio::spawn(events_sweep),
             tokio::spawn(sweeper::run(background_pool, settings.sweeper, shutdown_signal.clone())),
             tokio::spawn(reconciler::run(reconciler_engine, settings.reconciler, shutdown_signal)),
             tokio::spawn(upkeep),

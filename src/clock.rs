@@ -12,6 +12,14 @@ pub fn after(now: DateTime<Utc>, duration: Duration) -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
+/// `now - duration`, saturating at the beginning of time.
+pub fn before(now: DateTime<Utc>, duration: Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(duration)
+        .ok()
+        .and_then(|duration| now.checked_sub_signed(duration))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@
 //!
 //! Variables read here: `DATABASE_URL`, `ORDERPAY_DB_POOL_SIZE`, `ORDERPAY_DB_ACQUIRE_TIMEOUT_MS`,
 //! `ORDERPAY_DB_CONNECT_TIMEOUT_MS`, `ORDERPAY_DB_STATEMENT_TIMEOUT_MS`, `ORDERPAY_LISTEN`, `ORDERPAY_WORKERS`, `ORDERPAY_REQUIRE_IDEMPOTENCY_KEY`,
-//! `ORDERPAY_IDEMPOTENCY_TTL_SECS`, `ORDERPAY_SWEEP_INTERVAL_MS`, `ORDERPAY_SWEEP_BATCH_SIZE`,
+//! `ORDERPAY_IDEMPOTENCY_TTL_SECS`, `ORDERPAY_SWEEP_INTERVAL_MS`, `ORDERPAY_SWEEP_BATCH_SIZE`, `ORDERPAY_EVENT_RETENTION_DAYS`,
 //! `ORDERPAY_PROVIDER_URL`, `ORDERPAY_PROVIDER_TIMEOUT_MS`, `ORDERPAY_PAYMENT_LEASE_MS`,
 //! `ORDERPAY_RECONCILE_INTERVAL_MS`, `ORDERPAY_RECONCILE_BATCH_SIZE`,
 //! `ORDERPAY_RECONCILE_MAX_ATTEMPTS`, `ORDERPAY_RECONCILE_BACKOFF_BASE_MS`,
@@ -276,6 +276,10 @@ pub struct ServeArgs {
     #[arg(long, env = "ORDERPAY_SWEEP_INTERVAL_MS", default_value_t = 60_000)]
     pub sweep_interval_ms: u64,
 
+    /// How long events are kept for the Events API (days); then they are deleted in batches.
+    #[arg(long, env = "ORDERPAY_EVENT_RETENTION_DAYS", default_value_t = 30)]
+    pub event_retention_days: u64,
+
     /// Rows the sweeper deletes per statement.
     #[arg(long, env = "ORDERPAY_SWEEP_BATCH_SIZE", default_value_t = 1_000)]
     pub sweep_batch_size: i64,
@@ -347,6 +351,8 @@ pub struct Settings {
     pub timing: Timing,
     pub reconciler: ReconcilerConfig,
     pub shutdown_grace: Duration,
+    /// How long events are kept.
+    pub event_retention: Duration,
     pub client_timeout: Duration,
     /// How long a request body may take to arrive once the head is in.
     pub client_body_timeout: Duration,
@@ -403,6 +409,7 @@ impl ServeArgs {
             },
             reconciler,
             shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
+            event_retention: Duration::from_secs(self.event_retention_days.saturating_mul(86_400)),
             client_timeout: Duration::from_millis(self.client_timeout_ms.max(1)),
             client_body_timeout: Duration::from_millis(self.client_body_timeout_ms.max(1)),
             max_connections: self.max_connections,

@@ -88,6 +88,10 @@ id_type!(
     RefundId
 );
 id_type!(
+    /// An event of the outbox: what every consumer deduplicates on.
+    EventId
+);
+id_type!(
     /// One claim of a provider operation by a driver (a request, a retry that took it over, a
     /// reconciler). Only the holder of the current lease may release it.
     LeaseId

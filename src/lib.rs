@@ -9,6 +9,7 @@ pub mod clock;
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod events;
 pub mod http;
 pub mod idempotency;
 pub mod ids;

@@ -1,10 +1,32 @@
 // @generated automatically by Diesel CLI.
 
+pub mod sql_types {
+    #[derive(diesel::sql_types::SqlType)]
+    #[diesel(postgres_type(name = "xid8", schema = "pg_catalog"))]
+    pub struct Xid8;
+}
+
 diesel::table! {
     accounts (id) {
         id -> Uuid,
         name -> Text,
         api_key_hash -> Bytea,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    use diesel::sql_types::*;
+    use super::sql_types::Xid8;
+
+    events (account_id, id) {
+        account_id -> Uuid,
+        id -> Uuid,
+        txid -> Xid8,
+        seq -> Int8,
+        #[sql_name = "type"]
+        type_ -> Text,
+        data -> Bytea,
         created_at -> Timestamptz,
     }
 }
@@ -151,8 +173,21 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    use diesel::sql_types::*;
+    use super::sql_types::Xid8;
+
+    relay_cursors (relay) {
+        relay -> Text,
+        txid -> Xid8,
+        seq -> Int8,
+        updated_at -> Timestamptz,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     accounts,
+    events,
     idempotency_keys,
     order_items,
     orders,
@@ -160,4 +195,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     payment_operations,
     payments,
     refunds,
+    relay_cursors,
 );

@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod body;
 pub mod docs;
+pub mod events;
 pub mod health;
 pub mod idempotency;
 pub mod observe;
@@ -58,6 +59,8 @@ pub fn routes(config: &mut web::ServiceConfig) {
         .service(resource("/payments/{id}/void", "POST").post(payments::void))
         .service(resource("/refunds", "GET, POST").post(refunds::create).get(refunds::list))
         .service(resource("/refunds/{id}", "GET").get(refunds::get))
+        .service(resource("/events", "GET").get(events::list))
+        .service(resource("/events/{id}", "GET").get(events::get))
         .service(resource("/healthz", "GET").get(health::healthz))
         .service(resource("/readyz", "GET").get(health::readyz))
         .service(resource("/metrics", "GET").get(health::metrics))

@@ -17,13 +17,18 @@ use super::{Actor, Engine, EngineError, Finding, GiveUp, Kind, Recorded};
 use crate::clock::after;
 use crate::db::Pool;
 use crate::error::ApiError;
+use crate::events::repository::NewEvent;
+use crate::events::{Announce, EventType};
 use crate::idempotency::StoredResponse;
 use crate::ids::{AccountId, OperationId};
 use crate::money::Amount;
 use crate::orders::OrderStatus;
+use crate::orders::service as orders;
 use crate::payments::authorization::{self, Action, ActionStatus, PaymentOperation, SettleAction};
 use crate::payments::repository::{self as payments, EndAuthorization};
-use crate::payments::representation::{AUTHORIZATION_EXPIRED, action_response, stored_action_answer};
+use crate::payments::representation::{
+    AUTHORIZATION_EXPIRED, action_response, payment_json, stored_action_answer,
+};
 use crate::payments::{GAVE_UP_CODE, Payment, PaymentStatus};
 use crate::provider::{CancelRequest, CaptureRequest, Charge, ChargeStatus, PaymentProvider, ProviderError};
 
@@ -258,7 +263,15 @@ pub async fn settle(
         None => (None, None),
     };
     let mut conn = pool.get().await?;
+    let event = match payment.status {
+        PaymentStatus::Succeeded => Some(NewEvent::new(EventType::PaymentSucceeded, payment_json(&payment))),
+        PaymentStatus::Canceled => Some(NewEvent::new(EventType::PaymentCanceled, payment_json(&payment))),
+        _ => None,
+    };
+    let order_event =
+        orders::paid_event(&mut conn, payment.account_id, payment.order_id, order_status, now).await?;
     let statement = SettleAction {
+        announce: Announce::new(event.as_ref(), order_event.as_ref()),
         account_id: operation.account_id,
         id: operation.id,
         order_id: payment.order_id,
@@ -283,7 +296,8 @@ pub async fn settle(
             _ => None,
         },
     };
-    let (applied, _) = authorization::settle(&mut conn, statement).await?;
+    let (applied, moved) = authorization::settle(&mut conn, statement).await?;
+    Announce::new(event.as_ref(), order_event.as_ref()).count_written(applied == 1, moved == 1);
     if applied == 1 {
         tracing::info!(operation_id = %operation.id, %action, status = %status, payment_status = %payment.status,
             actor = actor.as_str(), "capture or void settled");
@@ -358,7 +372,26 @@ pub async fn watch(
             return Ok(Watched::Unknown);
         }
     };
+    let ended_payment = Payment {
+        status,
+        amount_captured: Amount::from_decimal(amount_captured, payment.currency())
+            .unwrap_or(payment.amount_captured),
+        failure_code: failure_code.clone(),
+        failure_message: failure_message.clone(),
+        next_check_at: None,
+        updated_at: now,
+        ..payment.clone()
+    };
+    let event_type = if status == PaymentStatus::Succeeded {
+        EventType::PaymentSucceeded
+    } else {
+        EventType::PaymentCanceled
+    };
+    let event = NewEvent::new(event_type, payment_json(&ended_payment));
+    let order_event =
+        orders::paid_event(&mut conn, payment.account_id, payment.order_id, Some(order_status), now).await?;
     let end = EndAuthorization {
+        announce: Announce::new(Some(&event), order_event.as_ref()),
         account_id: payment.account_id,
         payment_id: payment.id,
         order_id: payment.order_id,
@@ -370,7 +403,8 @@ pub async fn watch(
         actor: Actor::Reconciler.as_str(),
         order_status,
     };
-    let (ended, _) = payments::end_authorization(&mut conn, end).await?;
+    let (ended, moved) = payments::end_authorization(&mut conn, end).await?;
+    Announce::new(Some(&event), order_event.as_ref()).count_written(ended == 1, moved == 1);
     if ended == 1 {
         tracing::warn!(payment_id = %payment.id, status = %status, "an authorization ended at the provider");
     }

@@ -8,11 +8,14 @@ use uuid::Uuid;
 use super::leases::Table;
 use super::{Actor, EngineError, Finding, GiveUp, Kind, Recorded};
 use crate::db::Pool;
+use crate::events::repository::NewEvent;
+use crate::events::{Announce, EventType};
 use crate::idempotency::StoredResponse;
 use crate::ids::{AccountId, PaymentId};
 use crate::orders::OrderStatus;
+use crate::orders::service as orders;
 use crate::payments::repository::{self, SettlePayment};
-use crate::payments::representation::{final_response, pending_response, stored_answer};
+use crate::payments::representation::{final_response, payment_json, pending_response, stored_answer};
 use crate::payments::{CaptureMethod, GAVE_UP_CODE, Payment, PaymentStatus};
 use crate::provider::{Charge, ChargeRequest, ChargeStatus, PaymentProvider, ProviderError};
 
@@ -206,7 +209,18 @@ pub async fn settle(
     };
     let answer = final_response(&settled);
     let mut conn = pool.get().await?;
+    let event_type = match settled.status {
+        PaymentStatus::Succeeded => EventType::PaymentSucceeded,
+        PaymentStatus::RequiresCapture => EventType::PaymentRequiresCapture,
+        PaymentStatus::Canceled => EventType::PaymentCanceled,
+        PaymentStatus::Failed | PaymentStatus::Processing => EventType::PaymentFailed,
+    };
+    let event = NewEvent::new(event_type, payment_json(&settled));
+    let order_event =
+        orders::paid_event(&mut conn, payment.account_id, payment.order_id, order_status, now).await?;
+    let announce = Announce::new(Some(&event), order_event.as_ref());
     let statement = SettlePayment {
+        announce,
         account_id: payment.account_id,
         payment_id: payment.id,
         order_id: payment.order_id,
@@ -227,6 +241,7 @@ pub async fn settle(
         late_watch_until,
     };
     let (applied, moved) = repository::settle(&mut conn, statement).await?;
+    Announce::new(Some(&event), order_event.as_ref()).count_written(applied == 1, moved == 1);
     if applied == 1 {
         if order_status.is_some() && moved == 0 {
             // Cannot happen while cancels refuse orders with a payment in flight and an order has

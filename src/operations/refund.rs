@@ -8,14 +8,20 @@ use uuid::Uuid;
 use super::leases::Table;
 use super::{Actor, EngineError, Finding, GiveUp, Kind, Recorded};
 use crate::db::Pool;
+use crate::events::repository::NewEvent;
+use crate::events::{Announce, EventType};
 use crate::idempotency::StoredResponse;
+use crate::ids::EventId;
 use crate::ids::{AccountId, RefundId};
+use crate::orders::OrderStatus;
+use crate::orders::service as orders;
 use crate::payments::GAVE_UP_CODE;
+use crate::payments::representation::payment_json;
 use crate::provider::{
     PaymentProvider, ProviderError, Refund as ProviderRefund, RefundRequest, RefundStatus as ProviderStatus,
 };
 use crate::refunds::repository::{self, SettleRefund};
-use crate::refunds::representation::{final_response, pending_response, stored_answer};
+use crate::refunds::representation::{final_response, pending_response, refund_json, stored_answer};
 use crate::refunds::{Refund, RefundStatus};
 
 /// A refund's final outcomes.
@@ -167,7 +173,42 @@ pub async fn settle(
     }
     let answer = final_response(&settled);
     let mut conn = pool.get().await?;
+    let event_type = if settled.status == RefundStatus::Succeeded {
+        EventType::RefundSucceeded
+    } else {
+        EventType::RefundFailed
+    };
+    let event = NewEvent::new(event_type, refund_json(&settled));
+    let (account_id, order_id) = (refund.account_id, refund.order_id);
+    let system = refund.idempotency_key.is_none();
+    // A client's refund moves the order (the statement picks which of the two it becomes); the
+    // system's refund of a late charge leaves the order alone and tells of the payment instead.
+    let (partially, fully) = if system || settled.status != RefundStatus::Succeeded {
+        (None, None)
+    } else {
+        (
+            orders::rendered_after(&mut conn, account_id, order_id, OrderStatus::PartiallyRefunded, now)
+                .await?,
+            orders::rendered_after(&mut conn, account_id, order_id, OrderStatus::Refunded, now).await?,
+        )
+    };
+    let late_charge_event = if system && settled.status == RefundStatus::Succeeded {
+        crate::payments::repository::find(&mut conn, account_id, refund.payment_id).await?.map(|payment| {
+            let payment = crate::payments::Payment {
+                amount_refunded: payment
+                    .amount_refunded
+                    .checked_add(&refund.amount)
+                    .unwrap_or(payment.amount_refunded),
+                updated_at: now,
+                ..payment
+            };
+            NewEvent::new(EventType::PaymentLateChargeRefunded, payment_json(&payment))
+        })
+    } else {
+        None
+    };
     let statement = SettleRefund {
+        announce: Announce::new(Some(&event), late_charge_event.as_ref()),
         account_id: refund.account_id,
         refund_id: refund.id,
         order_id: refund.order_id,
@@ -181,10 +222,22 @@ pub async fn settle(
         detail: settled.failure_message.as_deref().or(settled.provider_refund_id.as_deref()),
         answer_status: answer.status as i16,
         answer_body: &answer.body,
-        moves_order: refund.idempotency_key.is_some(),
+        moves_order: !system,
         quiet_for_ms,
+        order_event_id: EventId::generate(),
+        order_partially_refunded: partially.as_deref(),
+        order_refunded: fully.as_deref(),
     };
     let (applied, order_status) = repository::settle(&mut conn, statement).await?;
+    Announce::new(Some(&event), late_charge_event.as_ref()).count_written(applied == 1, applied == 1);
+    if let Some(order_status) = order_status.filter(|_| applied == 1) {
+        let event_type = if order_status == OrderStatus::Refunded {
+            EventType::OrderRefunded
+        } else {
+            EventType::OrderPartiallyRefunded
+        };
+        crate::telemetry::metrics::events_written(std::iter::once(event_type.as_str()));
+    }
     if applied == 1 {
         tracing::info!(refund_id = %refund.id, status = %settled.status, order_status = ?order_status,
             actor = actor.as_str(), "refund settled");

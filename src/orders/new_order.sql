@@ -3,8 +3,10 @@
 -- before the order is written; $7 is the order's id). The order and its items go in if the key
 -- was new, or if there is no key ($2 NULL). A key that exists inserts nothing and returns 0;
 -- the caller then reads the key row (by then committed: ON CONFLICT waited for it).
+-- The `order.created` event goes in with the order (the transactional outbox); its data is the
+-- order as created, which is the answer ($10).
 -- Parameters after the claim's: 13 currency, 14 total, 15 customer id, 16 metadata,
--- 17-20 the items' skus, quantities, unit prices and amounts.
+-- 17-20 the items' skus, quantities, unit prices and amounts, 21 the event's id.
 -- bench/run.py runs this same text (with claim_key.sql) under pgbench as the service's ceiling.
 , placed AS (
     INSERT INTO orders (account_id, id, status, currency, total_amount, customer_id, metadata,
@@ -18,5 +20,8 @@
         line.amount
     FROM placed, unnest($17, $18, $19, $20) WITH ORDINALITY
         AS line (sku, quantity, unit_price, amount, position)
+), announced AS (
+    INSERT INTO events (account_id, id, type, data, created_at)
+    SELECT $1, $21, 'order.created', $10, $11 FROM placed
 )
 SELECT count(*) FROM placed

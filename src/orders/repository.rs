@@ -15,9 +15,10 @@ use rust_decimal::Decimal;
 
 use super::{LineItem, Metadata, Order, OrderStatus, Quantity, Sku};
 use crate::db::schema::{order_items, orders};
+use crate::events::EventType;
 use crate::idempotency::store::{ClaimParameters, ResourceKind};
 use crate::idempotency::{KeyedRequest, StoredResponse};
-use crate::ids::{AccountId, OrderId};
+use crate::ids::{AccountId, EventId, OrderId};
 use crate::money::{Amount, Currency};
 
 #[derive(Queryable, Selectable)]
@@ -100,11 +101,13 @@ crate::prepared_statement! {
         18 => quantities: Vec<i32> as Array<Int4>,
         19 => unit_prices: Vec<Decimal> as Array<Numeric>,
         20 => amounts: Vec<Decimal> as Array<Numeric>,
+        21 => event_id: EventId as Uuid,
     }
 }
 
 /// Inserts an order and its items, with `keyed`'s key and its stored `answer` when there is a
-/// key. Returns false, having written nothing, when the key exists.
+/// key, and its `order.created` event. Returns false, having written nothing, when the key
+/// exists.
 pub async fn insert(
     conn: &mut AsyncPgConnection,
     order: &Order,
@@ -125,8 +128,13 @@ pub async fn insert(
         quantities: order.items.iter().map(|item| item.quantity.get() as i32).collect(),
         unit_prices: order.items.iter().map(|item| item.unit_price.value()).collect(),
         amounts: order.items.iter().map(|item| item.amount.value()).collect(),
+        event_id: EventId::generate(),
     };
-    Ok(statement.get_result::<i64>(conn).await? == 1)
+    let placed = statement.get_result::<i64>(conn).await? == 1;
+    if placed {
+        crate::telemetry::metrics::events_written(std::iter::once(EventType::OrderCreated.as_str()));
+    }
+    Ok(placed)
 }
 
 async fn load_items(

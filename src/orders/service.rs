@@ -7,6 +7,8 @@ use diesel_async::AsyncConnection;
 use super::{Order, OrderStatus, repository, representation};
 use crate::db::Pool;
 use crate::error::ApiError;
+use crate::events::EventType;
+use crate::events::repository::{self as events, NewEvent};
 use crate::idempotency::store::{self, Claim, ResourceKind};
 use crate::idempotency::{Execution, KeyedRequest, Keys, Resolved, StoredResponse};
 use crate::ids::{AccountId, OrderId};
@@ -104,6 +106,8 @@ pub async fn cancel(
                 repository::transition(conn, account_id, order_id, status, OrderStatus::Cancelled, now)
                     .await?;
                 let order = repository::find(conn, account_id, order_id).await?.ok_or_else(not_found)?;
+                let event = NewEvent::new(EventType::OrderCancelled, representation::order_json(&order));
+                events::insert(conn, account_id, &[event], now).await?;
                 representation::ok(&order)
             } else {
                 not_cancellable(order_id, status)
@@ -150,4 +154,35 @@ pub async fn list(
 ) -> Result<(Vec<Order>, bool), ApiError> {
     let mut conn = pool.get().await?;
     Ok(repository::list(&mut conn, account_id, limit, starting_after).await?)
+}
+
+/// The order's JSON as it will be once moved to `status` at `now` (for the event a settle
+/// writes with the move: everything but the status and `updated_at` is fixed at creation).
+/// The `order.paid` event of a settle that moves the order to paid, `None` for one that does not.
+pub async fn paid_event(
+    conn: &mut diesel_async::AsyncPgConnection,
+    account_id: AccountId,
+    order_id: OrderId,
+    moves_to: Option<OrderStatus>,
+    now: chrono::DateTime<Utc>,
+) -> diesel::QueryResult<Option<crate::events::repository::NewEvent>> {
+    if moves_to != Some(OrderStatus::Paid) {
+        return Ok(None);
+    }
+    let order = rendered_after(conn, account_id, order_id, OrderStatus::Paid, now).await?;
+    Ok(order
+        .map(|order| crate::events::repository::NewEvent::new(crate::events::EventType::OrderPaid, order)))
+}
+
+pub async fn rendered_after(
+    conn: &mut diesel_async::AsyncPgConnection,
+    account_id: AccountId,
+    order_id: OrderId,
+    status: OrderStatus,
+    now: chrono::DateTime<Utc>,
+) -> diesel::QueryResult<Option<Vec<u8>>> {
+    let Some(order) = repository::find(conn, account_id, order_id).await? else {
+        return Ok(None);
+    };
+    Ok(Some(representation::order_json(&Order { status, updated_at: now, ..order })))
 }

@@ -116,6 +116,7 @@ pub async fn start(
 crate::prepared_statement! {
     /// A capture or a void settled (`settle_capture_or_void.sql`).
     pub struct SettleAction<'a>("settle_capture_or_void.sql") -> (BigInt, BigInt) {
+        group announce: crate::events::Announce<'a>,
         1 => account_id: AccountId as Uuid,
         2 => id: OperationId as Uuid,
         3 => order_id: OrderId as Uuid,

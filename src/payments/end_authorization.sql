@@ -4,7 +4,8 @@
 -- `requires_capture`, so that a capture or void starting meanwhile wins and this changes nothing.
 -- Lock order: the order, then the payment.
 -- Parameters: 1 account, 2 payment id, 3 order id, 4 new status, 5 amount captured,
--- 6 failure code, 7 failure message, 8 now, 9 actor, 10 the order's new status.
+-- 6 failure code, 7 failure message, 8 now, 9 actor, 10 the order's new status; 91-93 the
+-- payment's event, 94-96 the order's when it is paid (see events::Announce).
 WITH locked_order AS (
     SELECT id FROM orders WHERE account_id = $1 AND id = $3 FOR UPDATE
 ), ended AS (
@@ -26,5 +27,10 @@ WITH locked_order AS (
     FROM ended
     WHERE orders.account_id = $1 AND orders.id = $3 AND orders.status = 'authorized'
     RETURNING orders.id
+), announced AS (
+    INSERT INTO events (account_id, id, type, data, created_at)
+    SELECT $1, $91, $92, $93, $8 FROM ended
+    UNION ALL
+    SELECT $1, $94, $95, $96, $8 FROM moved WHERE $95::text IS NOT NULL
 )
 SELECT (SELECT count(*) FROM ended) AS ended, (SELECT count(*) FROM moved) AS moved

@@ -219,6 +219,7 @@ pub fn is_second_active_payment(error: &DbError) -> bool {
 crate::prepared_statement! {
     /// A payment's charge or authorization settled (`settle_payment.sql`).
     pub struct SettlePayment<'a>("settle_payment.sql") -> (BigInt, BigInt) {
+        group announce: crate::events::Announce<'a>,
         1 => account_id: AccountId as Uuid,
         2 => payment_id: PaymentId as Uuid,
         3 => order_id: OrderId as Uuid,
@@ -384,6 +385,7 @@ crate::prepared_statement! {
     /// An authorization the provider let go or captured while nothing of ours was in flight
     /// (`end_authorization.sql`).
     pub struct EndAuthorization<'a>("end_authorization.sql") -> (BigInt, BigInt) {
+        group announce: crate::events::Announce<'a>,
         1 => account_id: AccountId as Uuid,
         2 => payment_id: PaymentId as Uuid,
         3 => order_id: OrderId as Uuid,

@@ -12,7 +12,8 @@
 -- 15 the payment's failure code, 16 its failure message, 17 its next check (the authorization's
 -- watch, when it is authorized again), 18 the order's new status (NULL: unchanged), 19 for a
 -- give-up, how long the last send must have been quiet (milliseconds; NULL otherwise: see
--- settle_payment.sql).
+-- settle_payment.sql); 91-93 the payment's event when it moves to `succeeded` or `canceled`,
+-- 94-96 the order's when it is paid (NULL otherwise; see events::Announce).
 WITH locked_order AS (
     SELECT id FROM orders WHERE account_id = $1 AND id = $3 FOR UPDATE
 ), locked_payment AS (
@@ -53,5 +54,10 @@ WITH locked_order AS (
     SELECT moved_payment.account_id, moved_payment.id, 'payment', moved_payment.id, 'processing',
         moved_payment.status, $9, $10, $8
     FROM moved_payment
+), announced AS (
+    INSERT INTO events (account_id, id, type, data, created_at)
+    SELECT $1, $91, $92, $93, $8 FROM moved_payment WHERE $92::text IS NOT NULL
+    UNION ALL
+    SELECT $1, $94, $95, $96, $8 FROM moved_order WHERE $95::text IS NOT NULL
 )
 SELECT (SELECT count(*) FROM settled) AS settled, (SELECT count(*) FROM moved_order) AS moved

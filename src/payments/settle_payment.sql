@@ -14,7 +14,10 @@
 -- authorization's watch, or the late-charge watch of a payment given up on), 16 the order's new
 -- status (NULL: unchanged), 17 for a give-up, how long the last send must have been quiet (in
 -- milliseconds, at the database's clock; NULL otherwise), 18 until when a payment given up on
--- is watched for a charge that lands late (NULL otherwise).
+-- is watched for a charge that lands late (NULL otherwise); 91-93 the payment's event (id,
+-- type, the payment's JSON after the change), 94-96 the order's event when the order moves to a
+-- state that has one (NULL otherwise): see events::Announce.
+-- The events go in with the change (the transactional outbox): none when nothing changed.
 -- The give-up guard orders a give-up against every send: a send marks `last_send_at` under its
 -- lease before it leaves, so a send that may still be in flight holds the give-up back, and a
 -- send that would start after the give-up finds the payment settled and does not leave.
@@ -44,5 +47,10 @@ WITH locked_order AS (
     WHERE $16::text IS NOT NULL AND orders.account_id = settled.account_id
         AND orders.id = settled.order_id AND orders.status = 'pending_payment'
     RETURNING orders.id
+), announced AS (
+    INSERT INTO events (account_id, id, type, data, created_at)
+    SELECT $1, $91, $92, $93, $8 FROM settled
+    UNION ALL
+    SELECT $1, $94, $95, $96, $8 FROM moved WHERE $95::text IS NOT NULL
 )
 SELECT (SELECT count(*) FROM settled) AS settled, (SELECT count(*) FROM moved) AS moved

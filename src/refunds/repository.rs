@@ -14,7 +14,7 @@ use rust_decimal::Decimal;
 use super::{Refund, RefundReason, RefundStatus};
 use crate::db::schema::{payments, refunds};
 use crate::idempotency::store::ClaimParameters;
-use crate::ids::{AccountId, LeaseId, OrderId, PaymentId, RefundId};
+use crate::ids::{AccountId, EventId, LeaseId, OrderId, PaymentId, RefundId};
 use crate::money::{Amount, Currency};
 use crate::operations::leases::Lease;
 use crate::orders::OrderStatus;
@@ -200,6 +200,7 @@ pub async fn start(conn: &mut AsyncPgConnection, start: StartRefund<'_>) -> Quer
 crate::prepared_statement! {
     /// A refund settled (`settle_refund.sql`).
     pub struct SettleRefund<'a>("settle_refund.sql") -> (BigInt, Nullable<Text>) {
+        group announce: crate::events::Announce<'a>,
         1 => account_id: AccountId as Uuid,
         2 => refund_id: RefundId as Uuid,
         3 => order_id: OrderId as Uuid,
@@ -215,6 +216,9 @@ crate::prepared_statement! {
         13 => answer_body: &'a [u8] as Bytea,
         14 => moves_order: bool as Bool,
         15 => quiet_for_ms: Option<i64> as Nullable<BigInt>,
+        16 => order_event_id: EventId as Uuid,
+        17 => order_partially_refunded: Option<&'a [u8]> as Nullable<Bytea>,
+        18 => order_refunded: Option<&'a [u8]> as Nullable<Bytea>,
     }
 }
 

@@ -9,7 +9,11 @@
 -- Parameters: 1 account, 2 refund id, 3 order id, 4 payment id, 5 new status, 6 provider refund
 -- id, 7 failure code, 8 failure message, 9 now, 10 actor, 11 event detail, 12 answer status,
 -- 13 answer body, 14 whether the order moves, 15 for a give-up, how long the last send must have
--- been quiet (milliseconds; NULL otherwise: see settle_payment.sql).
+-- been quiet (milliseconds; NULL otherwise: see settle_payment.sql), 16 the order's event id,
+-- 17 and 18 the order's JSON after the change as `partially_refunded` and as `refunded` (the
+-- statement knows which); 91-93 the refund's event, 94-96 the payment's
+-- `payment.late_charge_refunded` when a system refund succeeds (NULL otherwise; see
+-- events::Announce).
 WITH locked_order AS (
     SELECT id FROM orders WHERE account_id = $1 AND id = $3 FOR UPDATE
 ), locked_payment AS (
@@ -43,7 +47,17 @@ WITH locked_order AS (
     FROM paid_back, settled
     WHERE $14 AND settled.status = 'succeeded' AND orders.account_id = $1 AND orders.id = $3
         AND orders.status IN ('paid', 'partially_refunded')
-    RETURNING orders.status
+    RETURNING orders.account_id, orders.status
+), announced AS (
+    INSERT INTO events (account_id, id, type, data, created_at)
+    SELECT $1, $91, $92, $93, $9 FROM settled
+    UNION ALL
+    SELECT $1, $94, $95, $96, $9 FROM settled WHERE settled.status = 'succeeded' AND $95::text IS NOT NULL
+    UNION ALL
+    SELECT $1, $16,
+        CASE moved.status WHEN 'refunded' THEN 'order.refunded' ELSE 'order.partially_refunded' END,
+        CASE moved.status WHEN 'refunded' THEN $18 ELSE $17 END, $9
+    FROM moved
 ), logged AS (
     INSERT INTO payment_events (account_id, payment_id, subject, subject_id, from_status, to_status,
         actor, detail, at)

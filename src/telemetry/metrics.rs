@@ -10,6 +10,8 @@
 //! | `orderpay_idempotency_keys_swept_total` | counter | |
 //! | `orderpay_payments_settled_total` | counter | `status`: succeeded, requires_capture, failed, canceled |
 //! | `orderpay_refunds_settled_total` | counter | `status`: succeeded, failed |
+//! | `orderpay_events_total` | counter | `type`: events written to the outbox |
+//! | `orderpay_outbox_lag_seconds` | gauge | `relay` (webhooks, nats): age of the oldest event the relay has not handed on |
 //! | `orderpay_late_charges_total` | counter | `result`: refunded, voided (charges that landed after their payment was given up on) |
 //! | `orderpay_reconciler_passes_total` | counter | |
 //! | `orderpay_reconciler_payments_total` | counter | `result`: settled, redriven, rescheduled, stuck, gave_up, error |
@@ -59,6 +61,8 @@ fn describe() {
     );
     describe_counter!("orderpay_payments_settled_total", "Payments whose charge or authorization settled");
     describe_counter!("orderpay_refunds_settled_total", "Refunds moved to a final status");
+    describe_counter!("orderpay_events_total", "Events written to the outbox, by type");
+    describe_gauge!("orderpay_outbox_lag_seconds", "Age of the oldest event a relay has not handed on");
     describe_counter!(
         "orderpay_late_charges_total",
         "Charges that landed after their payment was given up on, refunded or voided by the system"
@@ -96,6 +100,18 @@ pub fn payment_settled(status: &'static str) {
 /// system), voided (a late authorization).
 pub fn late_charge(result: &'static str) {
     counter!("orderpay_late_charges_total", "result" => result).increment(1);
+}
+
+/// Events written to the outbox, by type.
+pub fn events_written<'a>(types: impl Iterator<Item = &'a str>) {
+    for event_type in types {
+        counter!("orderpay_events_total", "type" => event_type.to_owned()).increment(1);
+    }
+}
+
+/// How old the oldest event `relay` has not handed on is.
+pub fn outbox_lag(relay: &'static str, lag: std::time::Duration) {
+    gauge!("orderpay_outbox_lag_seconds", "relay" => relay).set(lag.as_secs_f64());
 }
 
 pub fn refund_settled(status: &'static str) {

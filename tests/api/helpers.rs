@@ -181,6 +181,7 @@ async fn spawn_app_on(
             late_charge_watch: Duration::from_secs(60),
         },
         shutdown_grace: Duration::from_secs(5),
+        event_retention: Duration::from_secs(30 * 86_400),
         client_timeout: Duration::from_secs(5),
         client_body_timeout: Duration::from_secs(10),
         max_connections: 4096,
@@ -330,6 +331,24 @@ impl TestApp {
     pub async fn execute(&self, sql: &str) {
         let mut conn = self.db().await;
         diesel::sql_query(sql).execute(&mut conn).await.expect(sql);
+    }
+
+    /// Makes every insert into `table` fail inside its transaction, as a real fault would:
+    /// the rows written before it in the same transaction roll back with it.
+    pub async fn fail_inserts_into(&self, table: &str) {
+        self.execute(&format!(
+            "CREATE FUNCTION fail_{table}() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$"
+        ))
+        .await;
+        self.execute(&format!(
+            "CREATE TRIGGER fail_{table} BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION fail_{table}()"
+        ))
+        .await;
+    }
+
+    pub async fn heal_inserts_into(&self, table: &str) {
+        self.execute(&format!("DROP TRIGGER fail_{table} ON {table}")).await;
     }
 
     /// One reconciler pass, as `orderpay reconcile --once` runs it.

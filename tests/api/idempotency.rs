@@ -210,15 +210,7 @@ async fn a_failure_inside_the_transaction_leaves_nothing_and_releases_the_key() 
     let app = spawn_app().await;
     // A real failure in the middle of the transaction: the key row and the order are already
     // inserted when the items insert raises.
-    app.execute(
-        "CREATE FUNCTION fail_items() RETURNS trigger LANGUAGE plpgsql AS \
-         $$ BEGIN RAISE EXCEPTION 'injected failure'; END $$",
-    )
-    .await;
-    app.execute(
-        "CREATE TRIGGER fail_items BEFORE INSERT ON order_items FOR EACH ROW EXECUTE FUNCTION fail_items()",
-    )
-    .await;
+    app.fail_inserts_into("order_items").await;
     let key = new_key();
     let failed = app.post_order(&order_body(), Some(&key)).await;
     let problem = assert_problem(failed, 500, "internal-error").await;
@@ -226,7 +218,7 @@ async fn a_failure_inside_the_transaction_leaves_nothing_and_releases_the_key() 
     assert_eq!(app.orders_stored().await, 0);
     assert_eq!(app.keys_stored().await, 0);
 
-    app.execute("DROP TRIGGER fail_items ON order_items").await;
+    app.heal_inserts_into("order_items").await;
     let retried = app.post_order(&order_body(), Some(&key)).await;
     assert_eq!(retried.status(), 201, "the retry runs again");
     assert!(retried.headers().get("idempotent-replayed").is_none());

@@ -14,6 +14,7 @@ mod chaos;
 mod cli;
 mod database;
 mod errors;
+mod events;
 mod failure_windows;
 mod idempotency;
 mod late_charges;

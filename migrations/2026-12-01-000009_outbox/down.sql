@@ -1,0 +1,2 @@
+DROP TABLE relay_cursors;
+DROP TABLE events;

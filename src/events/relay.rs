@@ -1,0 +1,83 @@
+//! A relay hands the outbox's events on to one destination (merchant webhooks, NATS), at least
+//! once, in commit order, keeping its own progress in `relay_cursors`.
+//!
+//! One round, in one transaction: lock the relay's cursor (`FOR UPDATE SKIP LOCKED`: any number
+//! of instances run the relay; one hands a batch on at a time, the others skip the round), read
+//! the next batch, hand it on, move the cursor past it, commit. A crash anywhere before the
+//! commit leaves the cursor where it was, and the batch is handed on again: destinations see
+//! an event at least once and deduplicate on its id.
+
+use std::future::Future;
+use std::time::Duration;
+
+use chrono::Utc;
+use diesel_async::{AsyncConnection, AsyncPgConnection};
+
+use super::Event;
+use super::repository;
+use crate::background::{Shutdown, every};
+use crate::db::Pool;
+
+/// A destination of the outbox's events.
+pub trait Relay: Send + Sync + 'static {
+    /// Its name in `relay_cursors` and in metrics.
+    const NAME: &'static str;
+
+    /// Hands `batch` on (in commit order). Returning `Ok` moves the cursor past it; `Err`
+    /// leaves it, and the batch is handed on again later. `conn` is the round's transaction:
+    /// what the relay writes there commits with the cursor's move.
+    fn hand_on(
+        &self,
+        conn: &mut AsyncPgConnection,
+        batch: &[Event],
+    ) -> impl Future<Output = anyhow::Result<()>> + Send;
+}
+
+/// One round; returns how many events were handed on (0: nothing waiting, or another instance
+/// holds the relay).
+pub async fn round<R: Relay>(pool: &Pool, relay: &R, batch_size: i64) -> anyhow::Result<usize> {
+    let mut conn = pool.get().await?;
+    let handed_on = conn
+        .transaction::<_, anyhow::Error, _>(async |conn| {
+            let Some(cursor) = repository::lock_cursor(conn, R::NAME).await? else {
+                return Ok(0);
+            };
+            let (batch, next) = repository::read_after(conn, &cursor, batch_size).await?;
+            let Some(next) = next else { return Ok(0) };
+            relay.hand_on(conn, &batch).await?;
+            repository::advance_cursor(conn, R::NAME, &next).await?;
+            Ok(batch.len())
+        })
+        .await?;
+    if handed_on > 0 {
+        let mut conn = pool.get().await?;
+        if let Ok(lag) = repository::lag(&mut conn, R::NAME, Utc::now()).await {
+            crate::telemetry::metrics::outbox_lag(R::NAME, lag);
+        }
+    }
+    Ok(handed_on)
+}
+
+/// Runs rounds every `interval` until `shutdown`; a full batch is followed at once by another.
+/// Errors (the destination or the database away) are logged; the next round tries again, and
+/// events wait in the outbox meanwhile.
+pub async fn run<R: Relay>(pool: Pool, relay: R, interval: Duration, batch_size: i64, shutdown: Shutdown) {
+    every(interval, Duration::ZERO, shutdown, || {
+        let (pool, relay) = (pool.clone(), &relay);
+        async move {
+            match round(&pool, relay, batch_size).await {
+                Ok(handed_on) => handed_on as i64 == batch_size,
+                Err(error) => {
+                    tracing::warn!(relay = R::NAME, error = ?error, "relay round failed; retried later");
+                    if let Ok(mut conn) = pool.get().await
+                        && let Ok(lag) = repository::lag(&mut conn, R::NAME, Utc::now()).await
+                    {
+                        crate::telemetry::metrics::outbox_lag(R::NAME, lag);
+                    }
+                    false
+                }
+            }
+        }
+    })
+    .await
+}

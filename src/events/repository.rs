@@ -1,0 +1,216 @@
+//! Event persistence: the only code that reads the `events` and `relay_cursors` tables (the
+//! statements that change state write their own events, in the same statement).
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::{BigInt, Text, Timestamptz};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+
+use super::{Event, EventType};
+use crate::db::schema::events;
+use crate::ids::{AccountId, EventId};
+
+/// An event to write, in the transaction of its change.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub id: EventId,
+    pub event_type: EventType,
+    pub data: Vec<u8>,
+}
+
+impl NewEvent {
+    pub fn new(event_type: EventType, data: Vec<u8>) -> Self {
+        NewEvent { id: EventId::generate(), event_type, data }
+    }
+}
+
+#[derive(Queryable, Selectable, QueryableByName)]
+#[diesel(table_name = events)]
+#[diesel(check_for_backend(diesel::pg::Pg))]
+struct EventRow {
+    account_id: AccountId,
+    id: EventId,
+    #[diesel(column_name = type_)]
+    event_type: EventType,
+    data: Vec<u8>,
+    created_at: DateTime<Utc>,
+}
+
+impl From<EventRow> for Event {
+    fn from(row: EventRow) -> Self {
+        Event {
+            account_id: row.account_id,
+            id: row.id,
+            event_type: row.event_type,
+            data: row.data,
+            created_at: row.created_at,
+        }
+    }
+}
+
+/// Writes events inside the caller's transaction (for changes that are not one statement).
+pub async fn insert(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    new: &[NewEvent],
+    now: DateTime<Utc>,
+) -> QueryResult<()> {
+    let rows: Vec<_> = new
+        .iter()
+        .map(|event| {
+            (
+                events::account_id.eq(account_id),
+                events::id.eq(event.id),
+                events::type_.eq(event.event_type),
+                events::data.eq(&event.data),
+                events::created_at.eq(now),
+            )
+        })
+        .collect();
+    diesel::insert_into(events::table).values(&rows).execute(conn).await?;
+    crate::telemetry::metrics::events_written(new.iter().map(|event| event.event_type.as_str()));
+    Ok(())
+}
+
+pub async fn find(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    id: EventId,
+) -> QueryResult<Option<Event>> {
+    events::table
+        .find((account_id, id))
+        .select(EventRow::as_select())
+        .first(conn)
+        .await
+        .optional()
+        .map(|row| row.map(Event::from))
+}
+
+/// A page of the account's events (of one type, when given), newest first, strictly older than
+/// `starting_after` when given. Returns the page and whether more follow.
+pub async fn list(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    event_type: Option<EventType>,
+    limit: i64,
+    starting_after: Option<EventId>,
+) -> QueryResult<(Vec<Event>, bool)> {
+    let mut query = events::table.filter(events::account_id.eq(account_id)).into_boxed();
+    if let Some(event_type) = event_type {
+        query = query.filter(events::type_.eq(event_type));
+    }
+    if let Some(cursor) = starting_after {
+        query = query.filter(events::id.lt(cursor));
+    }
+    let mut rows: Vec<EventRow> =
+        query.order(events::id.desc()).limit(limit + 1).select(EventRow::as_select()).load(conn).await?;
+    let has_more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    Ok((rows.into_iter().map(Event::from).collect(), has_more))
+}
+
+/// Where a relay stands: the last event it handed on, in commit order.
+#[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
+pub struct Cursor {
+    /// The writing transaction's id, as text (PostgreSQL's `xid8`).
+    #[diesel(sql_type = Text)]
+    pub txid: String,
+    #[diesel(sql_type = BigInt)]
+    pub seq: i64,
+}
+
+/// Locks `relay`'s cursor for the caller's transaction, or `None` when another instance holds
+/// it (that instance is handing the next batch on).
+pub async fn lock_cursor(conn: &mut AsyncPgConnection, relay: &str) -> QueryResult<Option<Cursor>> {
+    diesel::sql_query(
+        "SELECT txid::text AS txid, seq FROM relay_cursors WHERE relay = $1 FOR UPDATE SKIP LOCKED",
+    )
+    .bind::<Text, _>(relay)
+    .get_result(conn)
+    .await
+    .optional()
+}
+
+/// An event with its place in commit order.
+#[derive(QueryableByName)]
+struct Placed {
+    #[diesel(embed)]
+    event: EventRow,
+    #[diesel(sql_type = Text)]
+    txid: String,
+    #[diesel(sql_type = BigInt)]
+    seq: i64,
+}
+
+/// Up to `limit` events after `cursor` in commit order, of transactions older than every one
+/// still running (so that none committed later can appear before them). Returns them with the
+/// cursor that follows the last one.
+pub async fn read_after(
+    conn: &mut AsyncPgConnection,
+    cursor: &Cursor,
+    limit: i64,
+) -> QueryResult<(Vec<Event>, Option<Cursor>)> {
+    let rows: Vec<Placed> = diesel::sql_query(
+        "SELECT account_id, id, type, data, created_at, txid::text AS txid, seq FROM events \
+         WHERE (txid, seq) > ($1::xid8, $2) AND txid < pg_snapshot_xmin(pg_current_snapshot()) \
+         ORDER BY txid, seq LIMIT $3",
+    )
+    .bind::<Text, _>(&cursor.txid)
+    .bind::<BigInt, _>(cursor.seq)
+    .bind::<BigInt, _>(limit)
+    .load(conn)
+    .await?;
+    let next = rows.last().map(|last| Cursor { txid: last.txid.clone(), seq: last.seq });
+    Ok((rows.into_iter().map(|row| Event::from(row.event)).collect(), next))
+}
+
+/// Moves `relay`'s cursor (locked by the caller's transaction).
+pub async fn advance_cursor(conn: &mut AsyncPgConnection, relay: &str, to: &Cursor) -> QueryResult<()> {
+    diesel::sql_query(
+        "UPDATE relay_cursors SET txid = $2::xid8, seq = $3, updated_at = now() WHERE relay = $1",
+    )
+    .bind::<Text, _>(relay)
+    .bind::<Text, _>(&to.txid)
+    .bind::<BigInt, _>(to.seq)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// How old the oldest event `relay` has not handed on is (zero when none waits).
+pub async fn lag(
+    conn: &mut AsyncPgConnection,
+    relay: &str,
+    now: DateTime<Utc>,
+) -> QueryResult<std::time::Duration> {
+    #[derive(QueryableByName)]
+    struct Oldest {
+        #[diesel(sql_type = diesel::sql_types::Nullable<Timestamptz>)]
+        oldest: Option<DateTime<Utc>>,
+    }
+    let oldest: Oldest = diesel::sql_query(
+        "SELECT min(e.created_at) AS oldest FROM events e, relay_cursors c \
+         WHERE c.relay = $1 AND (e.txid, e.seq) > (c.txid, c.seq)",
+    )
+    .bind::<Text, _>(relay)
+    .get_result(conn)
+    .await?;
+    Ok(oldest.oldest.and_then(|oldest| (now - oldest).to_std().ok()).unwrap_or_default())
+}
+
+/// Deletes up to `batch_size` of the oldest events created before `before`. Returns how many.
+pub async fn sweep(
+    conn: &mut AsyncPgConnection,
+    before: DateTime<Utc>,
+    batch_size: i64,
+) -> QueryResult<usize> {
+    diesel::sql_query(
+        "DELETE FROM events WHERE (txid, seq) IN ( \
+             SELECT txid, seq FROM events ORDER BY txid, seq LIMIT $2 FOR UPDATE SKIP LOCKED) \
+         AND created_at < $1",
+    )
+    .bind::<Timestamptz, _>(before)
+    .bind::<BigInt, _>(batch_size)
+    .execute(conn)
+    .await
+}

@@ -1,0 +1,164 @@
+//! The transactional outbox and the Events API: each state change writes exactly its events in
+//! its own transaction (none for a change that rolled back, none for a replay), each carrying
+//! the resource as GET returns it after the change.
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, assert_problem, json, new_key, order_body, spawn_app, spawn_app_with};
+
+impl TestApp {
+    /// The account's events of one type, newest first (the Events API).
+    pub async fn events_of(&self, event_type: &str) -> Vec<Value> {
+        let page = self.get_json(&format!("/events?type={event_type}&limit=100")).await;
+        page["data"].as_array().unwrap().clone()
+    }
+
+    /// Every event of the account, oldest first.
+    pub async fn all_events(&self) -> Vec<Value> {
+        let mut events = self.get_json("/events?limit=100").await["data"].as_array().unwrap().clone();
+        events.reverse();
+        events
+    }
+
+    pub async fn event_types(&self) -> Vec<String> {
+        self.all_events().await.iter().map(|event| event["type"].as_str().unwrap().to_owned()).collect()
+    }
+}
+
+#[tokio::test]
+async fn each_change_writes_exactly_its_events_with_the_resource_as_get_returns_it() {
+    let app = spawn_app().await;
+    let order = app.create_order().await;
+    let order_id = order["id"].as_str().unwrap().to_owned();
+    assert_eq!(app.event_types().await, ["order.created"]);
+    let created = &app.events_of("order.created").await[0];
+    assert_eq!(created["object"], "event");
+    assert_eq!(created["data"]["object"], order, "the order as created");
+
+    let payment = json(app.pay(&order_id, "pm_card_ok", &new_key()).await).await;
+    assert_eq!(app.event_types().await, ["order.created", "payment.succeeded", "order.paid"]);
+    let paid = &app.events_of("order.paid").await[0];
+    let order_now = json(app.get_order(&order_id).await).await;
+    assert_eq!(paid["data"]["object"], order_now, "the order as GET returns it after the change");
+    assert_eq!(
+        app.events_of("payment.succeeded").await[0]["data"]["object"],
+        app.get_payment(payment["id"].as_str().unwrap()).await
+    );
+
+    let refund = json(app.refund(payment["id"].as_str().unwrap(), Some("10.00"), &new_key()).await).await;
+    let rest = json(app.refund(payment["id"].as_str().unwrap(), None, &new_key()).await).await;
+    assert_eq!(
+        app.event_types().await[3..],
+        ["refund.succeeded", "order.partially_refunded", "refund.succeeded", "order.refunded"]
+    );
+    let refunded = app.events_of("refund.succeeded").await;
+    assert_eq!(refunded[1]["data"]["object"], refund, "newest first: the first refund is second");
+    assert_eq!(refunded[0]["data"]["object"], rest);
+    assert_eq!(
+        app.events_of("order.refunded").await[0]["data"]["object"],
+        json(app.get_order(&order_id).await).await
+    );
+
+    // Replays write nothing.
+    let before = app.all_events().await.len();
+    let key = new_key();
+    app.post_order(&order_body(), Some(&key)).await;
+    app.post_order(&order_body(), Some(&key)).await;
+    app.post_order(&order_body(), Some(&key)).await;
+    assert_eq!(app.all_events().await.len(), before + 1, "one order.created for three copies");
+}
+
+#[tokio::test]
+async fn declines_cancels_authorizations_voids_and_refusals_have_their_events() {
+    let app = spawn_app().await;
+    let first = app.create_order().await["id"].as_str().unwrap().to_owned();
+    app.pay(&first, "pm_card_declined", &new_key()).await;
+    app.cancel_order(&first, None).await;
+    assert_eq!(app.event_types().await, ["order.created", "payment.failed", "order.cancelled"]);
+    assert_eq!(app.events_of("order.cancelled").await[0]["data"]["object"]["status"], "cancelled");
+
+    let (_, authorized) = app.authorized_order("30.00", "pm_card_ok").await;
+    let authorized_id = authorized["id"].as_str().unwrap();
+    assert_eq!(app.events_of("payment.requires_capture").await[0]["data"]["object"], authorized);
+    app.void(authorized_id, &new_key()).await;
+    let canceled = &app.events_of("payment.canceled").await[0];
+    assert_eq!(canceled["data"]["object"], app.get_payment(authorized_id).await);
+
+    let (_, declined_refunds) = app.paid_order("20.00", "pm_refund_declined").await;
+    app.refund(declined_refunds["id"].as_str().unwrap(), None, &new_key()).await;
+    assert_eq!(app.events_of("refund.failed").await.len(), 1);
+    assert!(app.events_of("order.refunded").await.is_empty(), "a failed refund moves no order");
+}
+
+#[tokio::test]
+async fn a_change_that_rolls_back_writes_no_event() {
+    let app = spawn_app().await;
+    app.fail_inserts_into("order_items").await;
+    assert_eq!(app.post_order(&order_body(), Some(&new_key())).await.status(), 500);
+    assert_eq!(app.post_order(&order_body(), None).await.status(), 500);
+    assert_eq!(app.count("SELECT count(*) AS count FROM events").await, 0);
+    app.heal_inserts_into("order_items").await;
+
+    // A settle that fails after its payment moved writes nothing either: the whole statement
+    // rolls back (an audit row that cannot be written), and the payment stays processing.
+    let order_id = app.create_order().await["id"].as_str().unwrap().to_owned();
+    app.fail_inserts_into("payment_events").await;
+    let accepted = app.pay(&order_id, "pm_card_ok", &new_key()).await;
+    assert_eq!(accepted.status(), 202, "the charge happened; its settle rolled back");
+    assert_eq!(app.event_types().await, ["order.created"]);
+    app.heal_inserts_into("payment_events").await;
+    tokio::time::sleep(Duration::from_millis(2100)).await; // the lease of the request
+    app.reconcile_once().await;
+    assert_eq!(app.event_types().await[1..], ["payment.succeeded", "order.paid"]);
+}
+
+#[tokio::test]
+async fn the_events_api_pages_filters_and_scopes_by_account() {
+    let app = spawn_app().await;
+    for _ in 0..3 {
+        app.create_order().await;
+    }
+    let page = app.get_json("/events?limit=2").await;
+    assert_eq!(page["object"], "list");
+    assert_eq!(page["has_more"], true);
+    let newest = page["data"][0]["id"].as_str().unwrap();
+    let cursor = page["data"][1]["id"].as_str().unwrap();
+    let rest = app.get_json(&format!("/events?limit=2&starting_after={cursor}")).await;
+    assert_eq!(rest["data"].as_array().unwrap().len(), 1);
+    assert_eq!(rest["has_more"], false);
+    assert_eq!(app.get_json(&format!("/events/{newest}")).await, page["data"][0]);
+    assert!(app.get_json("/events?type=order.paid").await["data"].as_array().unwrap().is_empty());
+
+    let bad_type = app.request(Method::GET, "/events?type=order.shipped").send().await.unwrap();
+    assert_problem(bad_type, 400, "invalid-parameter").await;
+    let (_, other_key) = app.create_account("someone else").await;
+    let foreign =
+        app.client.get(app.url(&format!("/events/{newest}"))).bearer_auth(&other_key).send().await.unwrap();
+    assert_problem(foreign, 404, "not-found").await;
+    let theirs = app.client.get(app.url("/events")).bearer_auth(&other_key).send().await.unwrap();
+    assert_eq!(json(theirs).await["data"], json!([]));
+}
+
+#[tokio::test]
+async fn events_past_their_retention_are_swept() {
+    let app = spawn_app_with(|settings, _| {
+        settings.event_retention = Duration::from_secs(60);
+        settings.sweeper.interval = Duration::from_millis(100);
+    })
+    .await;
+    app.create_order().await;
+    app.create_order().await;
+    app.execute("UPDATE events SET created_at = now() - interval '2 minutes' WHERE type = 'order.created'")
+        .await;
+    app.create_order().await;
+    for _ in 0..50 {
+        if app.count("SELECT count(*) AS count FROM events").await == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(app.count("SELECT count(*) AS count FROM events").await, 1, "the two old events are gone");
+}
