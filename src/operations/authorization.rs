@@ -15,7 +15,6 @@ use uuid::Uuid;
 use super::leases::Table;
 use super::{Actor, Engine, EngineError, Finding, Kind, Recorded};
 use crate::clock::after;
-use crate::db::Pool;
 use crate::error::ApiError;
 use crate::idempotency::StoredResponse;
 use crate::ids::{AccountId, OperationId};
@@ -156,13 +155,13 @@ impl Kind for Actions {
         ActionOutcome::GaveUp { attempts }
     }
 
-    async fn settle(
-        pool: &Pool,
+    async fn settle_on(
+        conn: &mut AsyncPgConnection,
         held: &Held,
         outcome: ActionOutcome,
         actor: Actor,
     ) -> Result<Recorded, EngineError> {
-        settle(pool, held, outcome, actor).await
+        settle_on(conn, held, outcome, actor).await
     }
 
     fn stored_answer(_: Uuid, status: u16, body: Vec<u8>) -> StoredResponse {
@@ -179,8 +178,8 @@ impl Kind for Actions {
 /// Records a capture's or void's outcome: the operation with its final answer, the payment and
 /// the order as the charge now is, and both transitions, in one statement
 /// (`settle_capture_or_void.sql`).
-pub async fn settle(
-    pool: &Pool,
+pub async fn settle_on(
+    conn: &mut AsyncPgConnection,
     held: &Held,
     outcome: ActionOutcome,
     actor: Actor,
@@ -255,7 +254,6 @@ pub async fn settle(
         Some((code, message)) => (Some(code.as_str()), Some(message.as_str())),
         None => (None, None),
     };
-    let mut conn = pool.get().await?;
     let statement = SettleAction {
         account_id: operation.account_id,
         id: operation.id,
@@ -277,17 +275,17 @@ pub async fn settle(
         payment_next_check_at: payment.next_check_at,
         order_status,
     };
-    let (applied, _) = authorization::settle(&mut conn, statement).await?;
+    let (applied, _) = authorization::settle(conn, statement).await?;
     if applied == 1 {
         tracing::info!(operation_id = %operation.id, %action, status = %status, payment_status = %payment.status,
             actor = actor.as_str(), "capture or void settled");
         return Ok(Recorded { answer, applied: true });
     }
-    let current = authorization::find(&mut conn, operation.account_id, operation.id)
+    let current = authorization::find(conn, operation.account_id, operation.id)
         .await?
         .ok_or_else(|| EngineError::Vanished(format!("operation {}", operation.id)))?;
     let standing = super::leases::standing(
-        &mut conn,
+        conn,
         Table::PaymentOperations,
         (operation.account_id, operation.id.as_uuid()),
     )
@@ -335,30 +333,51 @@ pub async fn watch(
     };
     let found = engine.provider.get_charge(charge_id, None).await;
     let mut conn = engine.pool.get().await?;
-    let (status, amount_captured, failure_code, failure_message, order_status) = match found {
-        Ok(Some(Charge { status: ChargeStatus::Canceled { reason }, .. })) => {
+    match found {
+        Ok(Some(charge)) => {
+            if end_on(&mut conn, payment, &charge, Actor::Reconciler).await?.is_some() {
+                return Ok(Watched::Ended);
+            }
+            // Still authorized: look again when it ends, or after `recheck` if that has passed.
+            let next = payment.authorization_expires_at.filter(|at| *at > now).unwrap_or(after(now, recheck));
+            payments::watch_again(&mut conn, payment, next).await?;
+            Ok(Watched::StillAuthorized)
+        }
+        Ok(None) | Err(_) => {
+            payments::watch_again(&mut conn, payment, after(now, recheck)).await?;
+            Ok(Watched::Unknown)
+        }
+    }
+}
+
+/// Records an authorization that ended at the provider while nothing of ours was in flight, as
+/// `charge` shows it: canceled (expired, or voided elsewhere; the order is payable again) or
+/// captured (a capture given up on landed after all; the order is paid), in one statement
+/// (`end_authorization.sql`), guarded by the payment still being `requires_capture`. Returns
+/// `None` when the charge shows no end (it still waits for a capture), else whether this
+/// recorded it (false: the payment had moved on, and this changed nothing).
+pub async fn end_on(
+    conn: &mut AsyncPgConnection,
+    payment: &Payment,
+    charge: &Charge,
+    actor: Actor,
+) -> Result<Option<bool>, EngineError> {
+    let now = Utc::now().trunc_subsecs(6);
+    let (status, amount_captured, failure_code, failure_message, order_status) = match &charge.status {
+        ChargeStatus::Canceled { reason } => {
             let message = format!("the authorization ended at the provider ({reason})");
             (
                 PaymentStatus::Canceled,
                 payment.amount_captured.value(),
-                Some(reason),
+                Some(reason.clone()),
                 Some(message),
                 OrderStatus::PendingPayment,
             )
         }
-        Ok(Some(Charge { status: ChargeStatus::Succeeded, amount_captured, .. })) => {
-            (PaymentStatus::Succeeded, amount_captured, None, None, OrderStatus::Paid)
+        ChargeStatus::Succeeded => {
+            (PaymentStatus::Succeeded, charge.amount_captured, None, None, OrderStatus::Paid)
         }
-        Ok(Some(_)) => {
-            // Still authorized: look again when it ends, or after `recheck` if that has passed.
-            let next = payment.authorization_expires_at.filter(|at| *at > now).unwrap_or(after(now, recheck));
-            payments::watch_again(&mut conn, payment, next).await?;
-            return Ok(Watched::StillAuthorized);
-        }
-        Ok(None) | Err(_) => {
-            payments::watch_again(&mut conn, payment, after(now, recheck)).await?;
-            return Ok(Watched::Unknown);
-        }
+        _ => return Ok(None),
     };
     let end = EndAuthorization {
         account_id: payment.account_id,
@@ -369,12 +388,13 @@ pub async fn watch(
         failure_code: failure_code.as_deref(),
         failure_message: failure_message.as_deref(),
         now,
-        actor: Actor::Reconciler.as_str(),
+        actor: actor.as_str(),
         order_status,
     };
-    let (ended, _) = payments::end_authorization(&mut conn, end).await?;
+    let (ended, _) = payments::end_authorization(conn, end).await?;
     if ended == 1 {
-        tracing::warn!(payment_id = %payment.id, status = %status, "an authorization ended at the provider");
+        tracing::warn!(payment_id = %payment.id, status = %status, actor = actor.as_str(),
+            "an authorization ended at the provider");
     }
-    Ok(Watched::Ended)
+    Ok(Some(ended == 1))
 }

@@ -7,7 +7,6 @@ use uuid::Uuid;
 
 use super::leases::Table;
 use super::{Actor, EngineError, Finding, Kind, Recorded};
-use crate::db::Pool;
 use crate::idempotency::StoredResponse;
 use crate::ids::{AccountId, PaymentId};
 use crate::orders::OrderStatus;
@@ -130,13 +129,13 @@ impl Kind for Charges {
         ChargeOutcome::GaveUp { attempts }
     }
 
-    async fn settle(
-        pool: &Pool,
+    async fn settle_on(
+        conn: &mut AsyncPgConnection,
         payment: &Payment,
         outcome: ChargeOutcome,
         actor: Actor,
     ) -> Result<Recorded, EngineError> {
-        settle(pool, payment, outcome, actor).await
+        settle_on(conn, payment, outcome, actor).await
     }
 
     fn stored_answer(id: Uuid, status: u16, body: Vec<u8>) -> StoredResponse {
@@ -153,8 +152,8 @@ impl Kind for Charges {
 /// is rendered first, from the payment as it will be. Idempotent: if someone settled the charge
 /// first, nothing changes and theirs is returned (final states absorb; a conflicting second
 /// outcome is logged for a person).
-pub async fn settle(
-    pool: &Pool,
+pub async fn settle_on(
+    conn: &mut AsyncPgConnection,
     payment: &Payment,
     outcome: ChargeOutcome,
     actor: Actor,
@@ -199,7 +198,6 @@ pub async fn settle(
         }
     };
     let answer = final_response(&settled);
-    let mut conn = pool.get().await?;
     let statement = SettlePayment {
         account_id: payment.account_id,
         payment_id: payment.id,
@@ -218,7 +216,7 @@ pub async fn settle(
         next_check_at: settled.next_check_at,
         order_status,
     };
-    let (applied, moved) = repository::settle(&mut conn, statement).await?;
+    let (applied, moved) = repository::settle(conn, statement).await?;
     if applied == 1 {
         if order_status.is_some() && moved == 0 {
             // Cannot happen while cancels refuse orders with a payment in flight and an order has
@@ -232,7 +230,7 @@ pub async fn settle(
         return Ok(Recorded { answer, applied: true });
     }
     // Someone settled it first: theirs is the answer.
-    let current = repository::find_answered(&mut conn, payment.account_id, payment.id)
+    let current = repository::find_answered(conn, payment.account_id, payment.id)
         .await?
         .ok_or_else(|| EngineError::Vanished(format!("payment {}", payment.id)))?;
     if current.payment.status != settled.status {

@@ -144,6 +144,21 @@ pub trait Kind: Send + Sync + 'static {
         op: &Self::Op,
         outcome: Self::Final,
         actor: Actor,
+    ) -> impl Future<Output = Result<Recorded, EngineError>> + Send {
+        async move {
+            let mut conn = pool.get().await?;
+            Self::settle_on(&mut conn, op, outcome, actor).await
+        }
+    }
+
+    /// [`Kind::settle`] on a connection the caller holds, so that it can run inside the caller's
+    /// transaction (one that writes a row of its own first and commits it with the settle). The
+    /// same statement either way: it stays the only writer of a settle.
+    fn settle_on(
+        conn: &mut AsyncPgConnection,
+        op: &Self::Op,
+        outcome: Self::Final,
+        actor: Actor,
     ) -> impl Future<Output = Result<Recorded, EngineError>> + Send;
 
     /// The final answer stored on its row, with the headers that go with it.

@@ -7,7 +7,6 @@ use uuid::Uuid;
 
 use super::leases::Table;
 use super::{Actor, EngineError, Finding, Kind, Recorded};
-use crate::db::Pool;
 use crate::idempotency::StoredResponse;
 use crate::ids::{AccountId, RefundId};
 use crate::payments::GAVE_UP_CODE;
@@ -114,13 +113,13 @@ impl Kind for Refunds {
         RefundOutcome::GaveUp { attempts }
     }
 
-    async fn settle(
-        pool: &Pool,
+    async fn settle_on(
+        conn: &mut AsyncPgConnection,
         held: &Held,
         outcome: RefundOutcome,
         actor: Actor,
     ) -> Result<Recorded, EngineError> {
-        settle(pool, &held.refund, outcome, actor).await
+        settle_on(conn, &held.refund, outcome, actor).await
     }
 
     fn stored_answer(id: Uuid, status: u16, body: Vec<u8>) -> StoredResponse {
@@ -136,8 +135,8 @@ impl Kind for Refunds {
 /// refunding to refunded on the payment (or released), the order, and the audit row, in one
 /// statement (`settle_refund.sql`). A refund the system started (no client key) leaves the
 /// order alone.
-pub async fn settle(
-    pool: &Pool,
+pub async fn settle_on(
+    conn: &mut AsyncPgConnection,
     refund: &Refund,
     outcome: RefundOutcome,
     actor: Actor,
@@ -163,7 +162,6 @@ pub async fn settle(
         }
     }
     let answer = final_response(&settled);
-    let mut conn = pool.get().await?;
     let statement = SettleRefund {
         account_id: refund.account_id,
         refund_id: refund.id,
@@ -180,7 +178,7 @@ pub async fn settle(
         answer_body: &answer.body,
         moves_order: refund.idempotency_key.is_some(),
     };
-    let (applied, order_status) = repository::settle(&mut conn, statement).await?;
+    let (applied, order_status) = repository::settle(conn, statement).await?;
     if applied == 1 {
         tracing::info!(refund_id = %refund.id, status = %settled.status, order_status = ?order_status,
             actor = actor.as_str(), "refund settled");
@@ -188,8 +186,7 @@ pub async fn settle(
         return Ok(Recorded { answer, applied: true });
     }
     let id = (refund.account_id, refund.id.as_uuid());
-    match super::leases::standing(&mut conn, Table::Refunds, id).await?.and_then(|standing| standing.answer())
-    {
+    match super::leases::standing(conn, Table::Refunds, id).await?.and_then(|standing| standing.answer()) {
         Some((status, body)) => {
             Ok(Recorded { answer: stored_answer(refund.id.as_uuid(), status, body), applied: false })
         }
