@@ -123,6 +123,19 @@ diesel::table! {
 }
 
 diesel::table! {
+    provider_webhooks (id) {
+        id -> Text,
+        event_type -> Text,
+        object_id -> Text,
+        result -> Text,
+        account_id -> Nullable<Uuid>,
+        subject -> Nullable<Text>,
+        subject_id -> Nullable<Uuid>,
+        received_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
     refunds (account_id, id) {
         account_id -> Uuid,
         id -> Uuid,
@@ -157,5 +170,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     payment_events,
     payment_operations,
     payments,
+    provider_webhooks,
     refunds,
 );
