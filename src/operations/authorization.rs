@@ -54,7 +54,7 @@ pub struct Held {
 pub struct Actions;
 
 /// What the provider's view of the charge says about a capture or void of it.
-fn charge_state(action: Action, charge: Charge) -> Finding<ActionOutcome> {
+pub(super) fn charge_state(action: Action, charge: Charge) -> Finding<ActionOutcome> {
     match charge.status {
         ChargeStatus::Succeeded => Finding::Final(ActionOutcome::Captured { amount: charge.amount_captured }),
         ChargeStatus::Canceled { reason } => Finding::Final(ActionOutcome::Canceled { reason }),

@@ -15,8 +15,10 @@
 //!   check.
 //!
 //! The drivers are the request ([`request`]: after its own send, or taking an abandoned
-//! operation over) and the reconciler ([`reconciler`]), which claims due operations of every
-//! kind.
+//! operation over), the reconciler ([`reconciler`]), which claims due operations of every
+//! kind, and the provider's webhooks ([`webhooks`]), which settle an operation in flight as soon
+//! as the provider reports its outcome. Whichever commits its guarded transition first wins; the
+//! others change nothing and answer from it.
 
 pub mod authorization;
 pub mod charge;
@@ -24,6 +26,7 @@ pub mod leases;
 pub mod reconciler;
 pub mod refund;
 pub mod request;
+pub mod webhooks;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -152,8 +155,8 @@ pub trait Kind: Send + Sync + 'static {
     }
 
     /// [`Kind::settle`] on a connection the caller holds, so that it can run inside the caller's
-    /// transaction (one that writes a row of its own first and commits it with the settle). The
-    /// same statement either way: it stays the only writer of a settle.
+    /// transaction: a webhook writes its dedup row first and commits it with the settle
+    /// ([`webhooks`]). The same statement either way: it stays the only writer of a settle.
     fn settle_on(
         conn: &mut AsyncPgConnection,
         op: &Self::Op,

@@ -39,7 +39,7 @@ pub struct Held {
 pub struct Refunds;
 
 /// What a provider answer means for a refund. Exhaustive on purpose.
-fn outcome_of(answer: Result<ProviderRefund, ProviderError>) -> Finding<RefundOutcome> {
+pub fn outcome_of(answer: Result<ProviderRefund, ProviderError>) -> Finding<RefundOutcome> {
     match answer {
         Ok(ProviderRefund { id, status: ProviderStatus::Succeeded, .. }) => {
             Finding::Final(RefundOutcome::Succeeded { refund_id: id })

@@ -164,6 +164,7 @@ async fn spawn_app_on(
             replay_cache_bytes: 16 << 20,
             // Off in tests, but where a test turns it on.
             rate_limit: orderpay::rate_limit::RateLimit { per_second: 0, burst: 0 },
+            provider_webhook_secrets: Vec::new(),
         },
         sweeper: SweeperConfig { interval: Duration::from_secs(3600), batch_size: 1000 },
         provider: ProviderConfig { url: String::new(), timeout: Duration::from_secs(1), api_key: None },
