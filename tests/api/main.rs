@@ -19,4 +19,5 @@ mod operations;
 mod orders;
 mod payments;
 mod provider;
+mod provider_webhooks;
 mod security;
