@@ -186,19 +186,23 @@ pub async fn receive(pool: &Pool, event: &Event) -> Result<Received, EngineError
     // Logged and counted once committed. (A settle that applied has logged and counted its own
     // transition already, inside the transaction: on the rare commit that fails after it, that
     // line and count stand for a transition the provider's retry then applies.)
-    let (account_id, subject_kind, subject_id) =
-        subject.map_or((None, None, None), |s| (Some(s.account_id), Some(s.kind), Some(s.id)));
     let (event_id, event_type, object_id) = (&event.id, &event.kind, event.object_id());
+    // `payment <id>`, `capture <id>`, ...: what it was about, when it is ours.
+    let (account_id, subject) = subject.map_or((String::new(), String::new()), |subject| {
+        (subject.account_id.to_string(), format!("{} {}", subject.kind, subject.id))
+    });
     match received {
-        Received::Applied => tracing::info!(%event_id, %event_type, object_id, ?account_id, ?subject_kind,
-            ?subject_id, "provider webhook applied"),
+        Received::Applied => {
+            tracing::info!(%event_id, %event_type, object_id, %account_id, %subject, "provider webhook applied")
+        }
         Received::Duplicate => {
             tracing::info!(%event_id, %event_type, object_id, "provider webhook received before; nothing changed")
         }
-        Received::Stale => tracing::info!(%event_id, %event_type, object_id, ?account_id, ?subject_kind,
-            ?subject_id, "provider webhook changed nothing: its operation had settled, or it reports no final state"),
-        Received::Unknown => tracing::warn!(%event_id, %event_type, object_id,
-            "provider webhook about nothing of ours; ignored"),
+        Received::Stale => tracing::info!(%event_id, %event_type, object_id, %account_id, %subject,
+            "provider webhook changed nothing: its operation had settled, or it reports no final state"),
+        Received::Unknown => {
+            tracing::warn!(%event_id, %event_type, object_id, "provider webhook about nothing of ours; ignored")
+        }
     }
     crate::telemetry::metrics::provider_webhook(received.as_str());
     Ok(received)
