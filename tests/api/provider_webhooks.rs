@@ -109,7 +109,9 @@ async fn provider_charge(app: &TestApp, payment_id: &str) -> Value {
     json(response).await
 }
 
-/// `orderpay_provider_webhooks_total{result}` as `/metrics` shows it (0 before the first).
+/// `orderpay_provider_webhooks_total{result}` as `/metrics` shows it (0 before the first). The
+/// recorder is the process's: without nextest, tests running beside this one count there too,
+/// so callers compare with lower bounds.
 async fn webhooks_counted(app: &TestApp, result: &str) -> u64 {
     let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
     let series = format!("orderpay_provider_webhooks_total{{result=\"{result}\"}} ");
@@ -270,7 +272,7 @@ async fn a_duplicated_event_applies_once_and_is_counted() {
         "data": { "object": provider_charge(&app, &payment_id).await },
     });
     assert_eq!(deliver_ok(&app, &signed(&secret(&app), &body)).await, "duplicate");
-    assert_eq!(webhooks_counted(&app, "duplicate").await, duplicates + 1);
+    assert!(webhooks_counted(&app, "duplicate").await > duplicates);
     assert_eq!(events_of(&app, &payment_id).await, 1);
 }
 
@@ -378,7 +380,7 @@ async fn a_late_charge_failed_after_charge_succeeded_changes_nothing() {
     assert_eq!(app.get_payment(&payment_id).await["status"], "succeeded");
     assert_eq!(app.order_status(payment["order_id"].as_str().unwrap()).await, "paid");
     assert_eq!(events_of(&app, &payment_id).await, 1);
-    assert_eq!(webhooks_counted(&app, "stale").await, stale_before + 1);
+    assert!(webhooks_counted(&app, "stale").await > stale_before);
 }
 
 #[tokio::test]
@@ -654,7 +656,7 @@ async fn events_about_nothing_of_ours_are_acknowledged_and_ignored() {
     ] {
         assert_eq!(deliver_ok(&app, &signed(&secret, &event)).await, "unknown");
     }
-    assert_eq!(webhooks_counted(&app, "unknown").await, unknown_before + 3);
+    assert!(webhooks_counted(&app, "unknown").await >= unknown_before + 3);
     assert_eq!(
         app.count("SELECT count(*) AS count FROM provider_webhooks WHERE result = 'unknown'").await,
         3
