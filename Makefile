@@ -37,6 +37,9 @@ build: ## build the orderpay binary (debug)
 .PHONY: run
 run: db build ## run the mock provider and the service against the local PostgreSQL, with a demo account
 	@key=$$($(BIN) accounts create demo 2>/dev/null)
+	# The provider's webhooks: a fresh secret shared by both processes, the mock posting its
+	# signed events to the service.
+	webhook_secret="whsec_$$(openssl rand -base64 32)"
 	base="http://$(ORDERPAY_LISTEN)"
 	cat <<-MSG
 
@@ -67,12 +70,19 @@ run: db build ## run the mock provider and the service against the local Postgre
 	    AUTH=\$$(curl -s $$base/payments -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-auth-1' -d "{\"order_id\":\"\$$ORDER2\",\"payment_method\":\"pm_card_ok\",\"capture_method\":\"manual\"}" | sed -E 's/^[{]"id":"([^"]+)".*/\1/')
 	    curl -si $$base/payments/\$$AUTH/capture -H "Authorization: Bearer \$$KEY" -H 'Idempotency-Key: demo-capture-1' -X POST
 
+	  6. The mock sends signed webhooks to $$base/provider/webhooks: a pm_provider_pending payment
+	     (202) is succeeded as soon as the provider settles it (MOCK_PROVIDER_SETTLE_MS, 3 s). The
+	     events and their deliveries:
+
+	    curl -s http://$(MOCK_PROVIDER_LISTEN)/_admin/webhooks
+
 	  The API description: $$base/openapi.yaml
 
 	MSG
-	$(BIN) mock-provider & mock=$$!
+	MOCK_PROVIDER_WEBHOOK_URL="$$base/provider/webhooks" MOCK_PROVIDER_WEBHOOK_SECRET="$$webhook_secret" \
+	  $(BIN) mock-provider & mock=$$!
 	trap 'kill $$mock 2>/dev/null || true' EXIT
-	$(BIN) serve
+	ORDERPAY_PROVIDER_WEBHOOK_SECRET="$$webhook_secret" $(BIN) serve
 
 .PHONY: test
 test: db ## run the tests (all but chaos) against the local PostgreSQL, one database per test

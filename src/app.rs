@@ -49,10 +49,17 @@ impl Application {
     /// starts the background tasks. The server runs once [`Application::run_until_stopped`] is
     /// awaited.
     pub async fn build(settings: Settings) -> anyhow::Result<Application> {
-        db::prepare(&settings.database).await?;
         let listener = TcpListener::bind(&settings.listen)
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
+        Self::build_on(settings, listener).await
+    }
+
+    /// [`Application::build`] on a listener bound already (`settings.listen` is then unused): its
+    /// address can be handed to the payment provider as the webhook URL before the app exists.
+    pub async fn build_on(settings: Settings, listener: TcpListener) -> anyhow::Result<Application> {
+        db::prepare(&settings.database).await?;
         let port = listener.local_addr()?.port();
+        let webhooks = !settings.api.provider_webhook_secrets.is_empty();
 
         let provider = provider(&settings.provider)?;
         let observability = Arc::new(Observability::new());
@@ -91,6 +98,11 @@ impl Application {
                     .app_data(body_timeout)
                     .wrap(from_fn(http::body::body_deadline))
                     .configure(http::routes)
+                    .configure(|config| {
+                        if webhooks {
+                            http::provider_webhook_routes(config);
+                        }
+                    })
                     .default_service(web::to(http::route_not_found))
             })
             .workers(workers)
@@ -132,7 +144,7 @@ impl Application {
             tokio::spawn(reconciler::run(reconciler_engine, settings.reconciler, shutdown_signal)),
             tokio::spawn(upkeep),
         ];
-        tracing::info!(port, workers, "orderpay listening on {}", settings.listen);
+        tracing::info!(port, workers, provider_webhooks = webhooks, "orderpay listening on port {port}");
         Ok(Application { port, server, shutdown, background, grace: settings.shutdown_grace })
     }
 

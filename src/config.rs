@@ -11,8 +11,10 @@
 //! `ORDERPAY_LATE_CHARGE_WATCH_SECS`, `ORDERPAY_SHUTDOWN_GRACE_SECS`, `ORDERPAY_AUTH_CACHE_SECS`,
 //! `ORDERPAY_REPLAY_CACHE_BYTES`, `ORDERPAY_RATE_LIMIT_PER_SEC`,
 //! `ORDERPAY_RATE_LIMIT_BURST`, `ORDERPAY_CLIENT_TIMEOUT_MS`, `ORDERPAY_CLIENT_BODY_TIMEOUT_MS`,
-//! `ORDERPAY_MAX_CONNECTIONS`; for the mock provider `MOCK_PROVIDER_LISTEN`,
-//! `MOCK_PROVIDER_TIMEOUT_HOLD_MS`, `MOCK_PROVIDER_SETTLE_MS`; and, for logging (see
+//! `ORDERPAY_MAX_CONNECTIONS`, `ORDERPAY_PROVIDER_WEBHOOK_SECRET`; for the mock provider `MOCK_PROVIDER_LISTEN`,
+//! `MOCK_PROVIDER_TIMEOUT_HOLD_MS`, `MOCK_PROVIDER_SETTLE_MS`, `MOCK_PROVIDER_AUTH_TTL_MS`,
+//! `MOCK_PROVIDER_API_KEY`, `MOCK_PROVIDER_WEBHOOK_URL`, `MOCK_PROVIDER_WEBHOOK_SECRET`,
+//! `MOCK_PROVIDER_WEBHOOK_RETRY_MS`; and, for logging (see
 //! telemetry.rs), `ORDERPAY_LOG_FORMAT` and `RUST_LOG`.
 
 use std::time::Duration;
@@ -25,6 +27,7 @@ use crate::operations::Timing;
 use crate::operations::reconciler::ReconcilerConfig;
 use crate::provider::mock::MockSettings;
 use crate::rate_limit::RateLimit;
+use crate::webhook_signature::Secret;
 
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/orderpay";
 
@@ -245,6 +248,41 @@ impl std::fmt::Debug for MockProviderArgs {
     }
 }
 
+#[derive(Clone, Args)]
+pub struct WebhookArgs {
+    /// The secret(s) the payment provider signs its webhooks with (`whsec_...`, Standard
+    /// Webhooks); several, separated by spaces or commas, while a secret is rotated. Set, it
+    /// enables `POST /provider/webhooks`; unset, that route does not exist (404).
+    #[arg(long, env = "ORDERPAY_PROVIDER_WEBHOOK_SECRET", hide_env_values = true)]
+    pub provider_webhook_secret: Option<String>,
+}
+
+impl WebhookArgs {
+    /// The secrets, parsed; none when unset or empty.
+    pub fn secrets(&self) -> anyhow::Result<Vec<Secret>> {
+        let Some(text) = self.provider_webhook_secret.as_deref() else {
+            return Ok(Vec::new());
+        };
+        text.split(|c: char| c == ',' || c.is_ascii_whitespace())
+            .filter(|part| !part.is_empty())
+            .enumerate()
+            .map(|(index, part)| {
+                Secret::parse(part).map_err(|error| {
+                    anyhow::anyhow!("ORDERPAY_PROVIDER_WEBHOOK_SECRET, secret {}: {error}", index + 1)
+                })
+            })
+            .collect()
+    }
+}
+
+/// Written by hand so that the secret never reaches a log line.
+impl std::fmt::Debug for WebhookArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redacted = self.provider_webhook_secret.as_ref().map(|_| "<redacted>");
+        f.debug_struct("WebhookArgs").field("provider_webhook_secret", &redacted).finish()
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     #[command(flatten)]
@@ -252,6 +290,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub provider: ProviderArgs,
+
+    #[command(flatten)]
+    pub webhooks: WebhookArgs,
 
     #[command(flatten)]
     pub reconcile: ReconcileArgs,
@@ -337,6 +378,9 @@ pub struct ApiSettings {
     pub replay_cache_bytes: u64,
     /// Per-account request rate limit.
     pub rate_limit: RateLimit,
+    /// The secrets provider webhooks are signed with (any one verifies a message); empty: no
+    /// `POST /provider/webhooks`. `Secret`'s `Debug` hides the keys.
+    pub provider_webhook_secrets: Vec<Secret>,
 }
 
 /// Everything `serve` needs, built from [`ServeArgs`] by the CLI or directly by tests.
@@ -397,6 +441,7 @@ impl ServeArgs {
                 auth_cache_ttl: Duration::from_secs(self.auth_cache_secs),
                 replay_cache_bytes: self.replay_cache_bytes,
                 rate_limit: RateLimit { per_second: self.rate_limit_per_sec, burst: self.rate_limit_burst },
+                provider_webhook_secrets: self.webhooks.secrets()?,
             },
             sweeper: SweeperConfig {
                 interval: Duration::from_millis(self.sweep_interval_ms),
@@ -414,5 +459,30 @@ impl ServeArgs {
             client_body_timeout: Duration::from_millis(self.client_body_timeout_ms.max(1)),
             max_connections: self.max_connections,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn webhook_secrets_rotate_as_a_list_split_by_spaces_or_commas() {
+        let (old, new) = (Secret::generate().unwrap().reveal(), Secret::generate().unwrap().reveal());
+        let args = |text: Option<String>| WebhookArgs { provider_webhook_secret: text };
+        assert!(args(None).secrets().unwrap().is_empty());
+        assert!(args(Some(" ".into())).secrets().unwrap().is_empty());
+        for list in [format!("{old} {new}"), format!("{old},{new}"), format!(" {old} , {new}\n")] {
+            let secrets = args(Some(list)).secrets().unwrap();
+            let revealed: Vec<String> = secrets.iter().map(Secret::reveal).collect();
+            assert_eq!(revealed, [old.clone(), new.clone()]);
+        }
+        let refused = args(Some(format!("{old} whsec_short"))).secrets().unwrap_err().to_string();
+        assert!(refused.contains("secret 2"), "{refused}");
+        assert!(!refused.contains(&old), "the error names no secret: {refused}");
+        assert_eq!(
+            format!("{:?}", args(Some(old.clone()))),
+            r#"WebhookArgs { provider_webhook_secret: Some("<redacted>") }"#
+        );
     }
 }

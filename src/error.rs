@@ -47,6 +47,13 @@ pub enum ApiError {
     #[error("the request body did not arrive within {} ms", .0.as_millis())]
     RequestTimeout(std::time::Duration),
 
+    /// 400 `webhook-signature-invalid`: a provider webhook whose `webhook-id`,
+    /// `webhook-timestamp` or `webhook-signature` is missing or malformed, whose timestamp is
+    /// more than 5 minutes away, or whose signature matches none of our secrets. Nothing was
+    /// read from its body.
+    #[error("the webhook signature is invalid: {0}")]
+    WebhookSignatureInvalid(String),
+
     /// 400 `bad-request`: the request itself is malformed (such as two `Authorization` headers).
     #[error("{0}")]
     BadRequest(&'static str),
@@ -190,6 +197,9 @@ impl ApiError {
             ApiError::UnsupportedMediaType => ("unsupported-media-type", "Unsupported media type"),
             ApiError::RequestTimeout(_) => ("request-timeout", "Request timeout"),
             ApiError::BadRequest(_) => ("bad-request", "Bad request"),
+            ApiError::WebhookSignatureInvalid(_) => {
+                ("webhook-signature-invalid", "Invalid webhook signature")
+            }
             ApiError::PayloadTooLarge { .. } => ("payload-too-large", "Payload too large"),
             ApiError::Validation(_) => ("validation-failed", "Validation failed"),
             ApiError::InvalidParameter(_) => ("invalid-parameter", "Invalid parameter"),
@@ -299,6 +309,7 @@ impl ResponseError for ApiError {
         match self {
             ApiError::MalformedJson(_)
             | ApiError::BadRequest(_)
+            | ApiError::WebhookSignatureInvalid(_)
             | ApiError::InvalidParameter(_)
             | ApiError::InvalidIdempotencyKey(_)
             | ApiError::IdempotencyKeyMissing => StatusCode::BAD_REQUEST,

@@ -148,15 +148,7 @@ pub fn verify(
     if id.is_empty() {
         return Err(SignatureError::MissingId);
     }
-    let timestamp = parse_timestamp(timestamp_header)?;
-    let tolerance = i64::try_from(tolerance.as_secs()).unwrap_or(i64::MAX);
-    let now = now.timestamp();
-    if now.saturating_sub(timestamp) > tolerance {
-        return Err(SignatureError::TooOld);
-    }
-    if timestamp.saturating_sub(now) > tolerance {
-        return Err(SignatureError::TooNew);
-    }
+    let timestamp = check_timestamp(timestamp_header, now, tolerance)?;
     // Signatures of other versions (or that are not base64) are skipped, not fatal: a sender may
     // add schemes we do not know next to the one we do.
     let candidates: Vec<Vec<u8>> = signature_header
@@ -176,6 +168,26 @@ pub fn verify(
         }
     }
     Err(SignatureError::Mismatch)
+}
+
+/// The timestamp of a received message, if it is within `tolerance` of `now` ([`verify`] checks
+/// it too). A receiver may check it before it reads the body, which the MAC needs: a stale or
+/// replayed message is then refused without reading it.
+pub fn check_timestamp(
+    timestamp_header: &str,
+    now: DateTime<Utc>,
+    tolerance: Duration,
+) -> Result<i64, SignatureError> {
+    let timestamp = parse_timestamp(timestamp_header)?;
+    let tolerance = i64::try_from(tolerance.as_secs()).unwrap_or(i64::MAX);
+    let now = now.timestamp();
+    if now.saturating_sub(timestamp) > tolerance {
+        return Err(SignatureError::TooOld);
+    }
+    if timestamp.saturating_sub(now) > tolerance {
+        return Err(SignatureError::TooNew);
+    }
+    Ok(timestamp)
 }
 
 /// Unix seconds, digits only: what we sign is the number re-formatted, so anything that would not

@@ -147,6 +147,19 @@ diesel::table! {
 }
 
 diesel::table! {
+    provider_webhooks (id) {
+        id -> Text,
+        event_type -> Text,
+        object_id -> Text,
+        result -> Text,
+        account_id -> Nullable<Uuid>,
+        subject -> Nullable<Text>,
+        subject_id -> Nullable<Uuid>,
+        received_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
     refunds (account_id, id) {
         account_id -> Uuid,
         id -> Uuid,
@@ -194,6 +207,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     payment_events,
     payment_operations,
     payments,
+    provider_webhooks,
     refunds,
     relay_cursors,
 );

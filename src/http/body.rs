@@ -164,33 +164,9 @@ fn read_json(
         (Some(_), Some(_)) => Some(Vec::new()),
         (None, _) => None,
     };
-    let declared_length = request
-        .headers()
-        .get(actix_web::http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    // The body as `body_deadline` set it aside; without that middleware, the request's own.
-    let body = request.extensions().get::<RequestBody>().cloned().unwrap_or_else(|| {
-        let timeout = request.app_data::<BodyTimeout>().map_or(DEFAULT_BODY_TIMEOUT, |limit| limit.0);
-        RequestBody::new(payload.take(), timeout)
-    });
+    let body = UnreadBody::of(request, payload);
     async move {
-        if declared_length.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
-            return Err(ApiError::PayloadTooLarge { limit: MAX_BODY_BYTES });
-        }
-        let mut taken = body.take();
-        let read = actix_web::body::to_bytes_limited(BodyStream::new(&mut taken.payload), MAX_BODY_BYTES);
-        let bytes = match tokio::time::timeout_at(body.deadline, read).await {
-            Err(_elapsed) => return Err(ApiError::RequestTimeout(body.timeout)),
-            Ok(Err(_limit_exceeded)) => {
-                return Err(ApiError::PayloadTooLarge { limit: MAX_BODY_BYTES });
-            }
-            Ok(Ok(Err(error))) => {
-                return Err(ApiError::MalformedJson(format!("unreadable body: {error}")));
-            }
-            Ok(Ok(Ok(bytes))) => bytes,
-        };
-        drop(taken);
+        let bytes = body.read().await?;
         if bytes.is_empty() {
             return Ok(None);
         }
@@ -198,6 +174,57 @@ fn read_json(
             return Err(ApiError::UnsupportedMediaType);
         }
         serde_json::from_slice(&bytes).map(Some).map_err(|error| ApiError::MalformedJson(error.to_string()))
+    }
+}
+
+/// A request body not read yet: [`UnreadBody::read`] reads it whole, as sent, under the same
+/// bounds as every body (at most [`MAX_BODY_BYTES`], within the body deadline). For a handler
+/// that checks something cheaper before it reads anything (a webhook's signature headers) and
+/// needs the exact bytes (the signature covers them, not their JSON).
+pub struct UnreadBody {
+    declared_length: Option<u64>,
+    body: RequestBody,
+}
+
+impl UnreadBody {
+    fn of(request: &HttpRequest, payload: &mut Payload) -> UnreadBody {
+        let declared_length = request
+            .headers()
+            .get(actix_web::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        // The body as `body_deadline` set it aside; without that middleware, the request's own.
+        let body = request.extensions().get::<RequestBody>().cloned().unwrap_or_else(|| {
+            let timeout = request.app_data::<BodyTimeout>().map_or(DEFAULT_BODY_TIMEOUT, |limit| limit.0);
+            RequestBody::new(payload.take(), timeout)
+        });
+        UnreadBody { declared_length, body }
+    }
+
+    /// The body's bytes: 413 over the limit (refused by its `Content-Length` before reading),
+    /// 408 when it does not arrive in time.
+    pub async fn read(self) -> Result<Bytes, ApiError> {
+        let UnreadBody { declared_length, body } = self;
+        if declared_length.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
+            return Err(ApiError::PayloadTooLarge { limit: MAX_BODY_BYTES });
+        }
+        let mut taken = body.take();
+        let read = actix_web::body::to_bytes_limited(BodyStream::new(&mut taken.payload), MAX_BODY_BYTES);
+        match tokio::time::timeout_at(body.deadline, read).await {
+            Err(_elapsed) => Err(ApiError::RequestTimeout(body.timeout)),
+            Ok(Err(_limit_exceeded)) => Err(ApiError::PayloadTooLarge { limit: MAX_BODY_BYTES }),
+            Ok(Ok(Err(error))) => Err(ApiError::MalformedJson(format!("unreadable body: {error}"))),
+            Ok(Ok(Ok(bytes))) => Ok(bytes),
+        }
+    }
+}
+
+impl FromRequest for UnreadBody {
+    type Error = ApiError;
+    type Future = std::future::Ready<Result<Self, ApiError>>;
+
+    fn from_request(request: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        std::future::ready(Ok(UnreadBody::of(request, payload)))
     }
 }
 

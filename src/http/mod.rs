@@ -12,6 +12,7 @@ pub mod observe;
 pub mod orders;
 pub mod payments;
 pub mod refunds;
+pub mod webhooks;
 
 use std::sync::Arc;
 
@@ -67,6 +68,13 @@ pub fn routes(config: &mut web::ServiceConfig) {
         .service(resource("/openapi.yaml", "GET").get(health::openapi))
         .service(resource("/docs", "GET").get(docs::page))
         .service(resource("/docs/{asset}", "GET").get(docs::asset));
+}
+
+/// `POST /provider/webhooks`, registered only when provider webhook secrets are configured:
+/// otherwise the path is no route at all (404 `route-not-found`). No API key: the signature is
+/// the authentication.
+pub fn provider_webhook_routes(config: &mut web::ServiceConfig) {
+    config.service(resource("/provider/webhooks", "POST").post(webhooks::receive));
 }
 
 /// A resource whose unsupported methods answer 405 `method-not-allowed` with `Allow: allowed`.

@@ -15,7 +15,6 @@ use uuid::Uuid;
 use super::leases::Table;
 use super::{Actor, Engine, EngineError, Finding, GiveUp, Kind, Recorded};
 use crate::clock::after;
-use crate::db::Pool;
 use crate::error::ApiError;
 use crate::events::repository::NewEvent;
 use crate::events::{Announce, EventType};
@@ -60,7 +59,7 @@ pub struct Held {
 pub struct Actions;
 
 /// What the provider's view of the charge says about a capture or void of it.
-fn charge_state(action: Action, charge: Charge) -> Finding<ActionOutcome> {
+pub(super) fn charge_state(action: Action, charge: Charge) -> Finding<ActionOutcome> {
     match charge.status {
         ChargeStatus::Succeeded => Finding::Final(ActionOutcome::Captured { amount: charge.amount_captured }),
         ChargeStatus::Canceled { reason } => Finding::Final(ActionOutcome::Canceled { reason }),
@@ -161,13 +160,13 @@ impl Kind for Actions {
         ActionOutcome::GaveUp(give_up)
     }
 
-    async fn settle(
-        pool: &Pool,
+    async fn settle_on(
+        conn: &mut AsyncPgConnection,
         held: &Held,
         outcome: ActionOutcome,
         actor: Actor,
     ) -> Result<Option<Recorded>, EngineError> {
-        settle(pool, held, outcome, actor).await
+        settle_on(conn, held, outcome, actor).await
     }
 
     fn stored_answer(_: Uuid, status: u16, body: Vec<u8>) -> StoredResponse {
@@ -184,8 +183,8 @@ impl Kind for Actions {
 /// Records a capture's or void's outcome: the operation with its final answer, the payment and
 /// the order as the charge now is, and both transitions, in one statement
 /// (`settle_capture_or_void.sql`).
-pub async fn settle(
-    pool: &Pool,
+pub async fn settle_on(
+    conn: &mut AsyncPgConnection,
     held: &Held,
     outcome: ActionOutcome,
     actor: Actor,
@@ -262,14 +261,13 @@ pub async fn settle(
         Some((code, message)) => (Some(code.as_str()), Some(message.as_str())),
         None => (None, None),
     };
-    let mut conn = pool.get().await?;
     let event = match payment.status {
         PaymentStatus::Succeeded => Some(NewEvent::new(EventType::PaymentSucceeded, payment_json(&payment))),
         PaymentStatus::Canceled => Some(NewEvent::new(EventType::PaymentCanceled, payment_json(&payment))),
         _ => None,
     };
     let order_event =
-        orders::paid_event(&mut conn, payment.account_id, payment.order_id, order_status, now).await?;
+        orders::paid_event(conn, payment.account_id, payment.order_id, order_status, now).await?;
     let statement = SettleAction {
         announce: Announce::new(event.as_ref(), order_event.as_ref()),
         account_id: operation.account_id,
@@ -296,7 +294,7 @@ pub async fn settle(
             _ => None,
         },
     };
-    let (applied, moved) = authorization::settle(&mut conn, statement).await?;
+    let (applied, moved) = authorization::settle(conn, statement).await?;
     Announce::new(event.as_ref(), order_event.as_ref()).count_written(applied == 1, moved == 1);
     if applied == 1 {
         tracing::info!(operation_id = %operation.id, %action, status = %status, payment_status = %payment.status,
@@ -305,7 +303,7 @@ pub async fn settle(
     }
     // Someone settled it first: theirs is the answer. Or a give-up was held back.
     let id = (operation.account_id, operation.id.as_uuid());
-    let standing = super::leases::standing(&mut conn, Table::PaymentOperations, id)
+    let standing = super::leases::standing(conn, Table::PaymentOperations, id)
         .await?
         .ok_or_else(|| EngineError::Vanished(format!("operation {}", operation.id)))?;
     Ok(standing
@@ -347,30 +345,51 @@ pub async fn watch(
     };
     let found = engine.provider.get_charge(charge_id, None).await;
     let mut conn = engine.pool.get().await?;
-    let (status, amount_captured, failure_code, failure_message, order_status) = match found {
-        Ok(Some(Charge { status: ChargeStatus::Canceled { reason }, .. })) => {
+    match found {
+        Ok(Some(charge)) => {
+            if end_on(&mut conn, payment, &charge, Actor::Reconciler).await?.is_some() {
+                return Ok(Watched::Ended);
+            }
+            // Still authorized: look again when it ends, or after `recheck` if that has passed.
+            let next = payment.authorization_expires_at.filter(|at| *at > now).unwrap_or(after(now, recheck));
+            payments::watch_again(&mut conn, payment, next).await?;
+            Ok(Watched::StillAuthorized)
+        }
+        Ok(None) | Err(_) => {
+            payments::watch_again(&mut conn, payment, after(now, recheck)).await?;
+            Ok(Watched::Unknown)
+        }
+    }
+}
+
+/// Records an authorization that ended at the provider while nothing of ours was in flight, as
+/// `charge` shows it: canceled (expired, or voided elsewhere; the order is payable again) or
+/// captured (a capture given up on landed after all; the order is paid), in one statement
+/// (`end_authorization.sql`), guarded by the payment still being `requires_capture`. Returns
+/// `None` when the charge shows no end (it still waits for a capture), else whether this
+/// recorded it (false: the payment had moved on, and this changed nothing).
+pub async fn end_on(
+    conn: &mut AsyncPgConnection,
+    payment: &Payment,
+    charge: &Charge,
+    actor: Actor,
+) -> Result<Option<bool>, EngineError> {
+    let now = Utc::now().trunc_subsecs(6);
+    let (status, amount_captured, failure_code, failure_message, order_status) = match &charge.status {
+        ChargeStatus::Canceled { reason } => {
             let message = format!("the authorization ended at the provider ({reason})");
             (
                 PaymentStatus::Canceled,
                 payment.amount_captured.value(),
-                Some(reason),
+                Some(reason.clone()),
                 Some(message),
                 OrderStatus::PendingPayment,
             )
         }
-        Ok(Some(Charge { status: ChargeStatus::Succeeded, amount_captured, .. })) => {
-            (PaymentStatus::Succeeded, amount_captured, None, None, OrderStatus::Paid)
+        ChargeStatus::Succeeded => {
+            (PaymentStatus::Succeeded, charge.amount_captured, None, None, OrderStatus::Paid)
         }
-        Ok(Some(_)) => {
-            // Still authorized: look again when it ends, or after `recheck` if that has passed.
-            let next = payment.authorization_expires_at.filter(|at| *at > now).unwrap_or(after(now, recheck));
-            payments::watch_again(&mut conn, payment, next).await?;
-            return Ok(Watched::StillAuthorized);
-        }
-        Ok(None) | Err(_) => {
-            payments::watch_again(&mut conn, payment, after(now, recheck)).await?;
-            return Ok(Watched::Unknown);
-        }
+        _ => return Ok(None),
     };
     let ended_payment = Payment {
         status,
@@ -389,7 +408,7 @@ pub async fn watch(
     };
     let event = NewEvent::new(event_type, payment_json(&ended_payment));
     let order_event =
-        orders::paid_event(&mut conn, payment.account_id, payment.order_id, Some(order_status), now).await?;
+        orders::paid_event(conn, payment.account_id, payment.order_id, Some(order_status), now).await?;
     let end = EndAuthorization {
         announce: Announce::new(Some(&event), order_event.as_ref()),
         account_id: payment.account_id,
@@ -400,13 +419,14 @@ pub async fn watch(
         failure_code: failure_code.as_deref(),
         failure_message: failure_message.as_deref(),
         now,
-        actor: Actor::Reconciler.as_str(),
+        actor: actor.as_str(),
         order_status,
     };
-    let (ended, moved) = payments::end_authorization(&mut conn, end).await?;
+    let (ended, moved) = payments::end_authorization(conn, end).await?;
     Announce::new(Some(&event), order_event.as_ref()).count_written(ended == 1, moved == 1);
     if ended == 1 {
-        tracing::warn!(payment_id = %payment.id, status = %status, "an authorization ended at the provider");
+        tracing::warn!(payment_id = %payment.id, status = %status, actor = actor.as_str(),
+            "an authorization ended at the provider");
     }
-    Ok(Watched::Ended)
+    Ok(Some(ended == 1))
 }

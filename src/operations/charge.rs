@@ -7,7 +7,6 @@ use uuid::Uuid;
 
 use super::leases::Table;
 use super::{Actor, EngineError, Finding, GiveUp, Kind, Recorded};
-use crate::db::Pool;
 use crate::events::repository::NewEvent;
 use crate::events::{Announce, EventType};
 use crate::idempotency::StoredResponse;
@@ -133,13 +132,13 @@ impl Kind for Charges {
         ChargeOutcome::GaveUp(give_up)
     }
 
-    async fn settle(
-        pool: &Pool,
+    async fn settle_on(
+        conn: &mut AsyncPgConnection,
         payment: &Payment,
         outcome: ChargeOutcome,
         actor: Actor,
     ) -> Result<Option<Recorded>, EngineError> {
-        settle(pool, payment, outcome, actor).await
+        settle_on(conn, payment, outcome, actor).await
     }
 
     fn stored_answer(id: Uuid, status: u16, body: Vec<u8>) -> StoredResponse {
@@ -156,8 +155,8 @@ impl Kind for Charges {
 /// is rendered first, from the payment as it will be. Idempotent: if someone settled the charge
 /// first, nothing changes and theirs is returned (final states absorb; a conflicting second
 /// outcome is logged for a person).
-pub async fn settle(
-    pool: &Pool,
+pub async fn settle_on(
+    conn: &mut AsyncPgConnection,
     payment: &Payment,
     outcome: ChargeOutcome,
     actor: Actor,
@@ -208,7 +207,6 @@ pub async fn settle(
         }
     };
     let answer = final_response(&settled);
-    let mut conn = pool.get().await?;
     let event_type = match settled.status {
         PaymentStatus::Succeeded => EventType::PaymentSucceeded,
         PaymentStatus::RequiresCapture => EventType::PaymentRequiresCapture,
@@ -217,7 +215,7 @@ pub async fn settle(
     };
     let event = NewEvent::new(event_type, payment_json(&settled));
     let order_event =
-        orders::paid_event(&mut conn, payment.account_id, payment.order_id, order_status, now).await?;
+        orders::paid_event(conn, payment.account_id, payment.order_id, order_status, now).await?;
     let announce = Announce::new(Some(&event), order_event.as_ref());
     let statement = SettlePayment {
         announce,
@@ -240,7 +238,7 @@ pub async fn settle(
         quiet_for_ms,
         late_watch_until,
     };
-    let (applied, moved) = repository::settle(&mut conn, statement).await?;
+    let (applied, moved) = repository::settle(conn, statement).await?;
     Announce::new(Some(&event), order_event.as_ref()).count_written(applied == 1, moved == 1);
     if applied == 1 {
         if order_status.is_some() && moved == 0 {
@@ -255,7 +253,7 @@ pub async fn settle(
         return Ok(Some(Recorded { answer, applied: true }));
     }
     // Someone settled it first: theirs is the answer. Or a give-up was held back.
-    let current = repository::find_answered(&mut conn, payment.account_id, payment.id)
+    let current = repository::find_answered(conn, payment.account_id, payment.id)
         .await?
         .ok_or_else(|| EngineError::Vanished(format!("payment {}", payment.id)))?;
     if current.answer.is_none() && current.payment.status == PaymentStatus::Processing {

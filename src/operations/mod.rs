@@ -15,8 +15,10 @@
 //!   check.
 //!
 //! The drivers are the request ([`request`]: after its own send, or taking an abandoned
-//! operation over) and the reconciler ([`reconciler`]), which claims due operations of every
-//! kind.
+//! operation over), the reconciler ([`reconciler`]), which claims due operations of every
+//! kind, and the provider's webhooks ([`webhooks`]), which settle an operation in flight as soon
+//! as the provider reports its outcome. Whichever commits its guarded transition first wins; the
+//! others change nothing and answer from it.
 
 pub mod authorization;
 pub mod charge;
@@ -25,6 +27,7 @@ pub mod leases;
 pub mod reconciler;
 pub mod refund;
 pub mod request;
+pub mod webhooks;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -161,6 +164,21 @@ pub trait Kind: Send + Sync + 'static {
     /// held back because a send may still be in flight; the operation is unchanged.
     fn settle(
         pool: &Pool,
+        op: &Self::Op,
+        outcome: Self::Final,
+        actor: Actor,
+    ) -> impl Future<Output = Result<Option<Recorded>, EngineError>> + Send {
+        async move {
+            let mut conn = pool.get().await?;
+            Self::settle_on(&mut conn, op, outcome, actor).await
+        }
+    }
+
+    /// [`Kind::settle`] on a connection the caller holds, so that it can run inside the caller's
+    /// transaction: a webhook writes its dedup row first and commits it with the settle
+    /// ([`webhooks`]). The same statement either way: it stays the only writer of a settle.
+    fn settle_on(
+        conn: &mut AsyncPgConnection,
         op: &Self::Op,
         outcome: Self::Final,
         actor: Actor,

@@ -7,7 +7,6 @@ use uuid::Uuid;
 
 use super::leases::Table;
 use super::{Actor, EngineError, Finding, GiveUp, Kind, Recorded};
-use crate::db::Pool;
 use crate::events::repository::NewEvent;
 use crate::events::{Announce, EventType};
 use crate::idempotency::StoredResponse;
@@ -46,7 +45,7 @@ pub struct Held {
 pub struct Refunds;
 
 /// What a provider answer means for a refund. Exhaustive on purpose.
-fn outcome_of(answer: Result<ProviderRefund, ProviderError>) -> Finding<RefundOutcome> {
+pub fn outcome_of(answer: Result<ProviderRefund, ProviderError>) -> Finding<RefundOutcome> {
     match answer {
         Ok(ProviderRefund { id, status: ProviderStatus::Succeeded, .. }) => {
             Finding::Final(RefundOutcome::Succeeded { refund_id: id })
@@ -120,13 +119,13 @@ impl Kind for Refunds {
         RefundOutcome::GaveUp(give_up)
     }
 
-    async fn settle(
-        pool: &Pool,
+    async fn settle_on(
+        conn: &mut AsyncPgConnection,
         held: &Held,
         outcome: RefundOutcome,
         actor: Actor,
     ) -> Result<Option<Recorded>, EngineError> {
-        settle(pool, &held.refund, outcome, actor).await
+        settle_on(conn, &held.refund, outcome, actor).await
     }
 
     fn stored_answer(id: Uuid, status: u16, body: Vec<u8>) -> StoredResponse {
@@ -142,8 +141,8 @@ impl Kind for Refunds {
 /// refunding to refunded on the payment (or released), the order, and the audit row, in one
 /// statement (`settle_refund.sql`). A refund the system started (no client key) leaves the
 /// order alone.
-pub async fn settle(
-    pool: &Pool,
+pub async fn settle_on(
+    conn: &mut AsyncPgConnection,
     refund: &Refund,
     outcome: RefundOutcome,
     actor: Actor,
@@ -172,7 +171,6 @@ pub async fn settle(
         }
     }
     let answer = final_response(&settled);
-    let mut conn = pool.get().await?;
     let event_type = if settled.status == RefundStatus::Succeeded {
         EventType::RefundSucceeded
     } else {
@@ -187,13 +185,12 @@ pub async fn settle(
         (None, None)
     } else {
         (
-            orders::rendered_after(&mut conn, account_id, order_id, OrderStatus::PartiallyRefunded, now)
-                .await?,
-            orders::rendered_after(&mut conn, account_id, order_id, OrderStatus::Refunded, now).await?,
+            orders::rendered_after(conn, account_id, order_id, OrderStatus::PartiallyRefunded, now).await?,
+            orders::rendered_after(conn, account_id, order_id, OrderStatus::Refunded, now).await?,
         )
     };
     let late_charge_event = if system && settled.status == RefundStatus::Succeeded {
-        crate::payments::repository::find(&mut conn, account_id, refund.payment_id).await?.map(|payment| {
+        crate::payments::repository::find(conn, account_id, refund.payment_id).await?.map(|payment| {
             let payment = crate::payments::Payment {
                 amount_refunded: payment
                     .amount_refunded
@@ -228,7 +225,7 @@ pub async fn settle(
         order_partially_refunded: partially.as_deref(),
         order_refunded: fully.as_deref(),
     };
-    let (applied, order_status) = repository::settle(&mut conn, statement).await?;
+    let (applied, order_status) = repository::settle(conn, statement).await?;
     Announce::new(Some(&event), late_charge_event.as_ref()).count_written(applied == 1, applied == 1);
     if let Some(order_status) = order_status.filter(|_| applied == 1) {
         let event_type = if order_status == OrderStatus::Refunded {
@@ -246,7 +243,7 @@ pub async fn settle(
     }
     // Someone settled it first: theirs is the answer. Or a give-up was held back.
     let id = (refund.account_id, refund.id.as_uuid());
-    let standing = super::leases::standing(&mut conn, Table::Refunds, id)
+    let standing = super::leases::standing(conn, Table::Refunds, id)
         .await?
         .ok_or_else(|| EngineError::Vanished(format!("refund {}", refund.id)))?;
     Ok(standing.answer().map(|(status, body)| Recorded {

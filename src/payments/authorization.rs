@@ -77,6 +77,23 @@ pub async fn find(
         .optional()
 }
 
+/// The payment's capture or void in flight, if any (at most one: the unique index
+/// `payment_operations_one_in_flight`, which also serves this lookup).
+pub async fn in_flight(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    payment_id: PaymentId,
+) -> QueryResult<Option<PaymentOperation>> {
+    payment_operations::table
+        .filter(payment_operations::account_id.eq(account_id))
+        .filter(payment_operations::payment_id.eq(payment_id))
+        .filter(payment_operations::status.eq(ActionStatus::Processing))
+        .select(PaymentOperation::as_select())
+        .first(conn)
+        .await
+        .optional()
+}
+
 crate::text_enum! {
     /// What the statement that starts a capture or a void decided.
     pub enum StartOutcome {

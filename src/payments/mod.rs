@@ -115,8 +115,17 @@ impl Payment {
     }
 }
 
+/// What every downstream key of a payment starts with; the payment's id follows.
+const DOWNSTREAM_KEY_PREFIX: &str = "orderpay_pay_";
+
 pub fn downstream_key(payment_id: PaymentId) -> String {
-    format!("orderpay_pay_{payment_id}")
+    format!("{DOWNSTREAM_KEY_PREFIX}{payment_id}")
+}
+
+/// The payment a downstream key names, if it is one of ours (a provider's webhook carries the
+/// charge's key: how the payment is found without a scan).
+pub fn payment_of_downstream_key(key: &str) -> Option<PaymentId> {
+    key.strip_prefix(DOWNSTREAM_KEY_PREFIX).and_then(PaymentId::parse)
 }
 
 /// The failure code of a payment the reconciler gave up on.
@@ -125,6 +134,17 @@ pub const GAVE_UP_CODE: &str = "reconciliation_gave_up";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_downstream_key_names_its_payment() {
+        let id = PaymentId::generate();
+        assert_eq!(payment_of_downstream_key(&downstream_key(id)), Some(id));
+        for other in ["", "orderpay_pay_", "orderpay_pay_x", "orderpay_refund_0190", "evt_1"] {
+            assert_eq!(payment_of_downstream_key(other), None, "{other}");
+        }
+        let refund_key = format!("orderpay_refund_{}", id);
+        assert_eq!(payment_of_downstream_key(&refund_key), None);
+    }
 
     #[test]
     fn payment_methods_are_provider_tokens() {

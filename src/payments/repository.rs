@@ -132,6 +132,12 @@ pub async fn find_answered(
         .transpose()
 }
 
+/// The account a payment belongs to, found by its id alone (`payments_by_id`): a provider's
+/// webhook names the payment by the downstream key, which carries only the id.
+pub async fn account_of(conn: &mut AsyncPgConnection, id: PaymentId) -> QueryResult<Option<AccountId>> {
+    payments::table.filter(payments::id.eq(id)).select(payments::account_id).first(conn).await.optional()
+}
+
 /// The order's payment whose outcome is still unknown, if any (at most one: a unique index).
 pub async fn processing_for_order(
     conn: &mut AsyncPgConnection,

@@ -54,9 +54,18 @@ pub struct Refund {
     pub updated_at: DateTime<Utc>,
 }
 
+/// What every downstream key of a refund starts with; the refund's id follows.
+const DOWNSTREAM_KEY_PREFIX: &str = "orderpay_refund_";
+
 impl Refund {
     /// The idempotency key of every provider call for this refund.
     pub fn downstream_key(&self) -> String {
-        format!("orderpay_refund_{}", self.id)
+        format!("{DOWNSTREAM_KEY_PREFIX}{}", self.id)
     }
+}
+
+/// The refund a downstream key names, if it is one of ours (a provider's webhook carries the
+/// refund's key: how the refund is found without a scan).
+pub fn refund_of_downstream_key(key: &str) -> Option<RefundId> {
+    key.strip_prefix(DOWNSTREAM_KEY_PREFIX).and_then(RefundId::parse)
 }

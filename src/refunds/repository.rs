@@ -91,6 +91,12 @@ pub async fn find(
         .transpose()
 }
 
+/// The account a refund belongs to, found by its id alone (`refunds_by_id`): a provider's
+/// webhook names the refund by the downstream key, which carries only the id.
+pub async fn account_of(conn: &mut AsyncPgConnection, id: RefundId) -> QueryResult<Option<AccountId>> {
+    refunds::table.filter(refunds::id.eq(id)).select(refunds::account_id).first(conn).await.optional()
+}
+
 /// A refund with the provider's id of the charge it gives money back on.
 pub async fn find_with_charge(
     conn: &mut AsyncPgConnection,

@@ -15,6 +15,7 @@
 //! | `orderpay_late_charges_total` | counter | `result`: refunded, voided (charges that landed after their payment was given up on) |
 //! | `orderpay_reconciler_passes_total` | counter | |
 //! | `orderpay_reconciler_payments_total` | counter | `result`: settled, redriven, rescheduled, stuck, gave_up, error |
+//! | `orderpay_provider_webhooks_total` | counter | `result`: applied (moved an operation), duplicate (an event already received), stale (nothing to move: the operation had settled, or the event reports no final state), unknown (no operation of ours), rejected (refused: signature, size, body) |
 //! | `orderpay_db_pool_connections` | gauge | `state`: in_use, idle (read at scrape) |
 
 use std::sync::OnceLock;
@@ -69,6 +70,7 @@ fn describe() {
     );
     describe_counter!("orderpay_reconciler_passes_total", "Reconciler passes run");
     describe_counter!("orderpay_reconciler_payments_total", "Payments handled by the reconciler, by result");
+    describe_counter!("orderpay_provider_webhooks_total", "Provider webhook deliveries, by what they did");
     describe_gauge!("orderpay_db_pool_connections", "Database connections by state");
 }
 
@@ -127,6 +129,11 @@ pub fn reconciler_pass(results: &[(&'static str, usize)]) {
             counter!("orderpay_reconciler_payments_total", "result" => result).increment(count as u64);
         }
     }
+}
+
+/// One provider webhook delivery: applied, duplicate, stale, unknown, rejected.
+pub fn provider_webhook(result: &'static str) {
+    counter!("orderpay_provider_webhooks_total", "result" => result).increment(1);
 }
 
 pub fn pool_connections(in_use: u32, idle: u32) {

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use orderpay::webhook_signature::Secret;
+
 use crate::helpers::{TestApp, http_client, json, new_key, order_body, spawn_app_with};
 use crate::process::ServiceProcess;
 use crate::proxy::ChaosProxy;
@@ -99,8 +101,13 @@ async fn drain(app: &TestApp) {
 async fn payments_stay_exactly_once_through_kills_and_provider_faults() {
     let orders = env_number("CHAOS_ORDERS", 40);
     let kills = env_number("CHAOS_KILLS", 3);
+    // The service's port is fixed across restarts, so the mock's webhooks can follow it.
+    let port = free_port();
+    let secret = Secret::generate().unwrap();
     let app = spawn_app_with(|settings, mock| {
         mock.timeout_hold = Duration::from_millis(700);
+        mock.webhook_url = Some(format!("http://127.0.0.1:{port}/provider/webhooks"));
+        mock.webhook_secret = Some(secret.reveal());
         settings.reconciler.max_attempts = 1000;
     })
     .await;
@@ -108,11 +115,18 @@ async fn payments_stay_exactly_once_through_kills_and_provider_faults() {
     for _ in 0..orders {
         order_ids.push(app.create_order().await["id"].as_str().unwrap().to_owned());
     }
-    app.provider.set_faults(json!({"latency_ms": 5, "timeout_rate": 0.15, "error_rate": 0.15})).await;
+    // Provider faults, and webhooks that come twice, never, or late (a delayed event races
+    // the request's own answer, held or not).
+    app.provider
+        .set_faults(json!({
+            "latency_ms": 5, "timeout_rate": 0.15, "error_rate": 0.15,
+            "webhook_duplicate_rate": 0.3, "webhook_drop_rate": 0.2, "webhook_delay_ms": 150,
+        }))
+        .await;
 
-    let port = free_port();
     let env = [
         ("ORDERPAY_LISTEN", format!("127.0.0.1:{port}")),
+        ("ORDERPAY_PROVIDER_WEBHOOK_SECRET", secret.reveal()),
         ("ORDERPAY_PROVIDER_TIMEOUT_MS", "300".to_owned()),
         ("ORDERPAY_PAYMENT_LEASE_MS", "600".to_owned()),
         ("ORDERPAY_RECONCILE_INTERVAL_MS", "200".to_owned()),
@@ -179,13 +193,28 @@ async fn payments_stay_exactly_once_through_kills_and_provider_faults() {
     let resent: u64 = charges.iter().map(|c| c["requests"].as_u64().unwrap_or(1) - 1).sum();
     let events = app.count("SELECT count(*) AS count FROM payment_events").await;
     assert_eq!(events, orders as i64, "one transition per payment");
+
+    // Webhooks: each event heard at most once (its row's key), and each one that applied is
+    // exactly one of those transitions.
+    let sent = app.provider.webhooks().await;
+    let heard = app.count("SELECT count(*) AS count FROM provider_webhooks").await;
+    let applied = app.count("SELECT count(*) AS count FROM provider_webhooks WHERE result = 'applied'").await;
+    let by_webhook = app.count("SELECT count(*) AS count FROM payment_events WHERE actor = 'webhook'").await;
+    let (dropped, doubled) = (
+        sent.iter().filter(|event| event["copies"] == 0).count(),
+        sent.iter().filter(|event| event["copies"] == 2).count(),
+    );
+    assert!(heard > 0 && heard as usize <= sent.len(), "{heard} events heard of {} sent", sent.len());
+    assert_eq!(applied, by_webhook, "an applied event is one transition");
     println!(
         "chaos: {orders} orders, {kills_done} SIGKILLs, provider faults (15% held answers, 15% 503s, 5 ms), \
          client retries before the 201 {retries:?}, {} charges checked ({} succeeded, {resent} repeated \
          charge requests answered from the provider's key), {payments} payments, {events} transitions, \
-         0 processing",
+         0 processing; webhooks: {} events ({dropped} dropped, {doubled} sent twice, 150 ms late), \
+         {heard} heard, {applied} settled a payment",
         charges.len(),
-        succeeded_per_payment.len()
+        succeeded_per_payment.len(),
+        sent.len()
     );
 }
 

@@ -12,6 +12,7 @@ use orderpay::ids::AccountId;
 use orderpay::operations::Timing;
 use orderpay::operations::reconciler::{PassReport, ReconcilerConfig};
 use orderpay::provider::mock::{MockProvider, MockSettings};
+use orderpay::webhook_signature::Secret;
 use reqwest::{Method, RequestBuilder, Response};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -122,6 +123,13 @@ pub async fn spawn_app() -> TestApp {
     spawn_app_with(|_, _| {}).await
 }
 
+/// The knob that turns provider webhooks on, for `spawn_app_with`'s `configure`: a fresh secret
+/// for the app, and (unless `configure` points the mock elsewhere) the mock sends its events to
+/// the app's `POST /provider/webhooks`, signed with it.
+pub fn provider_webhooks_on(settings: &mut Settings) {
+    settings.api.provider_webhook_secrets = vec![Secret::generate().expect("a webhook secret")];
+}
+
 /// Spawns the app (and its own mock provider) with settings adjusted by `configure`.
 pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings, &mut MockSettings)) -> TestApp {
     spawn_app_on(None, configure).await
@@ -164,6 +172,8 @@ async fn spawn_app_on(
             replay_cache_bytes: 16 << 20,
             // Off in tests, but where a test turns it on.
             rate_limit: orderpay::rate_limit::RateLimit { per_second: 0, burst: 0 },
+            // Off unless a test turns them on (`provider_webhooks_on`).
+            provider_webhook_secrets: Vec::new(),
         },
         sweeper: SweeperConfig { interval: Duration::from_secs(3600), batch_size: 1000 },
         provider: ProviderConfig { url: String::new(), timeout: Duration::from_secs(1), api_key: None },
@@ -188,12 +198,21 @@ async fn spawn_app_on(
     };
     let mut mock_settings = test_mock_settings();
     configure(&mut settings, &mut mock_settings);
+    // Bound before the mock starts, so that the mock can be told where to send webhooks.
+    let listener = std::net::TcpListener::bind(&settings.listen).expect("the app's port");
+    let port = listener.local_addr().unwrap().port();
+    if let Some(secret) = <[Secret]>::first(&settings.api.provider_webhook_secrets)
+        && mock_settings.webhook_url.is_none()
+    {
+        mock_settings.webhook_url = Some(format!("http://127.0.0.1:{port}/provider/webhooks"));
+        mock_settings.webhook_secret = Some(secret.reveal());
+    }
     let provider = spawn_mock_provider(mock_settings).await;
     if settings.provider.url.is_empty() {
         settings.provider.url = provider.address.clone();
     }
-    let app = Application::build(settings.clone()).await.expect("the app builds");
-    let address = format!("http://127.0.0.1:{}", app.port());
+    let app = Application::build_on(settings.clone(), listener).await.expect("the app builds");
+    let address = format!("http://127.0.0.1:{port}");
     let server = app.server_handle();
     tokio::spawn(app.run_until_stopped());
 

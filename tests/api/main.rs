@@ -22,5 +22,6 @@ mod operations;
 mod orders;
 mod payments;
 mod provider;
+mod provider_webhooks;
 mod refunds;
 mod security;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs a command against a real orderpay: the mock provider and `orderpay serve` on free ports, a
 # fresh database, and a new account. The command sees ORDERPAY_URL, ORDERPAY_KEY and
-# MOCK_PROVIDER_URL. Everything is stopped and the database dropped when it ends.
+# MOCK_PROVIDER_URL, and the mock's webhooks reach the service (a shared secret, in
+# ORDERPAY_PROVIDER_WEBHOOK_SECRET). Everything is stopped and the database dropped when it ends.
 #
 #   tests/scripts/with-service.sh COMMAND [ARGS...]
 set -euo pipefail
@@ -25,6 +26,12 @@ export MOCK_PROVIDER_TIMEOUT_HOLD_MS=${MOCK_PROVIDER_TIMEOUT_HOLD_MS:-1500}
 export ORDERPAY_PROVIDER_TIMEOUT_MS=${ORDERPAY_PROVIDER_TIMEOUT_MS:-1000}
 export ORDERPAY_PAYMENT_LEASE_MS=${ORDERPAY_PAYMENT_LEASE_MS:-2000}
 export RUST_LOG=${RUST_LOG:-warn}
+# Both sides of the provider's webhooks share a fresh secret; the mock sends its events to the
+# service, and POST /provider/webhooks exists for the outside tools to see.
+webhook_secret="whsec_$(head -c 32 /dev/urandom | base64 | tr -d '\n')"
+export ORDERPAY_PROVIDER_WEBHOOK_SECRET="$webhook_secret"
+export MOCK_PROVIDER_WEBHOOK_SECRET="$webhook_secret"
+export MOCK_PROVIDER_WEBHOOK_URL="http://127.0.0.1:$port/provider/webhooks"
 
 pids=()
 cleanup() {
