@@ -11,7 +11,7 @@ use anyhow::Context;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::accounts::AccountCache;
+use crate::accounts::{AccountCache, revocations};
 use crate::background;
 use crate::config::Settings;
 use crate::db::{self, Pool};
@@ -60,7 +60,10 @@ impl Application {
             retention: settings.api.idempotency_retention,
             replays: Arc::new(ReplayCache::new(settings.api.replay_cache_bytes)),
         };
-        let accounts = Arc::new(AccountCache::new(settings.api.auth_cache_ttl));
+        let accounts = Arc::new(AccountCache::new(
+            settings.api.auth_cache_ttl,
+            settings.api.revocation_poll * revocations::FRESH_INTERVALS,
+        ));
         let rate_limiter = Arc::new(RateLimiter::new(settings.api.rate_limit));
         let api = Arc::new(settings.api.clone());
         let workers = settings.workers.max(1);
@@ -70,7 +73,7 @@ impl Application {
         let server = {
             let (worker_settings, provider, observability) =
                 (settings.clone(), provider.clone(), observability.clone());
-            let rate_limiter = rate_limiter.clone();
+            let (rate_limiter, accounts) = (rate_limiter.clone(), accounts.clone());
             HttpServer::new(move || {
                 let pool = db::lazy_pool(&worker_settings.database, pool_per_worker);
                 observability.register(&pool);
@@ -119,11 +122,28 @@ impl Application {
                 std::future::ready(false)
             });
         let reconciler_engine = engine(&settings, background_pool.clone(), provider);
-        let background = vec![
+        let mut background = Vec::new();
+        if accounts.enabled() {
+            // A connection of its own: a poll waiting behind a reconciler batch would make every
+            // instance distrust its cache.
+            let revocation_pool = db::lazy_pool(&settings.database, 1);
+            observability.register(&revocation_pool);
+            let poll = settings.api.revocation_poll;
+            background.push(tokio::spawn(revocations::run(
+                revocation_pool,
+                accounts.clone(),
+                poll,
+                shutdown_signal.clone(),
+            )));
+        }
+        crate::telemetry::metrics::pool_max_connections(
+            pool_per_worker * workers as u32 + 4 + u32::from(accounts.enabled()),
+        );
+        background.extend([
             tokio::spawn(sweeper::run(background_pool, settings.sweeper, shutdown_signal.clone())),
             tokio::spawn(reconciler::run(reconciler_engine, settings.reconciler, shutdown_signal)),
             tokio::spawn(upkeep),
-        ];
+        ]);
         tracing::info!(port, workers, "orderpay listening on {}", settings.listen);
         Ok(Application { port, server, shutdown, background, grace: settings.shutdown_grace })
     }

@@ -161,6 +161,7 @@ async fn spawn_app_on(
             require_idempotency_key: false,
             idempotency_retention: Duration::from_secs(86_400),
             auth_cache_ttl: Duration::from_secs(60),
+            revocation_poll: Duration::from_millis(250),
             replay_cache_bytes: 16 << 20,
             // Off in tests, but where a test turns it on.
             rate_limit: orderpay::rate_limit::RateLimit { per_second: 0, burst: 0 },

@@ -16,6 +16,7 @@ mod errors;
 mod failure_windows;
 mod idempotency;
 mod operations;
+mod operators;
 mod orders;
 mod payments;
 mod provider;
