@@ -10,8 +10,8 @@
 //! `ORDERPAY_RECONCILE_BACKOFF_CAP_MS`, `ORDERPAY_SHUTDOWN_GRACE_SECS`, `ORDERPAY_AUTH_CACHE_SECS`,
 //! `ORDERPAY_REPLAY_CACHE_BYTES`, `ORDERPAY_RATE_LIMIT_PER_SEC`,
 //! `ORDERPAY_RATE_LIMIT_BURST`, `ORDERPAY_CLIENT_TIMEOUT_MS`, `ORDERPAY_CLIENT_BODY_TIMEOUT_MS`,
-//! `ORDERPAY_MAX_CONNECTIONS`, `ORDERPAY_REVOCATION_POLL_MS`; for the mock
-//! provider `MOCK_PROVIDER_LISTEN`,
+//! `ORDERPAY_MAX_CONNECTIONS`, `ORDERPAY_REVOCATION_POLL_MS`, `ORDERPAY_IDEMPOTENCY_AUDIT_DAYS`; for
+//! the mock provider `MOCK_PROVIDER_LISTEN`,
 //! `MOCK_PROVIDER_TIMEOUT_HOLD_MS`, `MOCK_PROVIDER_SETTLE_MS`; and, for logging (see
 //! telemetry.rs), `ORDERPAY_LOG_FORMAT` and `RUST_LOG`.
 
@@ -284,6 +284,11 @@ pub struct ServeArgs {
     #[arg(long, env = "ORDERPAY_REVOCATION_POLL_MS", default_value_t = 250)]
     pub revocation_poll_ms: u64,
 
+    /// Days the metadata of an expired idempotency key (no answer body) is kept in the audit
+    /// table after it expired (`orderpay keys show`). 0 keeps none.
+    #[arg(long, env = "ORDERPAY_IDEMPOTENCY_AUDIT_DAYS", default_value_t = 30)]
+    pub idempotency_audit_days: u64,
+
     /// Bytes of final idempotent answers kept in memory, so that a replay needs no database
     /// round trip (0 turns the cache off; an order's answer is about 1 KB).
     #[arg(long, env = "ORDERPAY_REPLAY_CACHE_BYTES", default_value_t = 16 << 20)]
@@ -377,6 +382,10 @@ impl ServeArgs {
             (10..=1000).contains(&self.revocation_poll_ms),
             "ORDERPAY_REVOCATION_POLL_MS must be between 10 and 1000"
         );
+        anyhow::ensure!(
+            self.idempotency_audit_days <= 3650,
+            "ORDERPAY_IDEMPOTENCY_AUDIT_DAYS must be at most 3650"
+        );
         let retention = Duration::from_secs(self.idempotency_ttl_secs);
         let workers = self
             .workers
@@ -397,6 +406,7 @@ impl ServeArgs {
             sweeper: SweeperConfig {
                 interval: Duration::from_millis(self.sweep_interval_ms),
                 batch_size: self.sweep_batch_size,
+                audit_retention: Duration::from_secs(self.idempotency_audit_days * 86_400),
             },
             provider,
             timing: Timing {

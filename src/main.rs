@@ -1,5 +1,5 @@
 //! The `orderpay` command line: `serve`, `migrate`, `mock-provider`, `reconcile`, and the
-//! operator commands of `cli/` (`accounts ...`).
+//! operator commands of `cli/` (`accounts ...`, `keys show`).
 
 mod cli;
 
@@ -46,6 +46,11 @@ enum Command {
     Accounts {
         #[command(subcommand)]
         command: cli::accounts::AccountsCommand,
+    },
+    /// Inspect idempotency keys (live, or expired and kept in the audit).
+    Keys {
+        #[command(subcommand)]
+        command: cli::keys::KeysCommand,
     },
 }
 
@@ -97,5 +102,6 @@ async fn main() -> anyhow::Result<()> {
             Ok(task.await?)
         }
         Command::Accounts { command } => cli::accounts::run(command).await,
+        Command::Keys { command } => cli::keys::run(command).await,
     }
 }

@@ -1,10 +1,11 @@
-//! Operator commands: `accounts ...`. Each connects with `DATABASE_URL` (and
+//! Operator commands: `accounts ...` and `keys show`. Each connects with `DATABASE_URL` (and
 //! migrates it, like `serve`), prints a table for people by default and, with `--json`, JSON
-//! for scripts: a listing is a JSON array of objects. Secrets go to
+//! for scripts: a listing is a JSON array of objects, a single thing one object. Secrets go to
 //! stdout alone, everything said around them to stderr, so `KEY=$(orderpay ...)` captures just
 //! the secret.
 
 pub mod accounts;
+pub mod keys;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use clap::Args;
@@ -95,6 +96,19 @@ pub fn table(columns: &[&str], rows: &[Vec<String>]) -> String {
         out.push_str(&line(&mut row.iter().map(String::as_str)));
     }
     out
+}
+
+/// Prints one thing: a JSON object, or `field: value` lines with the values aligned.
+pub fn print_one<T: Serialize>(item: &T, output: Output, fields: &[(&str, String)]) -> anyhow::Result<()> {
+    if output.json {
+        println!("{}", serde_json::to_string_pretty(item)?);
+    } else {
+        let width = fields.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
+        for (name, value) in fields {
+            println!("{name:<width$}  {value}");
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

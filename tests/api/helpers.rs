@@ -166,7 +166,11 @@ async fn spawn_app_on(
             // Off in tests, but where a test turns it on.
             rate_limit: orderpay::rate_limit::RateLimit { per_second: 0, burst: 0 },
         },
-        sweeper: SweeperConfig { interval: Duration::from_secs(3600), batch_size: 1000 },
+        sweeper: SweeperConfig {
+            interval: Duration::from_secs(3600),
+            batch_size: 1000,
+            audit_retention: Duration::from_secs(30 * 86_400),
+        },
         provider: ProviderConfig { url: String::new(), timeout: Duration::from_secs(1), api_key: None },
         timing: Timing { lease: Duration::from_secs(2), recheck_after: Duration::from_millis(50) },
         // Off unless a test turns it on: tests run passes themselves to control their timing.

@@ -1,5 +1,5 @@
 //! What an operator does at 3 a.m.: API keys with a life cycle (several per account, revoked
-//! everywhere within a second).
+//! everywhere within a second), and expired idempotency keys kept in an audit (`keys show`).
 
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -7,10 +7,14 @@ use std::time::{Duration, Instant};
 use diesel::QueryableByName;
 use diesel::sql_types::{Nullable, Text, Timestamptz};
 use orderpay::accounts::keys::{self, Revocation};
+use orderpay::idempotency::sweeper::{self, Swept};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::helpers::{TestApp, connect, spawn_app, spawn_app_on_database, spawn_app_with, url_with_database};
+use crate::helpers::{
+    TestApp, connect, new_key, order_body, spawn_app, spawn_app_on_database, spawn_app_with,
+    url_with_database,
+};
 use crate::process::BIN;
 
 /// Runs `orderpay ARGS` against the test's database, off the test's runtime (whose tasks, the
@@ -326,4 +330,206 @@ async fn a_key_made_before_keys_had_a_life_cycle_survives_the_migration() {
     let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
         .execute(&mut admin)
         .await;
+}
+
+/// One sweeper round, as the background task runs it.
+async fn sweep(app: &TestApp) -> Swept {
+    let pool = orderpay::db::background_pool(&app.settings.database, 1);
+    sweeper::sweep_round(&pool, &app.settings.sweeper).await.expect("sweep")
+}
+
+async fn expire_key(app: &TestApp, key: &str) {
+    app.execute(&format!(
+        "UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE key = '{key}'"
+    ))
+    .await;
+}
+
+#[derive(QueryableByName)]
+struct AuditRow {
+    #[diesel(sql_type = Text)]
+    key: String,
+    #[diesel(sql_type = Text)]
+    method: String,
+    #[diesel(sql_type = Text)]
+    route: String,
+    #[diesel(sql_type = Text)]
+    resource_kind: String,
+    #[diesel(sql_type = Text)]
+    resource_id: String,
+    #[diesel(sql_type = Nullable<diesel::sql_types::Int2>)]
+    response_status: Option<i16>,
+}
+
+async fn audit_rows(app: &TestApp) -> Vec<AuditRow> {
+    use diesel_async::RunQueryDsl;
+    let mut conn = app.db().await;
+    diesel::sql_query(
+        "SELECT key, method, route, resource_kind, resource_id::text AS resource_id, response_status \
+         FROM idempotency_key_audit ORDER BY created_at",
+    )
+    .load(&mut conn)
+    .await
+    .expect("audit rows")
+}
+
+#[tokio::test]
+async fn the_sweeper_moves_expired_keys_to_the_audit_without_their_answers() {
+    // No in-memory replays: an expired key must reach the store to count as new.
+    let app = spawn_app_with(|settings, _| settings.api.replay_cache_bytes = 0).await;
+    let (expired, kept) = (new_key(), new_key());
+    let order = crate::helpers::json(app.post_order(&order_body(), Some(&expired)).await).await;
+    app.post_order(&order_body(), Some(&kept)).await;
+    let paid_order = app.create_order().await;
+    let pay_key = new_key();
+    assert_eq!(app.pay(paid_order["id"].as_str().unwrap(), "pm_card_ok", &pay_key).await.status(), 201);
+    expire_key(&app, &expired).await;
+    expire_key(&app, &pay_key).await;
+
+    assert_eq!(sweep(&app).await, Swept { moved: 2, purged: 0 });
+    assert_eq!(app.keys_stored().await, 1, "the live key stays");
+    let rows = audit_rows(&app).await;
+    assert_eq!(rows.len(), 2);
+    let order_row = rows.iter().find(|row| row.key == expired).expect("the order's key is audited");
+    assert_eq!((order_row.method.as_str(), order_row.route.as_str()), ("POST", "/orders"));
+    assert_eq!((order_row.resource_kind.as_str(), order_row.response_status), ("order", Some(201)));
+    assert_eq!(order_row.resource_id, order["id"].as_str().unwrap());
+    let pay_row = rows.iter().find(|row| row.key == pay_key).expect("the payment's key is audited");
+    assert_eq!((pay_row.route.as_str(), pay_row.resource_kind.as_str()), ("/payments", "payment"));
+    // No answer is kept: no column for one, and nothing of the bodies in the rows.
+    let answer_columns = app
+        .count(
+            "SELECT count(*) AS count FROM information_schema.columns \
+             WHERE table_name = 'idempotency_key_audit' AND column_name IN ('response_body', 'response_headers')",
+        )
+        .await;
+    assert_eq!(answer_columns, 0);
+    let with_body = app
+        .count("SELECT count(*) AS count FROM idempotency_key_audit AS a WHERE a::text LIKE '%tee-black-m%' OR a::text LIKE '%cus_123%'")
+        .await;
+    assert_eq!(with_body, 0);
+
+    // The key is free for new use; its earlier use stays in the audit.
+    let again = app.post_order(&order_body(), Some(&expired)).await;
+    assert_eq!(again.status(), 201);
+    assert!(again.headers().get("idempotent-replayed").is_none());
+    let shown =
+        orderpay_json(&app, &["keys", "show", "--account", &app.account_id.to_string(), &expired]).await;
+    assert_eq!(shown["state"], "live");
+    assert_eq!(shown["earlier_uses"], 1);
+    let shown =
+        orderpay_json(&app, &["keys", "show", "--account", &app.account_id.to_string(), &pay_key]).await;
+    assert_eq!(shown["state"], "expired-in-audit");
+    assert_eq!(shown["resource_kind"], "payment");
+    assert_eq!(shown["stored_status"], 201, "a payment's answer is read from the payment");
+    assert_eq!(shown["operation_status"], "succeeded");
+}
+
+#[tokio::test]
+async fn a_key_met_past_its_retention_by_a_request_is_audited_too() {
+    let app = spawn_app_with(|settings, _| settings.api.replay_cache_bytes = 0).await;
+    let key = new_key();
+    let first = crate::helpers::json(app.post_order(&order_body(), Some(&key)).await).await;
+    expire_key(&app, &key).await;
+    assert_eq!(app.post_order(&order_body(), Some(&key)).await.status(), 201);
+    let rows = audit_rows(&app).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].resource_id, first["id"].as_str().unwrap());
+}
+
+#[tokio::test]
+async fn audit_rows_past_their_retention_are_deleted() {
+    let app = spawn_app().await;
+    let (old, recent) = (new_key(), new_key());
+    for key in [&old, &recent] {
+        app.post_order(&order_body(), Some(key)).await;
+        expire_key(&app, key).await;
+    }
+    assert_eq!(sweep(&app).await, Swept { moved: 2, purged: 0 });
+    // Expired 31 days ago: past the 30 days of audit retention.
+    app.execute(&format!(
+        "UPDATE idempotency_key_audit SET expires_at = now() - interval '31 days' WHERE key = '{old}'"
+    ))
+    .await;
+    assert_eq!(sweep(&app).await, Swept { moved: 0, purged: 1 });
+    let rows = audit_rows(&app).await;
+    assert_eq!(rows.iter().map(|row| row.key.as_str()).collect::<Vec<_>>(), [recent.as_str()]);
+    let account = app.account_id.to_string();
+    let gone = orderpay(&app, &["keys", "show", "--account", &account, &old]).await;
+    assert!(!gone.status.success(), "a key past the audit retention is unknown");
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("no key"));
+    let kept = orderpay_json(&app, &["keys", "show", "--account", &account, &recent]).await;
+    assert_eq!(kept["state"], "expired-in-audit");
+}
+
+#[tokio::test]
+async fn keys_show_tells_a_live_key_and_the_lease_of_its_operation_in_flight() {
+    // The provider holds pm_provider_timeout answers 3 s; the request waits up to 5 s, its lease
+    // lasts 10 s: the payment is in flight, leased to the request, while we look.
+    let app = spawn_app_with(|settings, _| {
+        settings.provider.timeout = Duration::from_secs(5);
+        settings.timing.lease = Duration::from_secs(10);
+    })
+    .await;
+    let account = app.account_id.to_string();
+
+    let order_key = new_key();
+    let order = crate::helpers::json(app.post_order(&order_body(), Some(&order_key)).await).await;
+    let shown = orderpay_json(&app, &["keys", "show", "--account", &account, &order_key]).await;
+    assert_eq!(shown["state"], "live");
+    assert_eq!((shown["method"].as_str(), shown["route"].as_str()), (Some("POST"), Some("/orders")));
+    assert_eq!(shown["resource_kind"], "order");
+    assert_eq!(shown["resource_id"], order["id"]);
+    assert_eq!(shown["stored_status"], 201);
+    assert_eq!(shown["in_flight"], false);
+    let fingerprint = shown["fingerprint"].as_str().unwrap();
+    let matching = app
+        .count(&format!(
+            "SELECT count(*) AS count FROM idempotency_keys WHERE encode(fingerprint, 'hex') = '{fingerprint}'"
+        ))
+        .await;
+    assert_eq!(matching, 1, "the fingerprint is the stored one, in hex");
+    for field in ["created_at", "expires_at"] {
+        assert!(shown[field].is_string(), "{field}: {shown}");
+    }
+
+    let paid_order = app.create_order().await;
+    let order_id = paid_order["id"].as_str().unwrap().to_owned();
+    let pay_key = new_key();
+    let paying = app.pay(&order_id, "pm_provider_timeout", &pay_key);
+    let looking = async {
+        for _ in 0..150 {
+            let leased = app
+                .count("SELECT count(*) AS count FROM payments WHERE status = 'processing' AND lease_until > now()")
+                .await;
+            if leased == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let json = orderpay_json(&app, &["keys", "show", "--account", &account, &pay_key]).await;
+        let table = orderpay_ok(&app, &["keys", "show", "--account", &account, &pay_key]).await;
+        (json, table)
+    };
+    let (paid, (shown, table)) = tokio::join!(paying, looking);
+    assert_eq!(paid.status(), 201, "the held answer arrives within the provider timeout");
+    assert_eq!(shown["state"], "live");
+    assert_eq!(shown["route"], "/payments");
+    assert_eq!(shown["in_flight"], true, "{shown}");
+    assert_eq!(shown["stored_status"], Value::Null);
+    let owner = shown["lease_owner"].as_str().expect("a lease owner").to_owned();
+    assert!(shown["lease_until"].is_string());
+    assert!(table.contains(&format!("held by {owner} until")), "{table}");
+    assert!(table.lines().any(|line| line.starts_with("state") && line.ends_with("live")), "{table}");
+
+    // Settled: the answer is the payment's, and no lease is shown.
+    let shown = orderpay_json(&app, &["keys", "show", "--account", &account, &pay_key]).await;
+    assert_eq!(shown["in_flight"], false);
+    assert_eq!(shown["stored_status"], 201);
+    assert_eq!(shown["operation_status"], "succeeded");
+    assert_eq!(shown["lease_owner"], Value::Null);
+
+    let unknown = orderpay(&app, &["keys", "show", "--account", &account, "never-used"]).await;
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no key"));
 }
