@@ -15,6 +15,7 @@ mod database;
 mod errors;
 mod failure_windows;
 mod idempotency;
+mod monitoring;
 mod operations;
 mod operators;
 mod orders;
