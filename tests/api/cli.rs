@@ -64,6 +64,8 @@ fn serve_help_lists_every_setting() {
         "ORDERPAY_RECONCILE_BACKOFF_CAP_MS",
         "ORDERPAY_SHUTDOWN_GRACE_SECS",
         "ORDERPAY_AUTH_CACHE_SECS",
+        "ORDERPAY_REVOCATION_POLL_MS",
+        "ORDERPAY_IDEMPOTENCY_AUDIT_DAYS",
     ] {
         assert!(help.contains(variable), "{variable} missing from:\n{help}");
     }
