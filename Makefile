@@ -122,6 +122,15 @@ schema: db ## regenerate src/db/schema.rs from the migrations (diesel print-sche
 schema-check: db ## fail if src/db/schema.rs is not what the migrations generate
 	tests/scripts/schema.sh --check
 
+.PHONY: alerts-check
+alerts-check: db ## check deploy/: promtool check and test rules (promtool installed if missing), the dashboard, and that both name only exported metrics
+	deploy/check.sh
+	if cargo nextest --version >/dev/null 2>&1; then
+	  cargo nextest run --test api --no-fail-fast -E 'test(/^monitoring::/)'
+	else
+	  cargo test --test api --no-fail-fast -- monitoring::
+	fi
+
 .PHONY: lint
 lint: ## rustfmt check and clippy with warnings denied
 	cargo fmt --all -- --check

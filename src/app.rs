@@ -11,7 +11,7 @@ use anyhow::Context;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::accounts::AccountCache;
+use crate::accounts::{AccountCache, revocations};
 use crate::background;
 use crate::config::Settings;
 use crate::db::{self, Pool};
@@ -67,7 +67,10 @@ impl Application {
             retention: settings.api.idempotency_retention,
             replays: Arc::new(ReplayCache::new(settings.api.replay_cache_bytes)),
         };
-        let accounts = Arc::new(AccountCache::new(settings.api.auth_cache_ttl));
+        let accounts = Arc::new(AccountCache::new(
+            settings.api.auth_cache_ttl,
+            settings.api.revocation_poll * revocations::FRESH_INTERVALS,
+        ));
         let rate_limiter = Arc::new(RateLimiter::new(settings.api.rate_limit));
         let api = Arc::new(settings.api.clone());
         let workers = settings.workers.max(1);
@@ -77,7 +80,7 @@ impl Application {
         let server = {
             let (worker_settings, provider, observability) =
                 (settings.clone(), provider.clone(), observability.clone());
-            let rate_limiter = rate_limiter.clone();
+            let (rate_limiter, accounts) = (rate_limiter.clone(), accounts.clone());
             HttpServer::new(move || {
                 let pool = db::lazy_pool(&worker_settings.database, pool_per_worker);
                 observability.register(&pool);
@@ -138,13 +141,35 @@ impl Application {
             settings.sweeper.batch_size,
             shutdown_signal.clone(),
         );
-        let background = vec![
-            tokio::spawn(events_sweep),
+        let mut background = vec![tokio::spawn(events_sweep)];
+        if accounts.enabled() {
+            // A connection of its own: a poll waiting behind a reconciler batch would make every
+            // instance distrust its cache.
+            let revocation_pool = db::lazy_pool(&settings.database, 1);
+            observability.register(&revocation_pool);
+            let poll = settings.api.revocation_poll;
+            background.push(tokio::spawn(revocations::run(
+                revocation_pool,
+                accounts.clone(),
+                poll,
+                shutdown_signal.clone(),
+            )));
+        }
+        crate::telemetry::metrics::pool_max_connections(
+            pool_per_worker * workers as u32 + 4 + u32::from(accounts.enabled()),
+        );
+        background.extend([
             tokio::spawn(sweeper::run(background_pool, settings.sweeper, shutdown_signal.clone())),
             tokio::spawn(reconciler::run(reconciler_engine, settings.reconciler, shutdown_signal)),
             tokio::spawn(upkeep),
-        ];
-        tracing::info!(port, workers, provider_webhooks = webhooks, "orderpay listening on port {port}");
+        ]);
+        tracing::info!(
+            port,
+            workers,
+            provider_webhooks = webhooks,
+            "orderpay listening on {}",
+            settings.listen
+        );
         Ok(Application { port, server, shutdown, background, grace: settings.shutdown_grace })
     }
 

@@ -11,7 +11,8 @@
 //! `ORDERPAY_LATE_CHARGE_WATCH_SECS`, `ORDERPAY_SHUTDOWN_GRACE_SECS`, `ORDERPAY_AUTH_CACHE_SECS`,
 //! `ORDERPAY_REPLAY_CACHE_BYTES`, `ORDERPAY_RATE_LIMIT_PER_SEC`,
 //! `ORDERPAY_RATE_LIMIT_BURST`, `ORDERPAY_CLIENT_TIMEOUT_MS`, `ORDERPAY_CLIENT_BODY_TIMEOUT_MS`,
-//! `ORDERPAY_MAX_CONNECTIONS`, `ORDERPAY_PROVIDER_WEBHOOK_SECRET`; for the mock provider `MOCK_PROVIDER_LISTEN`,
+//! `ORDERPAY_MAX_CONNECTIONS`, `ORDERPAY_PROVIDER_WEBHOOK_SECRET`, `ORDERPAY_REVOCATION_POLL_MS`,
+//! `ORDERPAY_IDEMPOTENCY_AUDIT_DAYS`; for the mock provider `MOCK_PROVIDER_LISTEN`,
 //! `MOCK_PROVIDER_TIMEOUT_HOLD_MS`, `MOCK_PROVIDER_SETTLE_MS`, `MOCK_PROVIDER_AUTH_TTL_MS`,
 //! `MOCK_PROVIDER_API_KEY`, `MOCK_PROVIDER_WEBHOOK_URL`, `MOCK_PROVIDER_WEBHOOK_SECRET`,
 //! `MOCK_PROVIDER_WEBHOOK_RETRY_MS`; and, for logging (see
@@ -335,6 +336,17 @@ pub struct ServeArgs {
     #[arg(long, env = "ORDERPAY_AUTH_CACHE_SECS", default_value_t = 60)]
     pub auth_cache_secs: u64,
 
+    /// How often each instance reads the API key revocation counter (one tiny query); a revoked
+    /// key is refused within about this long, and cached keys are not trusted once three polls
+    /// in a row failed.
+    #[arg(long, env = "ORDERPAY_REVOCATION_POLL_MS", default_value_t = 250)]
+    pub revocation_poll_ms: u64,
+
+    /// Days the metadata of an expired idempotency key (no answer body) is kept in the audit
+    /// table after it expired (`orderpay keys show`). 0 keeps none.
+    #[arg(long, env = "ORDERPAY_IDEMPOTENCY_AUDIT_DAYS", default_value_t = 30)]
+    pub idempotency_audit_days: u64,
+
     /// Bytes of final idempotent answers kept in memory, so that a replay needs no database
     /// round trip (0 turns the cache off; an order's answer is about 1 KB).
     #[arg(long, env = "ORDERPAY_REPLAY_CACHE_BYTES", default_value_t = 16 << 20)]
@@ -374,6 +386,8 @@ pub struct ApiSettings {
     pub idempotency_retention: Duration,
     /// How long an authenticated API key is remembered in memory (zero: never).
     pub auth_cache_ttl: Duration,
+    /// How often the API key revocation counter is read.
+    pub revocation_poll: Duration,
     /// Bytes of final idempotent answers kept in memory for replays (zero: none).
     pub replay_cache_bytes: u64,
     /// Per-account request rate limit.
@@ -426,6 +440,15 @@ impl ServeArgs {
             "ORDERPAY_IDEMPOTENCY_TTL_SECS must be longer than ORDERPAY_PAYMENT_LEASE_MS"
         );
         anyhow::ensure!(self.max_connections >= 1, "ORDERPAY_MAX_CONNECTIONS must be at least 1");
+        // Above a second a revoked key would outlive the promise made for it.
+        anyhow::ensure!(
+            (10..=1000).contains(&self.revocation_poll_ms),
+            "ORDERPAY_REVOCATION_POLL_MS must be between 10 and 1000"
+        );
+        anyhow::ensure!(
+            self.idempotency_audit_days <= 3650,
+            "ORDERPAY_IDEMPOTENCY_AUDIT_DAYS must be at most 3650"
+        );
         let retention = Duration::from_secs(self.idempotency_ttl_secs);
         let workers = self
             .workers
@@ -439,6 +462,7 @@ impl ServeArgs {
                 require_idempotency_key: self.require_idempotency_key,
                 idempotency_retention: retention,
                 auth_cache_ttl: Duration::from_secs(self.auth_cache_secs),
+                revocation_poll: Duration::from_millis(self.revocation_poll_ms),
                 replay_cache_bytes: self.replay_cache_bytes,
                 rate_limit: RateLimit { per_second: self.rate_limit_per_sec, burst: self.rate_limit_burst },
                 provider_webhook_secrets: self.webhooks.secrets()?,
@@ -446,6 +470,7 @@ impl ServeArgs {
             sweeper: SweeperConfig {
                 interval: Duration::from_millis(self.sweep_interval_ms),
                 batch_size: self.sweep_batch_size,
+                audit_retention: Duration::from_secs(self.idempotency_audit_days * 86_400),
             },
             provider,
             timing: Timing {

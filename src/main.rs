@@ -1,4 +1,7 @@
-//! The `orderpay` command line: `serve`, `migrate`, `accounts create`.
+//! The `orderpay` command line: `serve`, `migrate`, `mock-provider`, `reconcile`, and the
+//! operator commands of `cli/` (`accounts ...`, `keys show`).
+
+mod cli;
 
 use clap::{Parser, Subcommand};
 
@@ -6,7 +9,7 @@ use orderpay::app::{self, Application};
 use orderpay::config::{DatabaseArgs, MockProviderArgs, ProviderArgs, ReconcileArgs, ServeArgs};
 use orderpay::operations::{Engine, Timing, reconciler};
 use orderpay::provider::mock::MockProvider;
-use orderpay::{accounts, db, telemetry};
+use orderpay::{db, telemetry};
 
 #[derive(Parser)]
 #[command(
@@ -39,21 +42,15 @@ enum Command {
         #[command(flatten)]
         reconcile: ReconcileArgs,
     },
-    /// Manage accounts.
+    /// Manage accounts and their API keys.
     Accounts {
         #[command(subcommand)]
-        command: AccountsCommand,
+        command: cli::accounts::AccountsCommand,
     },
-}
-
-#[derive(Subcommand)]
-enum AccountsCommand {
-    /// Create an account and print its secret API key (shown this once only) on stdout.
-    Create {
-        /// A name for the account.
-        name: String,
-        #[command(flatten)]
-        database: DatabaseArgs,
+    /// Inspect idempotency keys (live, or expired and kept in the audit).
+    Keys {
+        #[command(subcommand)]
+        command: cli::keys::KeysCommand,
     },
 }
 
@@ -104,16 +101,7 @@ async fn main() -> anyhow::Result<()> {
             let _ = stop.send(true);
             Ok(task.await?)
         }
-        Command::Accounts { command: AccountsCommand::Create { name, database } } => {
-            db::prepare(&database.config()).await?;
-            let mut conn = db::establish(&database.database_url, database.config().connect_timeout).await?;
-            let (account, key) = accounts::create(&mut conn, &name).await?;
-            eprintln!(
-                "created account {:?} ({}); its API key follows, shown only this once:",
-                account.name, account.id
-            );
-            println!("{}", key.reveal());
-            Ok(())
-        }
+        Command::Accounts { command } => cli::accounts::run(command).await,
+        Command::Keys { command } => cli::keys::run(command).await,
     }
 }

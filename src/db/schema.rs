@@ -10,8 +10,26 @@ diesel::table! {
     accounts (id) {
         id -> Uuid,
         name -> Text,
-        api_key_hash -> Bytea,
         created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    api_key_revocations (singleton) {
+        singleton -> Bool,
+        generation -> Int8,
+    }
+}
+
+diesel::table! {
+    api_keys (id) {
+        id -> Uuid,
+        account_id -> Uuid,
+        key_hash -> Bytea,
+        prefix -> Nullable<Text>,
+        created_at -> Timestamptz,
+        last_used_at -> Nullable<Timestamptz>,
+        revoked_at -> Nullable<Timestamptz>,
     }
 }
 
@@ -28,6 +46,21 @@ diesel::table! {
         type_ -> Text,
         data -> Bytea,
         created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    idempotency_key_audit (account_id, key, created_at) {
+        account_id -> Uuid,
+        key -> Text,
+        method -> Text,
+        route -> Text,
+        fingerprint -> Bytea,
+        resource_kind -> Text,
+        resource_id -> Uuid,
+        response_status -> Nullable<Int2>,
+        created_at -> Timestamptz,
+        expires_at -> Timestamptz,
     }
 }
 
@@ -198,9 +231,14 @@ diesel::table! {
     }
 }
 
+diesel::joinable!(api_keys -> accounts (account_id));
+
 diesel::allow_tables_to_appear_in_same_query!(
     accounts,
+    api_key_revocations,
+    api_keys,
     events,
+    idempotency_key_audit,
     idempotency_keys,
     order_items,
     orders,

@@ -20,7 +20,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use super::{KeyedRequest, StoredResponse};
-use crate::db::schema::idempotency_keys;
+use crate::db::schema::{idempotency_key_audit, idempotency_keys};
 use crate::db::statement::ParameterGroup;
 use crate::ids::AccountId;
 
@@ -304,38 +304,120 @@ pub async fn abandon(
     Ok(())
 }
 
-/// Deletes one key if it is past its retention: a key met there counts as new.
+/// What moves a key row to the audit: the metadata of the rows deleted by the `doomed` CTE
+/// (which must name `account_id, key` of rows to delete), without the stored answer. The
+/// statement returns how many keys it moved. A conflict cannot happen (a key is claimed again
+/// only after its row is gone, and `created_at` differs), but should one ever, the key is still
+/// freed rather than the sweeper stuck on it.
+const MOVE_TO_AUDIT: &str = "\
+    moved AS ( \
+        DELETE FROM idempotency_keys AS k USING doomed AS d \
+        WHERE k.account_id = d.account_id AND k.key = d.key \
+        RETURNING k.account_id, k.key, k.method, k.route, k.fingerprint, k.resource_kind, \
+            k.resource_id, k.response_status, k.created_at, k.expires_at), \
+    audited AS ( \
+        INSERT INTO idempotency_key_audit (account_id, key, method, route, fingerprint, \
+            resource_kind, resource_id, response_status, created_at, expires_at) \
+        SELECT * FROM moved ON CONFLICT DO NOTHING) \
+    SELECT count(*) AS count FROM moved";
+
+#[derive(QueryableByName)]
+struct Count {
+    #[diesel(sql_type = BigInt)]
+    count: i64,
+}
+
+/// Expires one key if it is past its retention (a key met there counts as new): its metadata
+/// moves to the audit, like the sweeper's.
 pub async fn expire(
     conn: &mut AsyncPgConnection,
     account_id: AccountId,
     key: &str,
     now: DateTime<Utc>,
 ) -> QueryResult<()> {
-    diesel::delete(idempotency_keys::table)
-        .filter(idempotency_keys::account_id.eq(account_id))
-        .filter(idempotency_keys::key.eq(key))
-        .filter(idempotency_keys::expires_at.le(now))
-        .execute(conn)
-        .await?;
+    diesel::sql_query(format!(
+        "WITH doomed AS ( \
+             SELECT account_id, key FROM idempotency_keys \
+             WHERE account_id = $1 AND key = $2 AND expires_at <= $3 FOR UPDATE), \
+         {MOVE_TO_AUDIT}"
+    ))
+    .bind::<SqlUuid, _>(account_id)
+    .bind::<Text, _>(key)
+    .bind::<Timestamptz, _>(now)
+    .get_result::<Count>(conn)
+    .await?;
     Ok(())
 }
 
-/// Deletes up to `batch_size` rows past their retention, oldest first, skipping rows other
-/// transactions hold. Returns how many were deleted. A payment whose key is deleted while it
-/// still runs keeps everything it needs on its own row; a retry with the expired key then starts
-/// afresh and meets the order's payment in flight (409 `payment-in-progress`).
+/// Moves up to `batch_size` keys past their retention to the audit (metadata only, no answer),
+/// oldest first, skipping rows other transactions hold, in one statement: a key is either live
+/// or audited, never lost between the two. Returns how many were moved. A payment whose key is
+/// moved while it still runs keeps everything it needs on its own row; a retry with the expired
+/// key then starts afresh and meets the order's payment in flight (409 `payment-in-progress`).
 pub async fn delete_expired(
     conn: &mut AsyncPgConnection,
     batch_size: i64,
     now: DateTime<Utc>,
 ) -> QueryResult<usize> {
-    diesel::sql_query(
-        "DELETE FROM idempotency_keys WHERE (account_id, key) IN ( \
+    let moved = diesel::sql_query(format!(
+        "WITH doomed AS ( \
              SELECT account_id, key FROM idempotency_keys WHERE expires_at <= $1 \
+             ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED), \
+         {MOVE_TO_AUDIT}"
+    ))
+    .bind::<Timestamptz, _>(now)
+    .bind::<BigInt, _>(batch_size)
+    .get_result::<Count>(conn)
+    .await?;
+    Ok(moved.count as usize)
+}
+
+/// Deletes up to `batch_size` audit rows of keys that expired before `before`, oldest first.
+/// Returns how many.
+pub async fn purge_audit(
+    conn: &mut AsyncPgConnection,
+    batch_size: i64,
+    before: DateTime<Utc>,
+) -> QueryResult<usize> {
+    diesel::sql_query(
+        "DELETE FROM idempotency_key_audit WHERE (account_id, key, created_at) IN ( \
+             SELECT account_id, key, created_at FROM idempotency_key_audit WHERE expires_at <= $1 \
              ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
     )
-    .bind::<Timestamptz, _>(now)
+    .bind::<Timestamptz, _>(before)
     .bind::<BigInt, _>(batch_size)
     .execute(conn)
     .await
+}
+
+/// A key's metadata as the audit keeps it after it expired.
+#[derive(Debug, Clone, Queryable, Selectable)]
+#[diesel(table_name = idempotency_key_audit)]
+#[diesel(check_for_backend(diesel::pg::Pg))]
+pub struct AuditRecord {
+    pub account_id: AccountId,
+    pub key: String,
+    pub method: String,
+    pub route: String,
+    pub fingerprint: Vec<u8>,
+    pub resource_kind: ResourceKind,
+    pub resource_id: Uuid,
+    pub response_status: Option<i16>,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// The audit rows of a key, newest use first (a key used again after it expired has several).
+pub async fn find_audit(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    key: &str,
+) -> QueryResult<Vec<AuditRecord>> {
+    idempotency_key_audit::table
+        .filter(idempotency_key_audit::account_id.eq(account_id))
+        .filter(idempotency_key_audit::key.eq(key))
+        .order(idempotency_key_audit::created_at.desc())
+        .select(AuditRecord::as_select())
+        .load(conn)
+        .await
 }

@@ -17,6 +17,13 @@
 //! | `orderpay_reconciler_payments_total` | counter | `result`: settled, redriven, rescheduled, stuck, gave_up, error |
 //! | `orderpay_provider_webhooks_total` | counter | `result`: applied (moved an operation), duplicate (an event already received), stale (nothing to move: the operation had settled, or the event reports no final state), unknown (no operation of ours), rejected (refused: signature, size, body) |
 //! | `orderpay_db_pool_connections` | gauge | `state`: in_use, idle (read at scrape) |
+//! | `orderpay_db_pool_max_connections` | gauge | the most connections the process opens, over all its pools (set at start) |
+//! | `orderpay_idempotency_audit_purged_total` | counter | audit rows of expired keys deleted past `ORDERPAY_IDEMPOTENCY_AUDIT_DAYS` |
+//! | `orderpay_webhook_deliveries_total` | counter | `result`: delivered, failed, gave_up (merchant webhook delivery attempts) |
+//!
+//! Every name is declared in [`DESCRIBED`], which `describe` registers and the test of the
+//! dashboards and alerts in `deploy/` reads (a metric renders only once it has a value, so a
+//! running app's `/metrics` alone would not list them all).
 
 use std::sync::OnceLock;
 
@@ -48,30 +55,64 @@ pub fn install() -> PrometheusHandle {
         .clone()
 }
 
-fn describe() {
-    describe_counter!("orderpay_http_requests_total", "HTTP requests by method, route and status");
-    describe_histogram!(HTTP_DURATION, metrics::Unit::Seconds, "HTTP request latency");
-    describe_counter!("orderpay_idempotency_requests_total", "Keyed requests by idempotency outcome");
-    describe_gauge!(
+/// What kind of metric a name is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    /// Of seconds; rendered as `<name>_bucket`, `<name>_sum` and `<name>_count`.
+    Histogram,
+}
+
+/// Every metric the service exports: name, kind, help.
+pub const DESCRIBED: &[(&str, Kind, &str)] = &[
+    ("orderpay_http_requests_total", Kind::Counter, "HTTP requests by method, route and status"),
+    (HTTP_DURATION, Kind::Histogram, "HTTP request latency"),
+    ("orderpay_idempotency_requests_total", Kind::Counter, "Keyed requests by idempotency outcome"),
+    (
         "orderpay_operations_waiting",
-        "Provider operations with an unknown outcome that no driver holds"
-    );
-    describe_counter!(
+        Kind::Gauge,
+        "Provider operations with an unknown outcome that no driver holds",
+    ),
+    (
         "orderpay_idempotency_keys_swept_total",
-        "Expired idempotency keys deleted by the sweeper"
-    );
-    describe_counter!("orderpay_payments_settled_total", "Payments whose charge or authorization settled");
-    describe_counter!("orderpay_refunds_settled_total", "Refunds moved to a final status");
-    describe_counter!("orderpay_events_total", "Events written to the outbox, by type");
-    describe_gauge!("orderpay_outbox_lag_seconds", "Age of the oldest event a relay has not handed on");
-    describe_counter!(
+        Kind::Counter,
+        "Expired idempotency keys moved to the audit by the sweeper",
+    ),
+    (
+        "orderpay_idempotency_audit_purged_total",
+        Kind::Counter,
+        "Audit rows of expired idempotency keys deleted past their retention",
+    ),
+    ("orderpay_payments_settled_total", Kind::Counter, "Payments whose charge or authorization settled"),
+    ("orderpay_refunds_settled_total", Kind::Counter, "Refunds moved to a final status"),
+    ("orderpay_events_total", Kind::Counter, "Events written to the outbox, by type"),
+    (
         "orderpay_late_charges_total",
-        "Charges that landed after their payment was given up on, refunded or voided by the system"
-    );
-    describe_counter!("orderpay_reconciler_passes_total", "Reconciler passes run");
-    describe_counter!("orderpay_reconciler_payments_total", "Payments handled by the reconciler, by result");
-    describe_counter!("orderpay_provider_webhooks_total", "Provider webhook deliveries, by what they did");
-    describe_gauge!("orderpay_db_pool_connections", "Database connections by state");
+        Kind::Counter,
+        "Charges that landed after their payment was given up on, refunded or voided by the system",
+    ),
+    ("orderpay_reconciler_passes_total", Kind::Counter, "Reconciler passes run"),
+    ("orderpay_reconciler_payments_total", Kind::Counter, "Payments handled by the reconciler, by result"),
+    ("orderpay_provider_webhooks_total", Kind::Counter, "Provider webhook deliveries, by what they did"),
+    ("orderpay_db_pool_connections", Kind::Gauge, "Database connections by state"),
+    (
+        "orderpay_db_pool_max_connections",
+        Kind::Gauge,
+        "The most database connections this process opens, over all its pools",
+    ),
+    ("orderpay_webhook_deliveries_total", Kind::Counter, "Merchant webhook delivery attempts, by result"),
+    ("orderpay_outbox_lag_seconds", Kind::Gauge, "Age of the oldest event a relay has not handed on"),
+];
+
+fn describe() {
+    for &(name, kind, help) in DESCRIBED {
+        match kind {
+            Kind::Counter => describe_counter!(name, help),
+            Kind::Gauge => describe_gauge!(name, help),
+            Kind::Histogram => describe_histogram!(name, metrics::Unit::Seconds, help),
+        }
+    }
 }
 
 pub fn http_request(method: &str, route: &str, status: u16, seconds: f64) {
@@ -139,4 +180,13 @@ pub fn provider_webhook(result: &'static str) {
 pub fn pool_connections(in_use: u32, idle: u32) {
     gauge!("orderpay_db_pool_connections", "state" => "in_use").set(in_use as f64);
     gauge!("orderpay_db_pool_connections", "state" => "idle").set(idle as f64);
+}
+
+/// The most connections the process opens, over all its pools.
+pub fn pool_max_connections(max: u32) {
+    gauge!("orderpay_db_pool_max_connections").set(max as f64);
+}
+
+pub fn audit_purged(count: usize) {
+    counter!("orderpay_idempotency_audit_purged_total").increment(count as u64);
 }

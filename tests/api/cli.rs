@@ -22,7 +22,8 @@ async fn accounts_create_prints_the_key_once_and_stores_only_its_hash() {
 
     let with_key_hash = app
         .count(&format!(
-            "SELECT count(*) AS count FROM accounts WHERE name = 'cli shop' AND api_key_hash = sha256('{key}'::bytea)"
+            "SELECT count(*) AS count FROM accounts AS a JOIN api_keys AS k ON k.account_id = a.id \
+             WHERE a.name = 'cli shop' AND k.key_hash = sha256('{key}'::bytea)"
         ))
         .await;
     assert_eq!(with_key_hash, 1);
@@ -63,6 +64,8 @@ fn serve_help_lists_every_setting() {
         "ORDERPAY_RECONCILE_BACKOFF_CAP_MS",
         "ORDERPAY_SHUTDOWN_GRACE_SECS",
         "ORDERPAY_AUTH_CACHE_SECS",
+        "ORDERPAY_REVOCATION_POLL_MS",
+        "ORDERPAY_IDEMPOTENCY_AUDIT_DAYS",
     ] {
         assert!(help.contains(variable), "{variable} missing from:\n{help}");
     }

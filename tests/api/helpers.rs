@@ -169,13 +169,18 @@ async fn spawn_app_on(
             require_idempotency_key: false,
             idempotency_retention: Duration::from_secs(86_400),
             auth_cache_ttl: Duration::from_secs(60),
+            revocation_poll: Duration::from_millis(250),
             replay_cache_bytes: 16 << 20,
             // Off in tests, but where a test turns it on.
             rate_limit: orderpay::rate_limit::RateLimit { per_second: 0, burst: 0 },
             // Off unless a test turns them on (`provider_webhooks_on`).
             provider_webhook_secrets: Vec::new(),
         },
-        sweeper: SweeperConfig { interval: Duration::from_secs(3600), batch_size: 1000 },
+        sweeper: SweeperConfig {
+            interval: Duration::from_secs(3600),
+            batch_size: 1000,
+            audit_retention: Duration::from_secs(30 * 86_400),
+        },
         provider: ProviderConfig { url: String::new(), timeout: Duration::from_secs(1), api_key: None },
         timing: Timing { lease: Duration::from_secs(2), recheck_after: Duration::from_millis(50) },
         // Off unless a test turns it on: tests run passes themselves to control their timing.

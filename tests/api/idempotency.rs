@@ -288,7 +288,8 @@ async fn stored_records_hold_no_credentials() {
     assert_eq!(leaks, 0);
     let key_in_accounts = app
         .count(&format!(
-            "SELECT count(*) AS count FROM accounts WHERE position('{}' in name || encode(api_key_hash, 'escape')) > 0",
+            "SELECT count(*) AS count FROM accounts AS a JOIN api_keys AS k ON k.account_id = a.id \
+             WHERE position('{}' in a.name || encode(k.key_hash, 'escape') || coalesce(k.prefix, '')) > 0",
             app.api_key
         ))
         .await;

@@ -1,0 +1,124 @@
+//! Operator commands: `accounts ...` and `keys show`. Each connects with `DATABASE_URL` (and
+//! migrates it, like `serve`), prints a table for people by default and, with `--json`, JSON
+//! for scripts: a listing is a JSON array of objects, a single thing one object. Secrets go to
+//! stdout alone, everything said around them to stderr, so `KEY=$(orderpay ...)` captures just
+//! the secret.
+
+pub mod accounts;
+pub mod keys;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use clap::Args;
+use diesel_async::AsyncPgConnection;
+use serde::Serialize;
+
+use orderpay::config::DatabaseArgs;
+use orderpay::db;
+use orderpay::ids::AccountId;
+
+/// `--json`, for every command that prints something other than a secret.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct Output {
+    /// Print JSON (an array of objects for listings) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A connection for one command: the database is created and migrated if needed, as `serve`
+/// does, so that commands work on a fresh database too.
+pub async fn connect(database: &DatabaseArgs) -> anyhow::Result<AsyncPgConnection> {
+    let config = database.config();
+    db::prepare(&config).await?;
+    db::establish(&database.database_url, config.connect_timeout).await
+}
+
+/// Parses an account id as `accounts list` shows it.
+pub fn account_id(text: &str) -> Result<AccountId, String> {
+    AccountId::parse(text.trim())
+        .ok_or_else(|| format!("{text:?} is not an account id (a UUID, as `orderpay accounts list` shows)"))
+}
+
+/// Parses a UUID (a key id as `accounts keys list` shows it).
+pub fn uuid(text: &str) -> Result<uuid::Uuid, String> {
+    uuid::Uuid::try_parse(text.trim()).map_err(|_| format!("{text:?} is not an id (a UUID)"))
+}
+
+/// A timestamp as the tables show it: RFC 3339 to the second, in UTC.
+pub fn time(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// An optional timestamp; `-` for none.
+pub fn maybe_time(at: Option<DateTime<Utc>>) -> String {
+    at.map_or_else(|| "-".to_owned(), time)
+}
+
+/// Prints a listing: a JSON array of `items`, or a table of `columns` with one row per item.
+pub fn print_list<T: Serialize>(
+    items: &[T],
+    output: Output,
+    columns: &[&str],
+    row: impl Fn(&T) -> Vec<String>,
+) -> anyhow::Result<()> {
+    if output.json {
+        println!("{}", serde_json::to_string_pretty(items)?);
+    } else {
+        let rows: Vec<Vec<String>> = items.iter().map(row).collect();
+        print!("{}", table(columns, &rows));
+    }
+    Ok(())
+}
+
+/// Left-aligned columns two spaces apart, a header line first: what `kubectl get` and `ps`
+/// print. Small enough to write here rather than pull in a table crate and its dependencies.
+pub fn table(columns: &[&str], rows: &[Vec<String>]) -> String {
+    let width = |text: &str| text.chars().count();
+    let mut widths: Vec<usize> = columns.iter().map(|column| width(column)).collect();
+    for row in rows {
+        for (cell, column_width) in row.iter().zip(widths.iter_mut()) {
+            *column_width = (*column_width).max(width(cell));
+        }
+    }
+    let line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut out = String::new();
+        for (index, (cell, column_width)) in cells.zip(&widths).enumerate() {
+            if index + 1 == widths.len() {
+                out.push_str(cell);
+            } else {
+                out.push_str(cell);
+                out.push_str(&" ".repeat(column_width - width(cell) + 2));
+            }
+        }
+        out.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(&mut columns.iter().copied());
+    for row in rows {
+        out.push_str(&line(&mut row.iter().map(String::as_str)));
+    }
+    out
+}
+
+/// Prints one thing: a JSON object, or `field: value` lines with the values aligned.
+pub fn print_one<T: Serialize>(item: &T, output: Output, fields: &[(&str, String)]) -> anyhow::Result<()> {
+    if output.json {
+        println!("{}", serde_json::to_string_pretty(item)?);
+    } else {
+        let width = fields.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
+        for (name, value) in fields {
+            println!("{name:<width$}  {value}");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_columns_on_their_widest_cell() {
+        let rows = vec![vec!["a".to_owned(), "longer value".to_owned(), "x".to_owned()]];
+        assert_eq!(table(&["ID", "NAME", "KEYS"], &rows), "ID  NAME          KEYS\na   longer value  x\n");
+        assert_eq!(table(&["ID"], &[]), "ID\n");
+    }
+}
