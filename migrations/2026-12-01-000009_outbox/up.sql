@@ -1,12 +1,12 @@
 -- The transactional outbox: every state change writes its event in the same transaction (the
 -- same statement, on the hot paths), so there is no event for a change that rolled back and no
 -- committed change without its event. Relays (merchant webhooks, NATS) read the events in
--- commit order and keep their own progress; they never read business tables.
+-- transaction order and keep their own progress; they never read business tables.
 CREATE TABLE events (
     account_id uuid        NOT NULL,
     -- A UUIDv7: the id every consumer deduplicates on (webhook-id, Nats-Msg-Id).
     id         uuid        NOT NULL,
-    -- Commit order for the relays: the writing transaction's id, then the order of writing. A
+    -- Order for the relays: the writing transaction's id, then the order of writing. A
     -- relay reads only events whose transaction is older than every transaction still running
     -- (pg_snapshot_xmin), so an event committed late is never skipped by a relay that has moved
     -- past younger ones.
@@ -24,7 +24,7 @@ CREATE TABLE events (
 );
 CREATE INDEX events_in_commit_order ON events (txid, seq);
 
--- Each relay's progress: the last event it handed on, in commit order.
+-- Each relay's progress: the last event it handed on, in transaction order.
 CREATE TABLE relay_cursors (
     relay      text        PRIMARY KEY CHECK (relay IN ('webhooks', 'nats')),
     txid       xid8        NOT NULL DEFAULT '0',

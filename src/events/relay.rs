@@ -1,9 +1,10 @@
 //! A relay hands the outbox's events on to one destination (merchant webhooks, NATS), at least
-//! once, in commit order, keeping its own progress in `relay_cursors`.
+//! once, in the order of their transactions (never skipping one that committed late), keeping its
+//! own progress in `relay_cursors`.
 //!
-//! One round, in one transaction: lock the relay's cursor (`FOR UPDATE SKIP LOCKED`: any number
-//! of instances run the relay; one hands a batch on at a time, the others skip the round), read
-//! the next batch, hand it on, move the cursor past it, commit. A crash anywhere before the
+//! One round, in one transaction: take the relay (a transaction-scoped advisory lock, tried: any
+//! number of instances run the relay; one hands a batch on at a time, the others skip the
+//! round), read the next batch, hand it on, move the cursor past it, commit. A crash anywhere before the
 //! commit leaves the cursor where it was, and the batch is handed on again: destinations see
 //! an event at least once and deduplicate on its id.
 
@@ -23,7 +24,7 @@ pub trait Relay: Send + Sync + 'static {
     /// Its name in `relay_cursors` and in metrics.
     const NAME: &'static str;
 
-    /// Hands `batch` on (in commit order). Returning `Ok` moves the cursor past it; `Err`
+    /// Hands `batch` on (in transaction order). Returning `Ok` moves the cursor past it; `Err`
     /// leaves it, and the batch is handed on again later. `conn` is the round's transaction:
     /// what the relay writes there commits with the cursor's move.
     fn hand_on(

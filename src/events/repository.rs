@@ -109,7 +109,7 @@ pub async fn list(
     Ok((rows.into_iter().map(Event::from).collect(), has_more))
 }
 
-/// Where a relay stands: the last event it handed on, in commit order.
+/// Where a relay stands: the last event it handed on, in transaction order.
 #[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
 pub struct Cursor {
     /// The writing transaction's id, as text (PostgreSQL's `xid8`).
@@ -119,11 +119,19 @@ pub struct Cursor {
     pub seq: i64,
 }
 
-/// Locks `relay`'s cursor for the caller's transaction, or `None` when another instance holds
-/// it (that instance is handing the next batch on).
+/// Takes `relay` for the caller's transaction and reads its cursor, or `None` when another
+/// instance holds it (that instance is handing the next batch on).
+///
+/// A transaction-scoped advisory lock, not `FOR UPDATE` on the cursor's row: a row lock would
+/// give the round a transaction id from its first statement, and every relay reads only events
+/// of transactions older than every running one (`read_after`), so a round holding a
+/// transaction id while it waits on its destination would hold back every other relay. With the
+/// advisory lock the round gets its id only when it writes (the cursor's move, just before
+/// commit).
 pub async fn lock_cursor(conn: &mut AsyncPgConnection, relay: &str) -> QueryResult<Option<Cursor>> {
     diesel::sql_query(
-        "SELECT txid::text AS txid, seq FROM relay_cursors WHERE relay = $1 FOR UPDATE SKIP LOCKED",
+        "SELECT txid::text AS txid, seq FROM relay_cursors \
+         WHERE relay = $1 AND pg_try_advisory_xact_lock(hashtextextended('orderpay.relay.' || $1, 0))",
     )
     .bind::<Text, _>(relay)
     .get_result(conn)
@@ -131,7 +139,7 @@ pub async fn lock_cursor(conn: &mut AsyncPgConnection, relay: &str) -> QueryResu
     .optional()
 }
 
-/// An event with its place in commit order.
+/// An event with its place in transaction order.
 #[derive(QueryableByName)]
 struct Placed {
     #[diesel(embed)]
@@ -142,7 +150,7 @@ struct Placed {
     seq: i64,
 }
 
-/// Up to `limit` events after `cursor` in commit order, of transactions older than every one
+/// Up to `limit` events after `cursor` in transaction order, of transactions older than every one
 /// still running (so that none committed later can appear before them). Returns them with the
 /// cursor that follows the last one.
 pub async fn read_after(
