@@ -2,21 +2,23 @@
 //! command-line flag, and listed by `orderpay serve --help`.
 //!
 //! Variables read here: `DATABASE_URL`, `ORDERPAY_DB_POOL_SIZE`, `ORDERPAY_DB_ACQUIRE_TIMEOUT_MS`,
-//! `ORDERPAY_DB_CONNECT_TIMEOUT_MS`, `ORDERPAY_DB_STATEMENT_TIMEOUT_MS`, `ORDERPAY_LISTEN`, `ORDERPAY_WORKERS`, `ORDERPAY_REQUIRE_IDEMPOTENCY_KEY`,
-//! `ORDERPAY_IDEMPOTENCY_TTL_SECS`, `ORDERPAY_SWEEP_INTERVAL_MS`, `ORDERPAY_SWEEP_BATCH_SIZE`, `ORDERPAY_EVENT_RETENTION_DAYS`,
-//! `ORDERPAY_PROVIDER_URL`, `ORDERPAY_PROVIDER_TIMEOUT_MS`, `ORDERPAY_PAYMENT_LEASE_MS`,
-//! `ORDERPAY_RECONCILE_INTERVAL_MS`, `ORDERPAY_RECONCILE_BATCH_SIZE`,
-//! `ORDERPAY_RECONCILE_MAX_ATTEMPTS`, `ORDERPAY_RECONCILE_BACKOFF_BASE_MS`,
-//! `ORDERPAY_RECONCILE_BACKOFF_CAP_MS`, `ORDERPAY_GIVE_UP_MARGIN_MS`,
-//! `ORDERPAY_LATE_CHARGE_WATCH_SECS`, `ORDERPAY_SHUTDOWN_GRACE_SECS`, `ORDERPAY_AUTH_CACHE_SECS`,
-//! `ORDERPAY_REPLAY_CACHE_BYTES`, `ORDERPAY_RATE_LIMIT_PER_SEC`,
-//! `ORDERPAY_RATE_LIMIT_BURST`, `ORDERPAY_CLIENT_TIMEOUT_MS`, `ORDERPAY_CLIENT_BODY_TIMEOUT_MS`,
-//! `ORDERPAY_MAX_CONNECTIONS`, `ORDERPAY_PROVIDER_WEBHOOK_SECRET`, `ORDERPAY_REVOCATION_POLL_MS`,
+//! `ORDERPAY_DB_CONNECT_TIMEOUT_MS`, `ORDERPAY_DB_STATEMENT_TIMEOUT_MS`, `ORDERPAY_LISTEN`,
+//! `ORDERPAY_WORKERS`, `ORDERPAY_REQUIRE_IDEMPOTENCY_KEY`, `ORDERPAY_IDEMPOTENCY_TTL_SECS`,
+//! `ORDERPAY_SWEEP_INTERVAL_MS`, `ORDERPAY_SWEEP_BATCH_SIZE`, `ORDERPAY_PROVIDER_URL`,
+//! `ORDERPAY_PROVIDER_TIMEOUT_MS`, `ORDERPAY_PAYMENT_LEASE_MS`, `ORDERPAY_RECONCILE_INTERVAL_MS`,
+//! `ORDERPAY_RECONCILE_BATCH_SIZE`, `ORDERPAY_RECONCILE_MAX_ATTEMPTS`,
+//! `ORDERPAY_RECONCILE_BACKOFF_BASE_MS`, `ORDERPAY_RECONCILE_BACKOFF_CAP_MS`,
+//! `ORDERPAY_GIVE_UP_MARGIN_MS`, `ORDERPAY_LATE_CHARGE_WATCH_SECS`,
+//! `ORDERPAY_EVENT_RETENTION_DAYS`, `ORDERPAY_RELAY_INTERVAL_MS`, `ORDERPAY_RELAY_BATCH_SIZE`,
+//! `ORDERPAY_SHUTDOWN_GRACE_SECS`, `ORDERPAY_AUTH_CACHE_SECS`, `ORDERPAY_REPLAY_CACHE_BYTES`,
+//! `ORDERPAY_RATE_LIMIT_PER_SEC`, `ORDERPAY_RATE_LIMIT_BURST`, `ORDERPAY_CLIENT_TIMEOUT_MS`,
+//! `ORDERPAY_CLIENT_BODY_TIMEOUT_MS`, `ORDERPAY_MAX_CONNECTIONS`,
+//! `ORDERPAY_PROVIDER_WEBHOOK_SECRET`, `ORDERPAY_REVOCATION_POLL_MS`,
 //! `ORDERPAY_IDEMPOTENCY_AUDIT_DAYS`; for the mock provider `MOCK_PROVIDER_LISTEN`,
 //! `MOCK_PROVIDER_TIMEOUT_HOLD_MS`, `MOCK_PROVIDER_SETTLE_MS`, `MOCK_PROVIDER_AUTH_TTL_MS`,
 //! `MOCK_PROVIDER_API_KEY`, `MOCK_PROVIDER_WEBHOOK_URL`, `MOCK_PROVIDER_WEBHOOK_SECRET`,
-//! `MOCK_PROVIDER_WEBHOOK_RETRY_MS`; and, for logging (see
-//! telemetry.rs), `ORDERPAY_LOG_FORMAT` and `RUST_LOG`.
+//! `MOCK_PROVIDER_WEBHOOK_RETRY_MS`; and, for logging (see telemetry.rs), `ORDERPAY_LOG_FORMAT` and
+//! `RUST_LOG`.
 
 use std::time::Duration;
 
@@ -322,6 +324,15 @@ pub struct ServeArgs {
     #[arg(long, env = "ORDERPAY_EVENT_RETENTION_DAYS", default_value_t = 30)]
     pub event_retention_days: u64,
 
+    /// How often each relay of the outbox (merchant webhooks, NATS) looks for new events
+    /// (milliseconds); a full batch is followed at once by the next.
+    #[arg(long, env = "ORDERPAY_RELAY_INTERVAL_MS", default_value_t = 100)]
+    pub relay_interval_ms: u64,
+
+    /// Events a relay hands on per round (one transaction).
+    #[arg(long, env = "ORDERPAY_RELAY_BATCH_SIZE", default_value_t = 500)]
+    pub relay_batch_size: i64,
+
     /// Rows the sweeper deletes per statement.
     #[arg(long, env = "ORDERPAY_SWEEP_BATCH_SIZE", default_value_t = 1_000)]
     pub sweep_batch_size: i64,
@@ -397,6 +408,13 @@ pub struct ApiSettings {
     pub provider_webhook_secrets: Vec<Secret>,
 }
 
+/// How the outbox's relays poll (`events::relay`).
+#[derive(Debug, Clone, Copy)]
+pub struct RelayConfig {
+    pub interval: Duration,
+    pub batch_size: i64,
+}
+
 /// Everything `serve` needs, built from [`ServeArgs`] by the CLI or directly by tests.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -411,6 +429,7 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// How long events are kept.
     pub event_retention: Duration,
+    pub relay: RelayConfig,
     pub client_timeout: Duration,
     /// How long a request body may take to arrive once the head is in.
     pub client_body_timeout: Duration,
@@ -438,6 +457,11 @@ impl ServeArgs {
         anyhow::ensure!(
             self.idempotency_ttl_secs * 1000 > self.payment_lease_ms,
             "ORDERPAY_IDEMPOTENCY_TTL_SECS must be longer than ORDERPAY_PAYMENT_LEASE_MS"
+        );
+        anyhow::ensure!(self.relay_interval_ms >= 1, "ORDERPAY_RELAY_INTERVAL_MS must be at least 1");
+        anyhow::ensure!(
+            (1..=10_000).contains(&self.relay_batch_size),
+            "ORDERPAY_RELAY_BATCH_SIZE must be between 1 and 10000"
         );
         anyhow::ensure!(self.max_connections >= 1, "ORDERPAY_MAX_CONNECTIONS must be at least 1");
         // Above a second a revoked key would outlive the promise made for it.
@@ -480,6 +504,10 @@ impl ServeArgs {
             reconciler,
             shutdown_grace: Duration::from_secs(self.shutdown_grace_secs),
             event_retention: Duration::from_secs(self.event_retention_days.saturating_mul(86_400)),
+            relay: RelayConfig {
+                interval: Duration::from_millis(self.relay_interval_ms),
+                batch_size: self.relay_batch_size,
+            },
             client_timeout: Duration::from_millis(self.client_timeout_ms.max(1)),
             client_body_timeout: Duration::from_millis(self.client_body_timeout_ms.max(1)),
             max_connections: self.max_connections,
