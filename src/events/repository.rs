@@ -159,7 +159,7 @@ pub async fn read_after(
     limit: i64,
 ) -> QueryResult<(Vec<Event>, Option<Cursor>)> {
     let rows: Vec<Placed> = diesel::sql_query(
-        "SELECT account_id, id, type, data, created_at, txid::text AS txid, seq FROM events \
+        "SELECT account_id, id, type AS type_, data, created_at, txid::text AS txid, seq FROM events \
          WHERE (txid, seq) > ($1::xid8, $2) AND txid < pg_snapshot_xmin(pg_current_snapshot()) \
          ORDER BY txid, seq LIMIT $3",
     )
