@@ -341,14 +341,16 @@ pub async fn watch_late_again(
     Ok(())
 }
 
-/// Records a charge that landed after its payment was given up on: its amount (now what the
-/// payment captured, so that a refund can give it back), its id, the end of the watch, and an
-/// audit row. The payment stays `failed`. Returns false when it was recorded before.
+/// Records a charge the provider holds for a failed payment (one that landed after the give-up,
+/// or that an operator failed the payment over): its amount (now what the payment captured, so
+/// that a refund can give it back), its id, the end of the watch, and an audit row saying
+/// `detail`. The payment stays `failed`. Returns false when it was recorded before.
 pub async fn record_late_charge(
     conn: &mut AsyncPgConnection,
     payment: &Payment,
     charge_id: &str,
     amount: Decimal,
+    detail: &str,
     now: DateTime<Utc>,
 ) -> QueryResult<bool> {
     use crate::db::schema::payment_events;
@@ -378,8 +380,7 @@ pub async fn record_late_charge(
             payment_events::from_status.eq(PaymentStatus::Failed),
             payment_events::to_status.eq(PaymentStatus::Failed),
             payment_events::actor.eq(crate::operations::Actor::System),
-            payment_events::detail
-                .eq(Some(format!("a charge landed late ({charge_id}, {amount}); refunding it"))),
+            payment_events::detail.eq(Some(detail)),
             payment_events::at.eq(now),
         ))
         .execute(conn)
