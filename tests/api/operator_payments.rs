@@ -615,6 +615,20 @@ fn resolve_to_succeeded(payment_id: &str) -> Resolve {
     }
 }
 
+/// Waits until the reconciler's next check of the payment is due (a request leaving it in
+/// flight schedules one `recheck_after` later), so that a pass would claim it.
+async fn due(app: &TestApp, payment_id: &str) {
+    let sql = format!(
+        "SELECT count(*) AS count FROM payments WHERE id = '{payment_id}' AND next_check_at <= now() \
+         AND lease_until IS NULL"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while app.count(&sql).await == 0 {
+        assert!(Instant::now() < deadline, "payment {payment_id} was not due within 5 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// The worst interleavings, put in place on purpose: other drivers act while the resolution is
 /// between its steps. Each payment ends with exactly one transition, whoever applied it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -623,6 +637,7 @@ async fn a_resolution_racing_the_reconciler_a_retry_and_a_webhook_applies_one_tr
 
     // 1. Judged before its lease; the reconciler and a retry settle the payment meanwhile.
     let (order_id, payment_id, key) = in_flight(&app).await;
+    due(&app, &payment_id).await;
     let (paused, resolving) = start_resolving(&app, &payment_id, 1).await;
     assert_eq!(app.reconcile_once().await.settled, 1);
     assert_eq!(app.pay(&order_id, "pm_provider_timeout", &key).await.status(), 201);
@@ -635,6 +650,7 @@ async fn a_resolution_racing_the_reconciler_a_retry_and_a_webhook_applies_one_tr
 
     // 2. Holding its lease; the reconciler finds nothing to claim and a retry is told to wait.
     let (order_id, payment_id, key) = in_flight(&app).await;
+    due(&app, &payment_id).await;
     let (paused, resolving) = start_resolving(&app, &payment_id, 2).await;
     assert_eq!(app.reconcile_once().await.claimed, 0, "leased to the resolution");
     assert_problem(app.pay(&order_id, "pm_provider_timeout", &key).await, 409, "idempotency-key-in-use")
