@@ -20,6 +20,7 @@ mod idempotency;
 mod late_charges;
 mod monitoring;
 mod operations;
+mod operator_payments;
 mod operators;
 mod orders;
 mod payments;
