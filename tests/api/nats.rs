@@ -9,8 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use async_nats::jetstream::consumer::pull;
 use async_nats::jetstream::{self, message::StreamMessage};
 use diesel_async::AsyncPgConnection;
+use futures::StreamExt;
 use orderpay::events::Event;
 use orderpay::events::nats::{ACCOUNT_HEADER, DUPLICATE_WINDOW, NatsConfig, NatsRelay};
 use orderpay::events::repository::{self, Cursor};
@@ -195,6 +197,38 @@ async fn every_event_lands_once_in_transaction_order_with_its_subject_id_and_pay
         assert_eq!(response.status(), 200);
         assert_eq!(message.payload.as_ref(), response.bytes().await.unwrap().as_ref());
     }
+
+    // A consumer as the README shows one: durable, one type, each message acknowledged.
+    let consumer = stream
+        .jetstream
+        .get_stream(&stream.name)
+        .await
+        .unwrap()
+        .get_or_create_consumer(
+            "fulfillment",
+            pull::Config {
+                durable_name: Some("fulfillment".to_owned()),
+                filter_subject: format!("{}.order.created", stream.prefix),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut messages = consumer.messages().await.unwrap();
+    let mut received = Vec::new();
+    for _ in 0..3 {
+        let next = tokio::time::timeout(Duration::from_millis(CATCH_UP_MS), messages.next()).await;
+        let message = next.expect("a message in time").expect("a message").expect("no error");
+        let id = message.headers.as_ref().and_then(|headers| headers.get("Nats-Msg-Id")).unwrap();
+        received.push(id.as_str().to_owned());
+        message.ack().await.unwrap();
+    }
+    let created: Vec<String> = events
+        .iter()
+        .filter(|event| event.event_type.as_str() == "order.created")
+        .map(|event| event.id.to_string())
+        .collect();
+    assert_eq!(received, created);
 
     // The stream the relay created: our subjects, and the duplicate window set explicitly.
     let mut created = stream.jetstream.get_stream(&stream.name).await.unwrap();
