@@ -204,18 +204,13 @@ impl NatsRelay {
         Ok(NatsRelay { config, client, jetstream, connection_changed, stream_ready: AtomicBool::new(false) })
     }
 
-    /// Waits until the client is connected, up to the timeout. Failing a round at once would read
-    /// a batch from PostgreSQL and log a warning every relay interval while NATS is away; waiting
-    /// makes that once per timeout, and a batch leaves as soon as NATS is back.
-    async fn connected(&self) -> Result<(), NatsError> {
+    /// Returns once the client is connected (it reconnects by itself, for ever).
+    async fn connected(&self) {
         let mut changed = self.connection_changed.subscribe();
-        let connected = async {
-            while self.client.connection_state() != State::Connected {
-                // The sender lives in `self`: `changed` cannot fail while we wait.
-                let _ = changed.changed().await;
-            }
-        };
-        tokio::time::timeout(self.config.timeout, connected).await.map_err(|_| NatsError::NotConnected)
+        while self.client.connection_state() != State::Connected {
+            // The sender lives in `self`: `changed` cannot fail while we wait.
+            let _ = changed.changed().await;
+        }
     }
 
     /// Finds the stream, or creates it, and checks that it takes our subjects.
@@ -303,16 +298,28 @@ impl Relay for NatsRelay {
     /// Never writes on `conn`: the round must hold no transaction id while it waits on NATS (see
     /// `repository::lock_cursor`), and nothing of ours needs to commit with the cursor.
     async fn hand_on(&self, _conn: &mut AsyncPgConnection, batch: &[Event]) -> anyhow::Result<()> {
-        self.connected().await?;
-        // One deadline for the whole batch: publishing waits for room when acks of a failed batch
-        // are still out, and each ack's own timeout starts only when it is awaited.
+        // One deadline for the whole round: the connection, the stream, every publish (which
+        // waits for room while acks of a failed batch are still out) and every PubAck (whose own
+        // timeout starts only when it is awaited).
         let timeout = self.config.timeout;
-        tokio::time::timeout(timeout, async {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let handed_on = tokio::time::timeout_at(deadline, async {
+            self.connected().await;
             self.ensure_stream().await?;
             self.publish(batch).await
         })
         .await
-        .map_err(|_| NatsError::Deadline(timeout))?
+        .unwrap_or_else(|_| match self.client.connection_state() {
+            State::Connected => Err(NatsError::Deadline(timeout).into()),
+            _ => Err(NatsError::NotConnected.into()),
+        });
+        if handed_on.is_err() {
+            // A failed round ends at its deadline, never sooner: while NATS is away or the stream
+            // refuses our subjects, the relay reads a batch and logs a warning once per timeout,
+            // not once per relay interval. A batch still leaves as soon as NATS is back.
+            tokio::time::sleep_until(deadline).await;
+        }
+        handed_on
     }
 }
 

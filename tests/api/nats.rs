@@ -14,7 +14,8 @@ use async_nats::jetstream::{self, message::StreamMessage};
 use diesel_async::AsyncPgConnection;
 use futures::StreamExt;
 use orderpay::events::Event;
-use orderpay::events::nats::{ACCOUNT_HEADER, DUPLICATE_WINDOW, NatsConfig, NatsRelay};
+use orderpay::events::nats::{ACCOUNT_HEADER, DUPLICATE_WINDOW, NatsConfig, NatsError, NatsRelay};
+use orderpay::events::relay::Relay;
 use orderpay::events::repository::{self, Cursor};
 use uuid::Uuid;
 
@@ -237,6 +238,32 @@ async fn every_event_lands_once_in_transaction_order_with_its_subject_id_and_pay
     assert_eq!(config.duplicate_window, DUPLICATE_WINDOW);
 }
 
+#[tokio::test]
+async fn a_stream_that_does_not_take_every_event_subject_is_refused_until_it_does() {
+    let Some(stream) = TestStream::new().await else { return };
+    let app = spawn_app().await;
+    app.create_order().await;
+    let events = app.events_in_order().await;
+    // Someone else's stream of that name, taking only part of our subjects.
+    let partial = jetstream::stream::Config {
+        name: stream.name.clone(),
+        subjects: vec![format!("{}.order.*", stream.prefix)],
+        ..Default::default()
+    };
+    stream.jetstream.create_stream(partial.clone()).await.unwrap();
+    let relay = NatsRelay::start(stream.config(NATS), 500).await.unwrap();
+    let mut conn = app.db().await;
+
+    let refused = relay.hand_on(&mut conn, &events).await.expect_err("the stream is refused");
+    assert!(matches!(refused.downcast_ref(), Some(NatsError::StreamSubjects { .. })), "{refused:#}");
+    assert_eq!(stream.state().await, (0, 0), "nothing published to a stream that is not ours to fill");
+
+    let all = jetstream::stream::Config { subjects: vec![format!("{}.>", stream.prefix)], ..partial };
+    stream.jetstream.update_stream(all).await.unwrap();
+    relay.hand_on(&mut conn, &events).await.expect("the stream takes every subject now");
+    assert_stream_holds_once(&stream, &events).await;
+}
+
 /// The relay's cursor move blocked on purpose (a transaction holding its row), so that the
 /// service dies after NATS acknowledged a batch and before the relay marked it published.
 #[tokio::test]
@@ -354,8 +381,8 @@ async fn the_service_starts_and_serves_with_nats_unreachable_and_publishes_once_
 }
 
 /// Events published per second draining a backlog (`NATS_BACKLOG_EVENTS`, default 20,000):
-/// the relay as `serve` runs it (rounds of `ORDERPAY_RELAY_BATCH_SIZE` 500), timed from its start
-/// to its cursor at the last event.
+/// the relay as `serve` runs it (rounds of `ORDERPAY_RELAY_BATCH_SIZE` 500, or
+/// `NATS_BACKLOG_BATCH`), timed from its start to its cursor at the last event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backlog_drains_at_a_measured_rate_each_event_once() {
     let Some(stream) = TestStream::new().await else { return };
@@ -371,7 +398,10 @@ async fn a_backlog_drains_at_a_measured_rate_each_event_once() {
     .await;
 
     let pool = orderpay::db::background_pool(&app.settings.database, 2);
-    let batch_size = app.settings.relay.batch_size;
+    let batch_size = std::env::var("NATS_BACKLOG_BATCH")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(app.settings.relay.batch_size);
     let (shutdown, signal) = tokio::sync::watch::channel(false);
     let started = Instant::now();
     let relay = NatsRelay::start(stream.config(NATS), batch_size).await.unwrap();
