@@ -142,6 +142,18 @@ impl Application {
             shutdown_signal.clone(),
         );
         let mut background = vec![tokio::spawn(events_sweep)];
+        if let Some(nats) = &settings.nats {
+            // Returns at once: the connection is made in the background, retried for ever.
+            let relay =
+                crate::events::nats::NatsRelay::start(nats.clone(), settings.relay.batch_size).await?;
+            background.push(tokio::spawn(crate::events::relay::run(
+                background_pool.clone(),
+                relay,
+                settings.relay.interval,
+                settings.relay.batch_size,
+                shutdown_signal.clone(),
+            )));
+        }
         if accounts.enabled() {
             // A connection of its own: a poll waiting behind a reconciler batch would make every
             // instance distrust its cache.
@@ -167,6 +179,7 @@ impl Application {
             port,
             workers,
             provider_webhooks = webhooks,
+            nats = settings.nats.is_some(),
             "orderpay listening on {}",
             settings.listen
         );

@@ -25,7 +25,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the HTTP API (applies pending migrations first).
-    Serve(ServeArgs),
+    // Boxed: every setting of the service makes it by far the largest command.
+    Serve(Box<ServeArgs>),
     /// Apply pending database migrations and exit.
     Migrate(DatabaseArgs),
     /// Run the mock payment provider (state in memory; see docs/payments.md for its behaviour).

@@ -200,6 +200,8 @@ async fn spawn_app_on(
         shutdown_grace: Duration::from_secs(5),
         event_retention: Duration::from_secs(30 * 86_400),
         relay: orderpay::config::RelayConfig { interval: Duration::from_millis(20), batch_size: 500 },
+        // Off unless a test turns it on (tests/api/nats.rs).
+        nats: None,
         client_timeout: Duration::from_secs(5),
         client_body_timeout: Duration::from_secs(10),
         max_connections: 4096,

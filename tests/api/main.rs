@@ -19,6 +19,7 @@ mod failure_windows;
 mod idempotency;
 mod late_charges;
 mod monitoring;
+mod nats;
 mod operations;
 mod operator_payments;
 mod operators;
