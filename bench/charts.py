@@ -16,40 +16,43 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 
-# (scenario id, its ceiling's id, the ceiling's name)
+# (scenario id, its ceiling's id, the ceiling's name, the target as a ratio of it or None)
 AGAINST = [
-    ("orders.fresh.16", "pgbench.service.16", "pgbench, the service's SQL"),
-    ("orders.fresh.64", "pgbench.service.64", "pgbench, the service's SQL"),
-    ("pgbench.service.16", "pgbench.physical.16", "physical limit"),
-    ("orders.dup.16", "pgbench.service.16", "pgbench, the service's SQL"),
-    ("orders.dup.64", "pgbench.service.64", "pgbench, the service's SQL"),
-    ("relays.with.16", "pgbench.service.16", "pgbench, the service's SQL"),
-    ("relays.with.64", "pgbench.service.64", "pgbench, the service's SQL"),
-    ("payments.16", "orders.fresh.16", "new orders"),
-    ("refunds.16", "orders.fresh.16", "new orders"),
-    ("capture.16", "orders.fresh.16", "new orders"),
-    ("growth.orders.16", "orders.fresh.16", "new orders, empty tables"),
-    ("growth.payments.16", "payments.16", "payments, empty tables"),
-    ("sweeper.orders.16", "growth.orders.16", "new orders, grown, idle"),
+    ("orders.fresh.16", "pgbench.service.16", "pgbench, the service's SQL", 0.85),
+    ("orders.fresh.64", "pgbench.service.64", "pgbench, the service's SQL", 0.85),
+    ("pgbench.service.16", "pgbench.physical.16", "physical limit", None),
+    ("orders.dup.16", "pgbench.service.16", "pgbench, the service's SQL", None),
+    ("orders.dup.64", "pgbench.service.64", "pgbench, the service's SQL", None),
+    ("relays.with.16", "pgbench.service.16", "pgbench, the service's SQL", 0.9),
+    ("relays.with.64", "pgbench.service.64", "pgbench, the service's SQL", 0.9),
+    ("payments.16", "orders.fresh.16", "new orders", 0.7),
+    ("refunds.16", "orders.fresh.16", "new orders", 0.7),
+    ("capture.16", "orders.fresh.16", "new orders", 0.35),
+    ("growth.orders.16", "orders.fresh.16", "new orders, empty tables", 0.9),
+    ("growth.payments.16", "payments.16", "payments, empty tables", 0.9),
+    ("sweeper.orders.16", "growth.orders.16", "new orders, grown, idle", 0.9),
 ]
 
 
 def throughput(data, by, out):
-    bars = [(by[a], by[b], name) for a, b, name in AGAINST if a in by and b in by]
+    bars = [(by[a], by[b], name, goal) for a, b, name, goal in AGAINST if a in by and b in by]
     if not bars:
         return None
     fig, ax = plt.subplots(figsize=(10, 0.55 * len(bars) + 1.6))
     labels = []
-    for y, (row, ceiling, name) in enumerate(reversed(bars)):
+    for y, (row, ceiling, name, goal) in enumerate(reversed(bars)):
         ax.barh(y, ceiling["rps"], color="#d9d9d9", height=0.8)
         ax.barh(y, row["rps"], color="#3b75af", height=0.5)
+        if goal:
+            ax.plot([goal * ceiling["rps"]] * 2, [y - 0.4, y + 0.4], color="#c0392b", linewidth=2)
         ax.text(max(row["rps"], ceiling["rps"]) * 1.01, y,
                 f"{row['rps']:,.0f}/s = {row['rps'] / ceiling['rps']:.2f} x {name}", va="center", fontsize=8)
         labels.append(f"{row['label']} ({row['conns']})")
     ax.set_yticks(range(len(bars)), labels, fontsize=8)
-    ax.set_xlabel("requests per second (blue), and its ceiling or reference (grey)")
-    ax.set_xlim(0, max(max(r["rps"], c["rps"]) for r, c, _ in bars) * 1.6)
+    ax.set_xlabel("requests per second (blue), its ceiling or reference (grey), the target (red)")
+    ax.set_xlim(0, max(max(r["rps"], c["rps"]) for r, c, _, _ in bars) * 1.6)
     meta = data["meta"]
     ax.set_title(f"orderpay: each scenario against its ceiling ({meta['date']}, {meta['mode']} mode, "
                  f"{meta['cluster']} cluster)", fontsize=10)
@@ -74,6 +77,9 @@ def connections(data, out):
     top.set_ylim(bottom=0)
     bottom.set_ylabel("p99 latency (ms)")
     bottom.set_yscale("log")
+    bottom.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    bottom.yaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(
+        lambda v, _: f"{v:g}" if f"{v:g}"[0] in "25" else ""))
     bottom.set_xscale("log", base=2)
     bottom.set_xlabel("connections")
     bottom.set_xticks([1, 4, 16, 64, 256], ["1", "4", "16", "64", "256"])

@@ -947,6 +947,7 @@ class Bench:
                                       "percent": 100 * receiver_cpu_seconds / with_seconds if with_seconds else 0}
 
         # The backlog: events written with the relays off, then drained with them on.
+        stage_events = int(self.scalar("SELECT count(*) FROM events"))
         self.sql("TRUNCATE events")  # the cursors are at the end of everything written so far
         log(f"relays: building a backlog of {BACKLOG_EVENTS:,} events with the relays off")
         svc = Service(self.db_url(), self.mock)
@@ -968,17 +969,26 @@ class Bench:
         log("relays: backlog drained: " + ", ".join(
             f"{relay} {s:.1f} s ({events / s:,.0f}/s)" if s else f"{relay} not within 600 s" for relay, s in drained.items()))
         time.sleep(2)
-        delivered = {}
+        stage_events += int(self.scalar("SELECT count(*) FROM events"))
+        delivered = {"events written in the stage": f"{stage_events:,}"}
         if self.receiver:
             stats = self.receiver.stats()
             delivered["webhook POSTs received"] = f"{stats['posts']:,} ({stats['distinct_ids']:,} distinct webhook-id)"
+            if stats["distinct_ids"] != stage_events:
+                self.check(f"MISMATCH: {stage_events:,} events written, {stats['distinct_ids']:,} distinct webhooks received")
+            else:
+                self.check(f"relays: every one of the {stage_events:,} events of the stage reached the webhook receiver")
         if "nats" in attached:
             try:
                 nats = Nats(NATS_URL)
                 info = nats.stream_info(self.nats_stream)
                 nats.close()
-                if info:
-                    delivered[f"NATS stream {self.nats_stream}"] = f"{info['state']['messages']:,} messages"
+                messages = info["state"]["messages"] if info else 0
+                delivered[f"NATS stream {self.nats_stream}"] = f"{messages:,} messages"
+                if messages != stage_events:
+                    self.check(f"MISMATCH: {stage_events:,} events written, {messages:,} messages in the NATS stream")
+                else:
+                    self.check(f"relays: the NATS stream holds exactly the {stage_events:,} events of the stage")
             except (OSError, NatsError) as error:
                 delivered["NATS"] = f"could not read the stream: {error}"
         relays["delivered"] = delivered
