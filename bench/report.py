@@ -75,7 +75,7 @@ def targets(data):
     missing = relays.get("missing", {})
     note = ""
     if attached and missing:
-        note = f" (only {', '.join(attached)}: {'; '.join(f'{k} {v}' for k, v in missing.items())})"
+        note = f" ({' + '.join(attached)} only; {', '.join(missing)} not run, see Relays)"
     for conns in (16, 64):
         ratio(f"new orders with the relays / without them, at {conns}", f"relays.with.{conns}",
               f"relays.without.{conns}", 0.9, ["relays"], note)

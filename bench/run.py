@@ -38,6 +38,12 @@ Writes bench/last-run.json (raw figures), bench/results.md and the charts (PNG, 
 .venv/bench) next to it. BENCH_QUICK=1: one 5-second run each, scaled-down backlog and growth,
 no sweeper, written to bench/quick/ (never over the committed results). `bench/run.py --report
 [FILE.json]` renders the table and charts again from the raw figures.
+
+Settings (environment): BENCH_QUICK, BENCH_RUNS, BENCH_DURATION, BENCH_STAGES, BENCH_CLUSTER
+(private | shared), BENCH_PG_SETTINGS (name=value,... over bench/postgresql.conf, for A/B runs of
+one setting), BENCH_PG_STATEMENTS=1 (pg_stat_statements: each scenario's top statements),
+BENCH_GROWTH_KEYS, BENCH_GROWTH_PAYMENTS, BENCH_BACKLOG_EVENTS, BENCH_NATS_URL, BENCH_OUT (where the
+results go), ORDERPAY_BIN, PG_SERVER_URL (the shared server), PG_BIN_DIR (initdb and postgres).
 """
 
 import base64
@@ -77,7 +83,8 @@ DURATION = 5 if QUICK else int(os.environ.get("BENCH_DURATION", "15"))
 WARMUP = 2 if QUICK else 5
 SWEEP_DURATION = 3 if QUICK else 10
 CLUSTER = os.environ.get("BENCH_CLUSTER", "private")
-OUT = BENCH / "quick" if QUICK else BENCH
+# Where results.md, last-run.json and the charts go (BENCH_OUT overrides, e.g. for a trial).
+OUT = Path(os.environ["BENCH_OUT"]) if os.environ.get("BENCH_OUT") else BENCH / "quick" if QUICK else BENCH
 GROWTH_KEYS = int(os.environ.get("BENCH_GROWTH_KEYS", "100000" if QUICK else "5000000"))
 GROWTH_PAYMENTS = int(os.environ.get("BENCH_GROWTH_PAYMENTS", "20000" if QUICK else "1000000"))
 BACKLOG_EVENTS = int(os.environ.get("BENCH_BACKLOG_EVENTS", "5000" if QUICK else "50000"))
@@ -813,6 +820,22 @@ class Bench:
         return done
 
     def stage_relays(self):
+        """The relays are other branches' fresh work: a failure here is reported as this stage's
+        (not run: failed ...) and the rest of the bench goes on."""
+        try:
+            self.relays()
+        except (Exception, SystemExit) as error:
+            reason = f"failed: {error}"
+            log(f"relays: {reason}")
+            self.data.setdefault("relays", {})["not_run"] = reason
+            self.data["not_run"]["relays"] = reason
+            if self.service is not None:  # it may be one with the relays on
+                self.service.stop()
+            self.service = Service(self.db_url(), self.mock)
+        finally:
+            self.cleanup_relays()
+
+    def relays(self):
         relays = self.data["relays"] = {}
         features = self.relay_features()
         attached = [relay for relay, reason in features.items() if reason is None]
@@ -1105,6 +1128,9 @@ class Bench:
 
     def stage_growth(self):
         keys, payments = GROWTH_KEYS, min(GROWTH_PAYMENTS, GROWTH_KEYS)
+        # The loading session skips the foreign-key triggers (replica role): the rows are
+        # consistent by construction, and checking each of millions costs minutes.
+        LOAD = "SET session_replication_role = replica;"
         account = self.account_id
         log(f"growth: loading {keys:,} keys, orders, {2 * keys:,} items and {keys:,} events; {payments:,} payments")
         started = time.time()
@@ -1116,32 +1142,32 @@ class Bench:
         step = max(1, int(2 * 86400 * 1000 / keys))
         v7 = (f"(lpad(to_hex({base_ms}::bigint + n::bigint * {step}), 12, '0') || '7' || substr(md5(n::text), 1, 3) "
               f"|| '8' || substr(md5(n::text), 4, 15))::uuid")
-        self.sql(f"""
+        self.sql(f"""{LOAD}
             INSERT INTO orders (account_id, id, status, currency, total_amount, customer_id, metadata, created_at, updated_at)
             SELECT '{account}', {v7}, CASE WHEN n <= {payments} THEN 'paid' ELSE 'pending_payment' END, 'USD', 48.48,
                 'bench-growth', '{{}}', to_timestamp(({base_ms} + n::bigint * {step}) / 1000.0),
                 to_timestamp(({base_ms} + n::bigint * {step}) / 1000.0)
             FROM generate_series(1, {keys}) n""")
         log(f"growth: orders in {time.time() - started:.0f} s")
-        self.sql(f"""
+        self.sql(f"""{LOAD}
             INSERT INTO order_items (account_id, order_id, line_number, sku, quantity, unit_price, amount)
             SELECT '{account}', {v7}, l.line, l.sku, l.q, l.p, l.a FROM generate_series(1, {keys}) n,
               (VALUES (0, 'tee-black-m', 2, 19.99, 39.98), (1, 'mug', 1, 8.50, 8.50)) AS l (line, sku, q, p, a)""")
         log(f"growth: items in {time.time() - started:.0f} s")
-        self.sql(f"""
+        self.sql(f"""{LOAD}
             INSERT INTO idempotency_keys (account_id, key, method, route, fingerprint, resource_kind, resource_id,
                 response_status, response_headers, response_body, created_at, expires_at)
             SELECT '{account}', 'old-' || md5(n::text), 'POST', '/orders', sha256(n::text::bytea), 'order', {v7},
                 201, '{headers}'::jsonb, decode('{body}', 'hex'), now() - interval '1 hour', now() + interval '23 hours'
             FROM generate_series(1, {keys}) n""")
         log(f"growth: keys in {time.time() - started:.0f} s")
-        self.sql(f"""
+        self.sql(f"""{LOAD}
             INSERT INTO events (account_id, id, type, data, created_at)
             SELECT '{account}', {v7.replace("md5(n::text)", "md5('e' || n)")}, 'order.created',
                 decode('{body}', 'hex'), to_timestamp(({base_ms} + n::bigint * {step}) / 1000.0)
             FROM generate_series(1, {keys}) n""")
         log(f"growth: events in {time.time() - started:.0f} s")
-        self.sql(f"""
+        self.sql(f"""{LOAD}
             WITH p AS (
               INSERT INTO payments (account_id, id, order_id, status, amount, currency, payment_method,
                   provider_charge_id, idempotency_key, attempts, created_at, updated_at, capture_method, amount_captured)
