@@ -19,7 +19,7 @@ NATS_ANSWERS := timeout 2 bash -c 'exec 3<>/dev/tcp/$(NATS_HOST)/$(NATS_PORT) &&
 
 .PHONY: help
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
 .PHONY: db
 db: ## make sure a PostgreSQL answers at PG_HOST:PG_PORT, starting the local cluster if needed
@@ -132,10 +132,23 @@ chaos: db ## crash, fault, outage and database failover tests (CHAOS_ORDERS, CHA
 	fi
 
 .PHONY: bench
-bench: db ## benchmark a release build against pgbench (writes bench/results.md; about 15 minutes)
+bench: db ## the full benchmark on a private tuned PostgreSQL (bench/results.md and charts; under 40 minutes)
 	command -v wrk >/dev/null || apt-get install -y -q wrk
+	bench/venv.sh
 	cargo build --release --bin orderpay
 	python3 bench/run.py
+
+.PHONY: bench-quick
+bench-quick: db ## the benchmark's quick mode for iterating, a few minutes (written to bench/quick/)
+	command -v wrk >/dev/null || apt-get install -y -q wrk
+	bench/venv.sh
+	cargo build --release --bin orderpay
+	BENCH_QUICK=1 python3 bench/run.py
+
+.PHONY: bench-report
+bench-report: ## render bench/results.md and the charts again from bench/last-run.json
+	bench/venv.sh
+	python3 bench/run.py --report
 
 .PHONY: bench-wal
 bench-wal: db build ## WAL bytes per new order, payment, refund and capture, by table and record (pg_walinspect)

@@ -2,11 +2,7 @@
 -- fraction of requests repeats one of the thread's 64 most recent keys instead (same body), so
 -- duplicates arrive both after and during the original. With REPLAY_KEYS=N, every request
 -- replays one of the keys replay-1 .. replay-N (created beforehand by the harness).
-local thread_counter = 0
-function setup(thread)
-  thread_counter = thread_counter + 1
-  thread:set("thread_id", thread_counter)
-end
+dofile(os.getenv("BENCH_LUA_DIR") .. "/common.lua")
 
 local body = '{"currency":"USD","items":[{"sku":"tee-black-m","quantity":2,"unit_price":"19.99"},'
   .. '{"sku":"mug","quantity":1,"unit_price":"8.50"}]}'
@@ -35,12 +31,4 @@ function request()
   end
   headers["Idempotency-Key"] = key
   return wrk.format("POST", "/orders", headers, body)
-end
-
-function done(summary, latency, requests)
-  local errors = summary.errors
-  io.write(string.format(
-    'WRK_RESULT {"requests":%d,"duration_us":%d,"p50_us":%d,"p99_us":%d,"errors":%d}\n',
-    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
-    errors.connect + errors.read + errors.write + errors.status + errors.timeout))
 end

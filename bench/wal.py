@@ -25,6 +25,8 @@ URL = os.environ["ORDERPAY_URL"]
 KEY = os.environ["ORDERPAY_KEY"]
 DB_URL = os.environ["DATABASE_URL"]
 OPS = int(os.environ.get("WAL_OPS", "200"))
+# With WAL_JSON=path, the figures are also written there as JSON (bench/run.py's WAL stage).
+JSON_OUT = os.environ.get("WAL_JSON")
 
 
 def psql(sql):
@@ -104,7 +106,9 @@ def measure(name, prepare, operation):
         print(f"  {relation:40} {length / OPS:8.0f} bytes")
     for record, count in by_record.most_common(12):
         print(f"  {record:40} {count / OPS:8.2f} records")
-    return total / OPS
+    return {"bytes": total / OPS, "fpi": fpi / OPS, "commits": commits / OPS,
+            "relations": [[relation, length / OPS] for relation, length in by_relation.most_common(12)],
+            "records": [[record, count / OPS] for record, count in by_record.most_common(12)]}
 
 
 def main():
@@ -117,8 +121,11 @@ def main():
                                        lambda order_id: capture(pay(order_id, "manual"))),
     }
     print("\n| operation | WAL bytes per operation | vs a new order |\n|---|---|---|")
-    for name, size in results.items():
-        print(f"| {name} | {size:.0f} | {size / results['new order']:.2f} |")
+    for name, figures in results.items():
+        print(f"| {name} | {figures['bytes']:.0f} | {figures['bytes'] / results['new order']['bytes']:.2f} |")
+    if JSON_OUT:
+        with open(JSON_OUT, "w") as out:
+            json.dump({"ops": OPS, "operations": results}, out)
 
 
 if __name__ == "__main__":
