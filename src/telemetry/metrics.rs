@@ -157,6 +157,12 @@ pub fn outbox_lag(relay: &'static str, lag: std::time::Duration) {
     gauge!("orderpay_outbox_lag_seconds", "relay" => relay).set(lag.as_secs_f64());
 }
 
+/// One merchant webhook delivery attempt whose outcome was written: delivered, failed (to be
+/// retried), gave_up (the last attempt failed).
+pub fn webhook_delivery(result: &'static str) {
+    counter!("orderpay_webhook_deliveries_total", "result" => result).increment(1);
+}
+
 pub fn refund_settled(status: &'static str) {
     counter!("orderpay_refunds_settled_total", "status" => status).increment(1);
 }
