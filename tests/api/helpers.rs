@@ -7,8 +7,10 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use orderpay::app::Application;
 use orderpay::config::{ApiSettings, ProviderConfig, Settings, claim_for};
 use orderpay::db::DatabaseConfig;
+use orderpay::encryption::EncryptionKey;
 use orderpay::idempotency::sweeper::SweeperConfig;
 use orderpay::ids::AccountId;
+use orderpay::merchant_webhooks::{DeliveryConfig, WebhookSettings};
 use orderpay::operations::Timing;
 use orderpay::operations::reconciler::{PassReport, ReconcilerConfig};
 use orderpay::provider::mock::{MockProvider, MockSettings};
@@ -119,6 +121,33 @@ impl TestProvider {
     }
 }
 
+/// A fresh `ORDERPAY_ENCRYPTION_KEY`: the base64 of 32 random bytes.
+pub fn new_encryption_key() -> String {
+    use base64::Engine;
+    let mut bytes = [0_u8; 32];
+    getrandom::fill(&mut bytes).expect("randomness");
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// Merchant webhooks for tests: a fresh key, private addresses allowed (the receivers are
+/// local), polls every 20 ms, a 2 s timeout, retries from 50 ms to 1 s, 5 attempts.
+pub fn test_webhook_settings() -> WebhookSettings {
+    WebhookSettings {
+        encryption_key: EncryptionKey::parse(&new_encryption_key()).expect("a valid key"),
+        allow_private: true,
+        secret_overlap: Duration::from_secs(86_400),
+        delivery: DeliveryConfig {
+            poll: Duration::from_millis(20),
+            timeout: Duration::from_secs(2),
+            lease: Duration::from_secs(5),
+            retry_base: Duration::from_millis(50),
+            retry_cap: Duration::from_secs(1),
+            max_attempts: 5,
+            concurrency: 8,
+        },
+    }
+}
+
 pub async fn spawn_app() -> TestApp {
     spawn_app_with(|_, _| {}).await
 }
@@ -198,6 +227,8 @@ async fn spawn_app_on(
         shutdown_grace: Duration::from_secs(5),
         event_retention: Duration::from_secs(30 * 86_400),
         relay: orderpay::config::RelayConfig { interval: Duration::from_millis(20), batch_size: 500 },
+        // On, with a fresh encryption key, fast polls and retries, and local receivers allowed.
+        webhooks: Some(test_webhook_settings()),
         client_timeout: Duration::from_secs(5),
         client_body_timeout: Duration::from_secs(10),
         max_connections: 4096,
