@@ -1,5 +1,6 @@
 //! The `orderpay` command line: `serve`, `migrate`, `mock-provider`, `reconcile`, and the
-//! operator commands of `cli/` (`accounts ...`, `keys show`).
+//! operator commands of `cli/` (`accounts ...`, `keys show`, `events redeliver`, `webhooks
+//! failing`).
 
 mod cli;
 
@@ -25,7 +26,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the HTTP API (applies pending migrations first).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Apply pending database migrations and exit.
     Migrate(DatabaseArgs),
     /// Run the mock payment provider (state in memory; see docs/payments.md for its behaviour).
@@ -51,6 +52,16 @@ enum Command {
     Keys {
         #[command(subcommand)]
         command: cli::keys::KeysCommand,
+    },
+    /// Act on events: send one again to merchant webhook endpoints.
+    Events {
+        #[command(subcommand)]
+        command: cli::events::EventsCommand,
+    },
+    /// Inspect merchant webhook deliveries.
+    Webhooks {
+        #[command(subcommand)]
+        command: cli::webhooks::WebhooksCommand,
     },
 }
 
@@ -103,5 +114,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Accounts { command } => cli::accounts::run(command).await,
         Command::Keys { command } => cli::keys::run(command).await,
+        Command::Events { command } => cli::events::run(command).await,
+        Command::Webhooks { command } => cli::webhooks::run(command).await,
     }
 }

@@ -1,11 +1,13 @@
-//! Operator commands: `accounts ...` and `keys show`. Each connects with `DATABASE_URL` (and
+//! Operator commands: `accounts ...`, `keys show`, `events redeliver` and `webhooks failing`. Each connects with `DATABASE_URL` (and
 //! migrates it, like `serve`), prints a table for people by default and, with `--json`, JSON
 //! for scripts: a listing is a JSON array of objects, a single thing one object. Secrets go to
 //! stdout alone, everything said around them to stderr, so `KEY=$(orderpay ...)` captures just
 //! the secret.
 
 pub mod accounts;
+pub mod events;
 pub mod keys;
+pub mod webhooks;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use clap::Args;
