@@ -27,3 +27,4 @@ mod provider;
 mod provider_webhooks;
 mod refunds;
 mod security;
+mod webhooks;

@@ -19,7 +19,7 @@ use crate::process::BIN;
 
 /// Runs `orderpay ARGS` against the test's database, off the test's runtime (whose tasks, the
 /// app's revocation poller among them, keep running meanwhile).
-async fn orderpay(app: &TestApp, args: &[&str]) -> Output {
+pub(crate) async fn orderpay(app: &TestApp, args: &[&str]) -> Output {
     let url = app.database_url.clone();
     let args: Vec<String> = args.iter().map(|arg| (*arg).to_owned()).collect();
     tokio::task::spawn_blocking(move || {
@@ -41,7 +41,7 @@ async fn orderpay_ok(app: &TestApp, args: &[&str]) -> String {
     String::from_utf8(output.stdout).expect("UTF-8 output")
 }
 
-async fn orderpay_json(app: &TestApp, args: &[&str]) -> Value {
+pub(crate) async fn orderpay_json(app: &TestApp, args: &[&str]) -> Value {
     let mut args = args.to_vec();
     args.push("--json");
     let stdout = orderpay_ok(app, &args).await;
