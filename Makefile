@@ -116,6 +116,10 @@ bench: db ## benchmark a release build against pgbench (writes bench/results.md;
 	cargo build --release --bin orderpay
 	python3 bench/run.py
 
+.PHONY: bench-wal
+bench-wal: db build ## WAL bytes per new order, payment, refund and capture, by table and record (pg_walinspect)
+	tests/scripts/with-service.sh python3 bench/wal.py
+
 .PHONY: contract
 contract: db build ## check the running service against openapi.yaml with schemathesis (installed into .venv)
 	tests/scripts/with-service.sh tests/scripts/contract.sh

@@ -384,6 +384,17 @@ impl TestApp {
         diesel::sql_query(sql).get_result::<Count>(&mut conn).await.expect(sql).count
     }
 
+    /// The one text value `sql` selects (as `text`).
+    pub async fn text(&self, sql: &str) -> String {
+        #[derive(diesel::QueryableByName)]
+        struct Text {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            text: String,
+        }
+        let mut conn = self.db().await;
+        diesel::sql_query(sql).get_result::<Text>(&mut conn).await.expect(sql).text
+    }
+
     pub async fn execute(&self, sql: &str) {
         let mut conn = self.db().await;
         diesel::sql_query(sql).execute(&mut conn).await.expect(sql);
