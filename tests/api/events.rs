@@ -187,9 +187,8 @@ impl Relay for Collecting {
 #[tokio::test]
 async fn a_relay_never_skips_an_event_whose_transaction_commits_after_a_younger_one() {
     // The worst interleaving for a cursor: an event written first but committed last. A relay
-    // that moved past the younger one (by sequence or by time) would never see it. Merchant
-    // webhooks off: the app's own webhooks relay would take the rounds this test runs by hand.
-    let app = spawn_app_with(|settings, _| settings.webhooks = None).await;
+    // that moved past the younger one (by sequence or by time) would never see it.
+    let app = spawn_app().await;
     let first = app.create_order().await;
     let account = app.text("SELECT account_id::text AS text FROM events").await;
     let pool = orderpay::db::background_pool(&app.settings.database, 2);

@@ -129,8 +129,9 @@ pub fn new_encryption_key() -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-/// Merchant webhooks for tests: a fresh key, private addresses allowed (the receivers are
-/// local), polls every 20 ms, a 2 s timeout, retries from 50 ms to 1 s, 5 attempts.
+/// Merchant webhooks for tests, for `settings.webhooks`: a fresh key, private addresses allowed
+/// (the receivers are local), polls every 20 ms, a 2 s timeout, retries from 50 ms to 1 s, 5
+/// attempts.
 pub fn test_webhook_settings() -> WebhookSettings {
     WebhookSettings {
         encryption_key: EncryptionKey::parse(&new_encryption_key()).expect("a valid key"),
@@ -227,8 +228,9 @@ async fn spawn_app_on(
         shutdown_grace: Duration::from_secs(5),
         event_retention: Duration::from_secs(30 * 86_400),
         relay: orderpay::config::RelayConfig { interval: Duration::from_millis(20), batch_size: 500 },
-        // On, with a fresh encryption key, fast polls and retries, and local receivers allowed.
-        webhooks: Some(test_webhook_settings()),
+        // Off unless a test turns them on (`test_webhook_settings`): a relay and a worker polling
+        // every 20 ms in every test's app would load the machine for nothing.
+        webhooks: None,
         client_timeout: Duration::from_secs(5),
         client_body_timeout: Duration::from_secs(10),
         max_connections: 4096,

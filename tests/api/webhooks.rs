@@ -21,9 +21,12 @@ use serde_json::{Value, json};
 use sha2::Sha256;
 use tokio::sync::watch;
 
-use orderpay::merchant_webhooks::DeliveryConfig;
+use orderpay::merchant_webhooks::{DeliveryConfig, WebhookSettings};
 
-use crate::helpers::{TestApp, assert_problem, json, new_encryption_key, new_key, spawn_app, spawn_app_with};
+use crate::helpers::{
+    TestApp, assert_problem, json, new_encryption_key, new_key, spawn_app, spawn_app_with,
+    test_webhook_settings,
+};
 use crate::operators::{orderpay, orderpay_json};
 use crate::process::{BIN, ServiceProcess};
 
@@ -215,10 +218,19 @@ fn verifies(secret: &str, request: &Received) -> bool {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-/// The test app with its delivery settings adjusted.
+/// The test app with merchant webhooks on (`test_webhook_settings`, adjusted by `configure`).
+async fn webhooks_app(configure: impl FnOnce(&mut WebhookSettings)) -> TestApp {
+    spawn_app_with(|settings, _| {
+        let mut webhooks = test_webhook_settings();
+        configure(&mut webhooks);
+        settings.webhooks = Some(webhooks);
+    })
+    .await
+}
+
+/// The test app with merchant webhooks on and their delivery settings adjusted.
 async fn app_with_delivery(configure: impl FnOnce(&mut DeliveryConfig)) -> TestApp {
-    spawn_app_with(|settings, _| configure(&mut settings.webhooks.as_mut().expect("webhooks on").delivery))
-        .await
+    webhooks_app(|webhooks| configure(&mut webhooks.delivery)).await
 }
 
 /// Polls `check` every 20 ms until it returns `Some`, failing after `limit`.
@@ -340,7 +352,7 @@ async fn deliveries_counted(app: &TestApp, result: &str) -> u64 {
 
 #[tokio::test]
 async fn each_event_reaches_each_endpoint_that_asked_for_it_once_signed_with_its_own_secret() {
-    let app = spawn_app().await;
+    let app = webhooks_app(|_| {}).await;
     let receiver = Receiver::ok().await;
     let everything = create_endpoint(&app, &receiver.url("/all"), &["*"]).await;
     let paid_only = create_endpoint(&app, &receiver.url("/paid"), &["order.paid"]).await;
@@ -414,7 +426,7 @@ async fn each_event_reaches_each_endpoint_that_asked_for_it_once_signed_with_its
 
 #[tokio::test]
 async fn a_receiver_failing_three_times_gets_four_attempts_of_one_event_with_one_webhook_id() {
-    let app = spawn_app().await;
+    let app = webhooks_app(|_| {}).await;
     let receiver = Receiver::start(|n, _| Answer::Status(if n < 3 { 500 } else { 200 })).await;
     let endpoint = create_endpoint(&app, &receiver.url("/hook"), &["order.created"]).await;
     let delivered_before = deliveries_counted(&app, "delivered").await;
@@ -527,7 +539,7 @@ async fn a_worker_whose_lease_ran_out_mid_send_does_not_overwrite_the_outcome_of
 async fn a_service_killed_mid_delivery_delivers_every_event_after_a_restart() {
     // The test's own app only writes events (merchant webhooks off: no worker of its own); the
     // subprocess relays and delivers, holding its sends at the receiver when it is killed.
-    let app = spawn_app_with(|settings, _| settings.webhooks = None).await;
+    let app = spawn_app().await;
     let receiver = Receiver::start(|_, _| Answer::HoldThen(200)).await;
     let key = new_encryption_key();
     let env = [
@@ -590,7 +602,7 @@ async fn a_service_killed_mid_delivery_delivers_every_event_after_a_restart() {
 
 #[tokio::test]
 async fn a_rotated_secret_signs_beside_the_new_one_until_it_expires_and_no_secret_is_stored_in_clear() {
-    let app = spawn_app().await;
+    let app = webhooks_app(|_| {}).await;
     let receiver = Receiver::ok().await;
     let body =
         json!({"url": receiver.url("/hook"), "enabled_events": ["order.created"], "description": "shop"});
@@ -692,13 +704,13 @@ const NOT_PUBLIC: [&str; 5] = [
     "http://localhost:9000/hook",
 ];
 
-fn private_addresses_refused(settings: &mut orderpay::config::Settings) {
-    settings.webhooks.as_mut().unwrap().allow_private = false;
+fn private_addresses_refused(webhooks: &mut WebhookSettings) {
+    webhooks.allow_private = false;
 }
 
 #[tokio::test]
 async fn urls_at_non_public_addresses_are_refused_unless_allowed_and_unknown_names_are_accepted() {
-    let app = spawn_app_with(|settings, _| private_addresses_refused(settings)).await;
+    let app = webhooks_app(private_addresses_refused).await;
     for url in NOT_PUBLIC {
         let key = new_key();
         let response = post_endpoint(&app, &json!({"url": url, "enabled_events": ["*"]}), Some(&key)).await;
@@ -710,7 +722,7 @@ async fn urls_at_non_public_addresses_are_refused_unless_allowed_and_unknown_nam
     let unknown = create_endpoint(&app, "https://does-not-exist.invalid/hook", &["*"]).await;
     assert_eq!(unknown["url"], "https://does-not-exist.invalid/hook");
 
-    let allowed = spawn_app().await;
+    let allowed = webhooks_app(|_| {}).await;
     for url in NOT_PUBLIC {
         create_endpoint(&allowed, url, &["*"]).await;
     }
@@ -718,7 +730,7 @@ async fn urls_at_non_public_addresses_are_refused_unless_allowed_and_unknown_nam
 
 #[tokio::test]
 async fn a_delivery_to_a_name_now_resolving_to_loopback_is_refused_at_connect_time_and_sends_nothing() {
-    let app = spawn_app_with(|settings, _| private_addresses_refused(settings)).await;
+    let app = webhooks_app(private_addresses_refused).await;
     let receiver = Receiver::ok().await;
     // Accepted while the names resolved nowhere; then they point at the receiver (as a name can
     // change what it resolves to after creation).
@@ -758,7 +770,7 @@ async fn a_delivery_to_a_name_now_resolving_to_loopback_is_refused_at_connect_ti
 
 #[tokio::test]
 async fn endpoints_are_created_listed_read_and_deleted_within_their_account() {
-    let app = spawn_app().await;
+    let app = webhooks_app(|_| {}).await;
     let first = create_endpoint(&app, "https://example.com/one", &["*"]).await;
     let second = create_endpoint(&app, "https://example.com/two", &["order.paid", "refund.succeeded"]).await;
     assert_eq!(second["object"], "webhook_endpoint");
@@ -818,7 +830,7 @@ async fn endpoints_are_created_listed_read_and_deleted_within_their_account() {
 
 #[tokio::test]
 async fn invalid_endpoints_are_refused_field_by_field_and_store_nothing() {
-    let app = spawn_app().await;
+    let app = webhooks_app(|_| {}).await;
     let cases = [
         (
             json!({"url": "https://example.com", "enabled_events": ["order.paid", "order.shipped"]}),
@@ -875,7 +887,7 @@ async fn invalid_endpoints_are_refused_field_by_field_and_store_nothing() {
 
 #[tokio::test]
 async fn creating_an_endpoint_is_idempotent_like_an_order() {
-    let app = spawn_app().await;
+    let app = webhooks_app(|_| {}).await;
     let body = json!({"url": "https://example.com/hook", "enabled_events": ["order.created"]});
     let key = new_key();
     let first = post_endpoint(&app, &body, Some(&key)).await;
@@ -952,7 +964,7 @@ async fn deleting_an_endpoint_stops_its_pending_deliveries() {
 
 #[tokio::test]
 async fn without_an_encryption_key_there_are_no_webhook_endpoints() {
-    let app = spawn_app_with(|settings, _| settings.webhooks = None).await;
+    let app = spawn_app().await;
     let response =
         post_endpoint(&app, &json!({"url": "https://example.com", "enabled_events": ["*"]}), None).await;
     assert_problem(response, 404, "route-not-found").await;
@@ -998,7 +1010,7 @@ fn serve_refuses_a_malformed_encryption_key_and_lists_the_webhook_settings() {
 
 #[tokio::test]
 async fn operators_redeliver_an_event_to_its_endpoints_or_one_of_them() {
-    let app = spawn_app().await;
+    let app = webhooks_app(|_| {}).await;
     let receiver = Receiver::ok().await;
     let everything = create_endpoint(&app, &receiver.url("/all"), &["*"]).await;
     let paid_only = create_endpoint(&app, &receiver.url("/paid"), &["order.paid"]).await;
