@@ -6,11 +6,16 @@ SHELL := bash
 
 PG_HOST ?= 127.0.0.1
 PG_PORT ?= 5432
+# The NATS (with JetStream) `make test` uses and `make run` publishes events to when it answers.
+NATS_HOST ?= 127.0.0.1
+NATS_PORT ?= 4222
 export DATABASE_URL ?= postgres://postgres@$(PG_HOST):$(PG_PORT)/orderpay
 export ORDERPAY_LISTEN ?= 127.0.0.1:8080
 export MOCK_PROVIDER_LISTEN ?= 127.0.0.1:8081
 export ORDERPAY_PROVIDER_URL ?= http://$(MOCK_PROVIDER_LISTEN)
 BIN := target/debug/orderpay
+# Whether a NATS server answers at NATS_HOST:NATS_PORT (it greets every client with INFO).
+NATS_ANSWERS := timeout 2 bash -c 'exec 3<>/dev/tcp/$(NATS_HOST)/$(NATS_PORT) && head -c 4 <&3' 2>/dev/null | grep -q INFO
 
 .PHONY: help
 help: ## list the targets
@@ -29,6 +34,22 @@ db: ## make sure a PostgreSQL answers at PG_HOST:PG_PORT, starting the local clu
 	echo "Install one (Debian/Ubuntu: apt install postgresql; macOS: brew install postgresql@15)," >&2
 	echo "allow the user in DATABASE_URL to connect, or point DATABASE_URL at a running server." >&2
 	exit 1
+
+.PHONY: nats
+nats: ## make sure a NATS with JetStream answers at NATS_HOST:NATS_PORT, starting nats-server -js if it is installed
+	@if $(NATS_ANSWERS); then exit 0; fi
+	if command -v nats-server >/dev/null; then
+	  mkdir -p target/nats
+	  echo "no NATS at $(NATS_HOST):$(NATS_PORT); starting nats-server -js (store and log in target/nats/)"
+	  nohup nats-server -js -a $(NATS_HOST) -p $(NATS_PORT) -sd target/nats -l target/nats/nats-server.log \
+	    >/dev/null 2>&1 &
+	  for _ in $$(seq 1 50); do $(NATS_ANSWERS) && exit 0; sleep 0.2; done
+	  echo "nats-server did not answer at $(NATS_HOST):$(NATS_PORT); see target/nats/nats-server.log" >&2
+	  exit 1
+	fi
+	echo "No NATS answers at $(NATS_HOST):$(NATS_PORT) and nats-server is not installed: the NATS tests" >&2
+	echo "will say they were skipped. Install it (Debian/Ubuntu: apt install nats-server; macOS: brew" >&2
+	echo "install nats-server) or start one with JetStream: nats-server -js." >&2
 
 .PHONY: build
 build: ## build the orderpay binary (debug)
@@ -91,11 +112,21 @@ run: db build ## run the mock provider and the service against the local Postgre
 	MOCK_PROVIDER_WEBHOOK_URL="$$base/provider/webhooks" MOCK_PROVIDER_WEBHOOK_SECRET="$$webhook_secret" \
 	  $(BIN) mock-provider & mock=$$!
 	trap 'kill $$mock 2>/dev/null || true' EXIT
+	if [ -z "$${ORDERPAY_NATS_URL:-}" ] && $(NATS_ANSWERS); then
+	  export ORDERPAY_NATS_URL=nats://$(NATS_HOST):$(NATS_PORT)
+	fi
+	if [ -n "$${ORDERPAY_NATS_URL:-}" ]; then
+	  prefix=$${ORDERPAY_NATS_SUBJECT_PREFIX:-orderpay.events}
+	  echo "  Events are published to NATS JetStream at $$ORDERPAY_NATS_URL (stream"
+	  echo "  $${ORDERPAY_NATS_STREAM:-ORDERPAY_EVENTS}, subjects $$prefix.<type>); with the nats CLI: nats sub '$$prefix.>'"
+	else
+	  echo "  No NATS at $(NATS_HOST):$(NATS_PORT): running without the NATS relay (make nats starts one)."
+	fi
 	ORDERPAY_PROVIDER_WEBHOOK_SECRET="$$webhook_secret" ORDERPAY_ENCRYPTION_KEY="$$encryption_key" \
 	  ORDERPAY_WEBHOOK_ALLOW_PRIVATE=true $(BIN) serve
 
 .PHONY: test
-test: db ## run the tests (all but chaos) against the local PostgreSQL, one database per test
+test: db nats ## run the tests (all but chaos) against the local PostgreSQL and NATS, one database per test
 	if cargo nextest --version >/dev/null 2>&1; then
 	  cargo nextest run --workspace --all-targets --no-fail-fast -E 'not test(/^chaos::/)'
 	else

@@ -177,6 +177,18 @@ impl Application {
             shutdown_signal.clone(),
         );
         let mut background = vec![tokio::spawn(events_sweep)];
+        if let Some(nats) = &settings.nats {
+            // Returns at once: the connection is made in the background, retried for ever.
+            let relay =
+                crate::events::nats::NatsRelay::start(nats.clone(), settings.relay.batch_size).await?;
+            background.push(tokio::spawn(crate::events::relay::run(
+                background_pool.clone(),
+                relay,
+                settings.relay.interval,
+                settings.relay.batch_size,
+                shutdown_signal.clone(),
+            )));
+        }
         if accounts.enabled() {
             // A connection of its own: a poll waiting behind a reconciler batch would make every
             // instance distrust its cache.
@@ -213,6 +225,7 @@ impl Application {
             workers,
             provider_webhooks = webhooks,
             merchant_webhooks = settings.webhooks.is_some(),
+            nats = settings.nats.is_some(),
             "orderpay listening on {}",
             settings.listen
         );

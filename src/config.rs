@@ -14,10 +14,12 @@
 //! `ORDERPAY_RATE_LIMIT_PER_SEC`, `ORDERPAY_RATE_LIMIT_BURST`, `ORDERPAY_CLIENT_TIMEOUT_MS`,
 //! `ORDERPAY_CLIENT_BODY_TIMEOUT_MS`, `ORDERPAY_MAX_CONNECTIONS`,
 //! `ORDERPAY_PROVIDER_WEBHOOK_SECRET`, `ORDERPAY_REVOCATION_POLL_MS`,
-//! `ORDERPAY_IDEMPOTENCY_AUDIT_DAYS`, `ORDERPAY_ENCRYPTION_KEY`, `ORDERPAY_WEBHOOK_ALLOW_PRIVATE`,
-//! `ORDERPAY_WEBHOOK_TIMEOUT_MS`, `ORDERPAY_WEBHOOK_LEASE_MS`, `ORDERPAY_WEBHOOK_RETRY_BASE_MS`,
-//! `ORDERPAY_WEBHOOK_RETRY_CAP_MS`, `ORDERPAY_WEBHOOK_MAX_ATTEMPTS`, `ORDERPAY_WEBHOOK_POLL_MS`,
-//! `ORDERPAY_WEBHOOK_CONCURRENCY`, `ORDERPAY_WEBHOOK_SECRET_OVERLAP_MS`; for the mock provider `MOCK_PROVIDER_LISTEN`,
+//! `ORDERPAY_IDEMPOTENCY_AUDIT_DAYS`, `ORDERPAY_NATS_URL`, `ORDERPAY_NATS_STREAM`,
+//! `ORDERPAY_NATS_SUBJECT_PREFIX`, `ORDERPAY_NATS_TIMEOUT_MS`, `ORDERPAY_ENCRYPTION_KEY`,
+//! `ORDERPAY_WEBHOOK_ALLOW_PRIVATE`, `ORDERPAY_WEBHOOK_TIMEOUT_MS`, `ORDERPAY_WEBHOOK_LEASE_MS`,
+//! `ORDERPAY_WEBHOOK_RETRY_BASE_MS`, `ORDERPAY_WEBHOOK_RETRY_CAP_MS`,
+//! `ORDERPAY_WEBHOOK_MAX_ATTEMPTS`, `ORDERPAY_WEBHOOK_POLL_MS`, `ORDERPAY_WEBHOOK_CONCURRENCY`,
+//! `ORDERPAY_WEBHOOK_SECRET_OVERLAP_MS`; for the mock provider `MOCK_PROVIDER_LISTEN`,
 //! `MOCK_PROVIDER_TIMEOUT_HOLD_MS`, `MOCK_PROVIDER_SETTLE_MS`, `MOCK_PROVIDER_AUTH_TTL_MS`,
 //! `MOCK_PROVIDER_API_KEY`, `MOCK_PROVIDER_WEBHOOK_URL`, `MOCK_PROVIDER_WEBHOOK_SECRET`,
 //! `MOCK_PROVIDER_WEBHOOK_RETRY_MS`; and, for logging (see telemetry.rs), `ORDERPAY_LOG_FORMAT` and
@@ -29,6 +31,7 @@ use clap::{ArgAction, Args};
 
 use crate::db::DatabaseConfig;
 use crate::encryption::EncryptionKey;
+use crate::events::nats::NatsConfig;
 use crate::idempotency::sweeper::SweeperConfig;
 use crate::merchant_webhooks::{DeliveryConfig, WebhookSettings};
 use crate::operations::Timing;
@@ -398,6 +401,51 @@ impl std::fmt::Debug for MerchantWebhookArgs {
     }
 }
 
+#[derive(Clone, Args)]
+pub struct NatsArgs {
+    /// NATS server URL (nats://host:4222, tls://...; several separated by commas). Set, every
+    /// event is published to a JetStream stream; the service starts and serves while NATS is away
+    /// (events wait in the outbox), connecting in the background.
+    #[arg(long, env = "ORDERPAY_NATS_URL", hide_env_values = true)]
+    pub nats_url: Option<String>,
+
+    /// The JetStream stream the events go to (created when missing).
+    #[arg(long, env = "ORDERPAY_NATS_STREAM", default_value = "ORDERPAY_EVENTS")]
+    pub nats_stream: String,
+
+    /// Events are published to `<prefix>.<type>`, e.g. orderpay.events.order.paid.
+    #[arg(long, env = "ORDERPAY_NATS_SUBJECT_PREFIX", default_value = "orderpay.events")]
+    pub nats_subject_prefix: String,
+
+    /// How long a batch of events may take from its first publish to its last acknowledgement
+    /// by JetStream (and a connection attempt); past it the batch is published again.
+    #[arg(long, env = "ORDERPAY_NATS_TIMEOUT_MS", default_value_t = 5_000)]
+    pub nats_timeout_ms: u64,
+}
+
+impl NatsArgs {
+    /// The relay's settings; `None` when no URL is set.
+    pub fn config(&self) -> anyhow::Result<Option<NatsConfig>> {
+        let Some(urls) = self.nats_url.as_deref().filter(|urls| !urls.trim().is_empty()) else {
+            return Ok(None);
+        };
+        let timeout = Duration::from_millis(self.nats_timeout_ms);
+        NatsConfig::parse(urls, &self.nats_stream, &self.nats_subject_prefix, timeout).map(Some)
+    }
+}
+
+/// Written by hand so that credentials in the URL never reach a log line.
+impl std::fmt::Debug for NatsArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsArgs")
+            .field("nats_url", &self.nats_url.as_ref().map(|_| "<redacted>"))
+            .field("nats_stream", &self.nats_stream)
+            .field("nats_subject_prefix", &self.nats_subject_prefix)
+            .field("nats_timeout_ms", &self.nats_timeout_ms)
+            .finish()
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     #[command(flatten)]
@@ -414,6 +462,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub reconcile: ReconcileArgs,
+
+    #[command(flatten)]
+    pub nats: NatsArgs,
 
     /// Address the HTTP API listens on.
     #[arg(long, env = "ORDERPAY_LISTEN", default_value = "127.0.0.1:8080")]
@@ -547,6 +598,8 @@ pub struct Settings {
     pub relay: RelayConfig,
     /// Merchant webhooks; `None` (off) without `ORDERPAY_ENCRYPTION_KEY`.
     pub webhooks: Option<WebhookSettings>,
+    /// The NATS JetStream relay, when `ORDERPAY_NATS_URL` is set.
+    pub nats: Option<NatsConfig>,
     pub client_timeout: Duration,
     /// How long a request body may take to arrive once the head is in.
     pub client_body_timeout: Duration,
@@ -626,6 +679,7 @@ impl ServeArgs {
                 batch_size: self.relay_batch_size,
             },
             webhooks: self.merchant_webhooks.settings()?,
+            nats: self.nats.config()?,
             client_timeout: Duration::from_millis(self.client_timeout_ms.max(1)),
             client_body_timeout: Duration::from_millis(self.client_body_timeout_ms.max(1)),
             max_connections: self.max_connections,

@@ -1,14 +1,14 @@
 //! The `orderpay` command line: `serve`, `migrate`, `mock-provider`, `reconcile`, and the
-//! operator commands of `cli/` (`accounts ...`, `keys show`, `events redeliver`, `webhooks
-//! failing`).
+//! operator commands of `cli/` (`accounts ...`, `keys show`, `payments ...`, `events
+//! redeliver`, `webhooks failing`).
 
 mod cli;
 
 use clap::{Parser, Subcommand};
 
-use orderpay::app::{self, Application};
-use orderpay::config::{DatabaseArgs, MockProviderArgs, ProviderArgs, ReconcileArgs, ServeArgs};
-use orderpay::operations::{Engine, Timing, reconciler};
+use orderpay::app::Application;
+use orderpay::config::{DatabaseArgs, MockProviderArgs, ServeArgs};
+use orderpay::operations::reconciler;
 use orderpay::provider::mock::MockProvider;
 use orderpay::{db, telemetry};
 
@@ -26,6 +26,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the HTTP API (applies pending migrations first).
+    // Boxed: every setting of the service makes it by far the largest command.
     Serve(Box<ServeArgs>),
     /// Apply pending database migrations and exit.
     Migrate(DatabaseArgs),
@@ -37,11 +38,7 @@ enum Command {
         #[arg(long)]
         once: bool,
         #[command(flatten)]
-        database: DatabaseArgs,
-        #[command(flatten)]
-        provider: ProviderArgs,
-        #[command(flatten)]
-        reconcile: ReconcileArgs,
+        settings: cli::EngineArgs,
     },
     /// Manage accounts and their API keys.
     Accounts {
@@ -52,6 +49,11 @@ enum Command {
     Keys {
         #[command(subcommand)]
         command: cli::keys::KeysCommand,
+    },
+    /// Inspect payments (stuck ones first of all) and settle one whose outcome is unknown by hand.
+    Payments {
+        #[command(subcommand)]
+        command: cli::payments::PaymentsCommand,
     },
     /// Act on events: send one again to merchant webhook endpoints.
     Events {
@@ -81,17 +83,8 @@ async fn main() -> anyhow::Result<()> {
             tracing::info!(port = mock.port(), "mock payment provider listening on {}", args.listen);
             Ok(mock.run_until_stopped().await?)
         }
-        Command::Reconcile { once, database, provider, reconcile } => {
-            db::prepare(&database.config()).await?;
-            let provider_config = provider.config();
-            let config = reconcile.config(&provider_config)?;
-            // Outside requests no lease is handed to a request: only the recheck matters.
-            let timing = Timing { lease: config.claim_for, recheck_after: config.backoff_base };
-            let engine = Engine {
-                pool: db::background_pool(&database.config(), 2),
-                provider: app::provider(&provider_config)?,
-                timing,
-            };
+        Command::Reconcile { once, settings } => {
+            let (engine, config) = settings.engine().await?;
             if once {
                 let report = reconciler::run_pass(&engine, &config).await?;
                 println!(
@@ -114,6 +107,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Accounts { command } => cli::accounts::run(command).await,
         Command::Keys { command } => cli::keys::run(command).await,
+        Command::Payments { command } => cli::payments::run(command).await,
         Command::Events { command } => cli::events::run(command).await,
         Command::Webhooks { command } => cli::webhooks::run(command).await,
     }

@@ -1,12 +1,13 @@
-//! Operator commands: `accounts ...`, `keys show`, `events redeliver` and `webhooks failing`. Each connects with `DATABASE_URL` (and
-//! migrates it, like `serve`), prints a table for people by default and, with `--json`, JSON
-//! for scripts: a listing is a JSON array of objects, a single thing one object. Secrets go to
-//! stdout alone, everything said around them to stderr, so `KEY=$(orderpay ...)` captures just
-//! the secret.
+//! Operator commands: `accounts ...`, `keys show`, `payments ...`, `events redeliver` and
+//! `webhooks failing`. Each connects with `DATABASE_URL` (and migrates it, like `serve`), prints
+//! a table for people by default and, with `--json`, JSON for scripts: a listing is a JSON array
+//! of objects, a single thing one object. Secrets go to stdout alone, everything said around them
+//! to stderr, so `KEY=$(orderpay ...)` captures just the secret.
 
 pub mod accounts;
 pub mod events;
 pub mod keys;
+pub mod payments;
 pub mod webhooks;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -14,9 +15,14 @@ use clap::Args;
 use diesel_async::AsyncPgConnection;
 use serde::Serialize;
 
-use orderpay::config::DatabaseArgs;
+use std::time::Duration;
+
+use orderpay::app;
+use orderpay::config::{DatabaseArgs, ProviderArgs, ReconcileArgs};
 use orderpay::db;
 use orderpay::ids::AccountId;
+use orderpay::operations::reconciler::ReconcilerConfig;
+use orderpay::operations::{Engine, Timing};
 
 /// `--json`, for every command that prints something other than a secret.
 #[derive(Debug, Clone, Copy, Args)]
@@ -32,6 +38,61 @@ pub async fn connect(database: &DatabaseArgs) -> anyhow::Result<AsyncPgConnectio
     let config = database.config();
     db::prepare(&config).await?;
     db::establish(&database.database_url, config.connect_timeout).await
+}
+
+/// What a command that drives provider operations reads (`reconcile`, `payments ...`): the
+/// database, the provider and the reconciler's settings, as `serve` reads them.
+#[derive(Args)]
+pub struct EngineArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    #[command(flatten)]
+    pub provider: ProviderArgs,
+    #[command(flatten)]
+    pub reconcile: ReconcileArgs,
+}
+
+impl EngineArgs {
+    /// The engine and the reconciler's settings; the database is created and migrated if needed.
+    pub async fn engine(&self) -> anyhow::Result<(Engine, ReconcilerConfig)> {
+        db::prepare(&self.database.config()).await?;
+        let provider_config = self.provider.config();
+        let config = self.reconcile.config(&provider_config)?;
+        // Outside requests no lease is handed to a request: only the recheck matters.
+        let timing = Timing { lease: config.claim_for, recheck_after: config.backoff_base };
+        let engine = Engine {
+            pool: db::background_pool(&self.database.config(), 2),
+            provider: app::provider(&provider_config)?,
+            timing,
+        };
+        Ok((engine, config))
+    }
+}
+
+/// Parses a human duration: a number and a unit (`s`, `m`, `h`, `d`), or a sum of them
+/// (`1h30m`).
+pub fn duration(text: &str) -> Result<Duration, String> {
+    let wrong = || format!("{text:?} is not a duration such as 90s, 30m, 2h, 1d or 1h30m");
+    let mut total = Duration::ZERO;
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(wrong());
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(wrong)?;
+        let number: u64 = rest[..digits].parse().map_err(|_| wrong())?;
+        let unit = match rest[digits..].chars().next() {
+            Some('s') => 1,
+            Some('m') => 60,
+            Some('h') => 3600,
+            Some('d') => 86_400,
+            _ => return Err(wrong()),
+        };
+        let seconds = number.checked_mul(unit).ok_or_else(wrong)?;
+        total = total.checked_add(Duration::from_secs(seconds)).ok_or_else(wrong)?;
+        rest = &rest[digits + 1..];
+    }
+    Ok(total)
 }
 
 /// Parses an account id as `accounts list` shows it.
@@ -116,6 +177,18 @@ pub fn print_one<T: Serialize>(item: &T, output: Output, fields: &[(&str, String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_are_numbers_with_units() {
+        assert_eq!(duration("30m"), Ok(Duration::from_secs(1800)));
+        assert_eq!(duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(duration("1d"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(duration("1h30m"), Ok(Duration::from_secs(5400)));
+        for wrong in ["", "30", "m", "30x", "1.5h", "-1h", "h30", "99999999999999999999d"] {
+            assert!(duration(wrong).is_err(), "{wrong}");
+        }
+    }
 
     #[test]
     fn tables_align_columns_on_their_widest_cell() {

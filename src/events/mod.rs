@@ -10,6 +10,7 @@
 //! The writers: the statements that change state insert their events themselves (new_order.sql,
 //! the settle statements), and a transaction that is not one statement calls [`repository::insert`].
 
+pub mod nats;
 pub mod relay;
 pub mod repository;
 pub mod sweeper;

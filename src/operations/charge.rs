@@ -15,7 +15,7 @@ use crate::orders::OrderStatus;
 use crate::orders::service as orders;
 use crate::payments::repository::{self, SettlePayment};
 use crate::payments::representation::{final_response, payment_json, pending_response, stored_answer};
-use crate::payments::{CaptureMethod, GAVE_UP_CODE, Payment, PaymentStatus};
+use crate::payments::{CaptureMethod, GAVE_UP_CODE, Payment, PaymentStatus, RESOLVED_FAILED_CODE};
 use crate::provider::{Charge, ChargeRequest, ChargeStatus, PaymentProvider, ProviderError};
 
 /// How long an authorization is watched when the provider did not say when it ends.
@@ -34,6 +34,30 @@ pub enum ChargeOutcome {
     Declined { code: String, message: String },
     /// The reconciler gave up: the provider never received the charge.
     GaveUp(GiveUp),
+    /// An operator settled it by hand (`orderpay payments resolve`, see `operations::operator`).
+    Resolved(Resolution),
+}
+
+/// What an operator settled a payment's charge as, and why (the reason goes to the audit trail,
+/// never to the client).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolution {
+    pub to: ResolvedTo,
+    /// The provider's charge, when it has one.
+    pub charge_id: Option<String>,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResolvedTo {
+    /// Charged and captured: the payment succeeds and the order is paid.
+    Captured,
+    /// Authorized (a manual-capture payment): the payment waits for a capture or a void.
+    Authorized { expires_at: Option<DateTime<Utc>> },
+    /// Failed. As after a give-up, the payment is watched for `late_watch` (first looked at after
+    /// `first_look`) for a charge at the provider, which the system refunds: a failed payment
+    /// never keeps money.
+    Failed { first_look: std::time::Duration, late_watch: std::time::Duration },
 }
 
 /// The payment's charge as a provider operation.
@@ -163,21 +187,11 @@ pub async fn settle_on(
 ) -> Result<Option<Recorded>, EngineError> {
     let now = Utc::now().trunc_subsecs(6);
     let mut settled = Payment { next_check_at: None, lease: None, updated_at: now, ..payment.clone() };
-    let (mut quiet_for_ms, mut late_watch_until) = (None, None);
+    let (mut quiet_for_ms, mut late_watch_until, mut reason) = (None, None, None);
     let order_status = match outcome {
-        ChargeOutcome::Captured { charge_id } => {
-            settled.status = PaymentStatus::Succeeded;
-            settled.provider_charge_id = Some(charge_id);
-            settled.amount_captured = payment.amount;
-            Some(OrderStatus::Paid)
-        }
+        ChargeOutcome::Captured { charge_id } => captured(&mut settled, Some(charge_id)),
         ChargeOutcome::Authorized { charge_id, expires_at } => {
-            settled.status = PaymentStatus::RequiresCapture;
-            settled.provider_charge_id = Some(charge_id);
-            settled.authorization_expires_at = expires_at;
-            // The reconciler looks at the authorization when the provider lets it go.
-            settled.next_check_at = Some(expires_at.unwrap_or(now + UNSAID_AUTHORIZATION_WATCH));
-            Some(OrderStatus::Authorized)
+            authorized(&mut settled, Some(charge_id), expires_at, now)
         }
         ChargeOutcome::Canceled { charge_id, reason } => {
             settled.status = PaymentStatus::Canceled;
@@ -205,6 +219,27 @@ pub async fn settle_on(
             late_watch_until = Some(crate::clock::after(now, give_up.late_watch));
             None
         }
+        ChargeOutcome::Resolved(resolution) => {
+            reason = Some(resolution.reason);
+            match resolution.to {
+                ResolvedTo::Captured => captured(&mut settled, resolution.charge_id),
+                ResolvedTo::Authorized { expires_at } => {
+                    authorized(&mut settled, resolution.charge_id, expires_at, now)
+                }
+                ResolvedTo::Failed { first_look, late_watch } => {
+                    settled.status = PaymentStatus::Failed;
+                    settled.provider_charge_id = resolution.charge_id.or(settled.provider_charge_id.take());
+                    settled.failure_code = Some(RESOLVED_FAILED_CODE.to_owned());
+                    settled.failure_message = Some(
+                        "settled as failed by an operator; a charge the provider holds for it is refunded"
+                            .to_owned(),
+                    );
+                    settled.next_check_at = Some(crate::clock::after(now, first_look));
+                    late_watch_until = Some(crate::clock::after(now, late_watch));
+                    None
+                }
+            }
+        }
     };
     let answer = final_response(&settled);
     let event_type = match settled.status {
@@ -228,7 +263,11 @@ pub async fn settle_on(
         failure_message: settled.failure_message.as_deref(),
         now,
         actor: actor.as_str(),
-        detail: settled.failure_message.as_deref().or(settled.provider_charge_id.as_deref()),
+        // An operator's reason, else what the provider said.
+        detail: reason
+            .as_deref()
+            .or(settled.failure_message.as_deref())
+            .or(settled.provider_charge_id.as_deref()),
         answer_status: answer.status as i16,
         answer_body: &answer.body,
         amount_captured: settled.amount_captured.value(),
@@ -270,46 +309,36 @@ pub async fn settle_on(
     Ok(Some(Recorded { answer, applied: false }))
 }
 
+/// `settled` captured: succeeded with the whole amount; the order is paid.
+fn captured(settled: &mut Payment, charge_id: Option<String>) -> Option<OrderStatus> {
+    settled.status = PaymentStatus::Succeeded;
+    settled.provider_charge_id = charge_id.or(settled.provider_charge_id.take());
+    settled.amount_captured = settled.amount;
+    Some(OrderStatus::Paid)
+}
+
+/// `settled` authorized: waiting for a capture or a void; the order is authorized.
+fn authorized(
+    settled: &mut Payment,
+    charge_id: Option<String>,
+    expires_at: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> Option<OrderStatus> {
+    settled.status = PaymentStatus::RequiresCapture;
+    settled.provider_charge_id = charge_id.or(settled.provider_charge_id.take());
+    settled.authorization_expires_at = expires_at;
+    // The reconciler looks at the authorization when the provider lets it go.
+    settled.next_check_at = Some(expires_at.unwrap_or(now + UNSAID_AUTHORIZATION_WATCH));
+    Some(OrderStatus::Authorized)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::money::{Amount, Currency};
-
-    fn payment(capture_method: CaptureMethod) -> Payment {
-        let usd = Currency::parse("USD").unwrap();
-        Payment {
-            id: PaymentId::generate(),
-            account_id: AccountId::generate(),
-            order_id: crate::ids::OrderId::generate(),
-            status: PaymentStatus::Processing,
-            amount: Amount::parse("10", usd).unwrap(),
-            capture_method,
-            amount_captured: Amount::zero(usd),
-            amount_refunded: Amount::zero(usd),
-            authorization_expires_at: None,
-            payment_method: "pm_card_ok".into(),
-            provider_charge_id: None,
-            failure_code: None,
-            failure_message: None,
-            idempotency_key: None,
-            attempts: 0,
-            next_check_at: None,
-            last_error: None,
-            lease: None,
-            created_at: Utc::now(),
-            updated_at: Utc::now(),
-        }
-    }
+    use crate::payments::in_flight_for_tests as payment;
 
     fn charge(status: ChargeStatus) -> Result<Charge, ProviderError> {
-        Ok(Charge {
-            id: "ch_1".into(),
-            status,
-            amount: rust_decimal::Decimal::TEN,
-            amount_captured: rust_decimal::Decimal::TEN,
-            amount_refunded: rust_decimal::Decimal::ZERO,
-            authorization_expires_at: None,
-        })
+        Ok(crate::provider::charge_for_tests(status))
     }
 
     #[test]

@@ -8,6 +8,10 @@
 //! system through the refund engine: a refund with no client key, that leaves the order alone.
 //! A late authorization is voided. The customer ends charged once: by the payment that
 //! succeeded, or not at all.
+//!
+//! A payment an operator failed by hand (`orderpay payments resolve --as failed`) is watched the
+//! same way, and a charge the provider holds for it is taken back through the same
+//! [`take_back`], at once when the operator forced the failure over it.
 
 use chrono::{SubsecRound, Utc};
 
@@ -21,6 +25,7 @@ use crate::ids::{LeaseId, RefundId};
 use crate::payments::repository as payments;
 use crate::payments::{Payment, PaymentStatus};
 use crate::provider::{CancelRequest, Charge, ChargeStatus};
+use crate::refunds::RefundStatus;
 use crate::refunds::repository::{self as refunds, StartOutcome, StartRefund};
 
 /// Looks for late charges of the given-up payments that are due.
@@ -52,36 +57,78 @@ async fn look(
     watch_until: chrono::DateTime<Utc>,
 ) -> Result<bool, EngineError> {
     let found = engine.provider.find_charge(&payment.downstream_key(), None).await;
-    match found {
-        Ok(Some(charge @ Charge { status: ChargeStatus::Succeeded, .. })) => {
-            refund_late_charge(engine, config, payment, &charge).await?;
-            Ok(true)
-        }
-        Ok(Some(Charge { id, status: ChargeStatus::RequiresCapture, .. })) => {
+    let taken = match found {
+        Ok(Some(charge)) => take_back(engine, config, payment, &charge, LANDED_LATE).await?,
+        // Nothing (yet): keep looking until the watch ends.
+        Ok(None) => TakenBack::Left { reason: "no charge at the provider".to_owned() },
+        Err(error) => TakenBack::Left { reason: error.to_string() },
+    };
+    if let TakenBack::Left { .. } = taken {
+        schedule(engine, config, payment, watch_until).await?;
+        return Ok(false);
+    }
+    Ok(true)
+}
+
+/// Why a charge of a failed payment is taken back, as the audit trail says it: the reconciler
+/// found it landing after the give-up.
+const LANDED_LATE: &str = "a charge landed late";
+
+/// What became of a charge the provider holds for a failed payment.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum TakenBack {
+    /// Recorded on the payment and refunded by the system: the refund and its status now
+    /// (`processing`: the outcome is unknown, and the reconciler's refund pass finishes it).
+    Refunded { refund_id: RefundId, status: RefundStatus },
+    /// An authorization, voided.
+    Voided { charge_id: String },
+    /// Recorded before, and its refund started then, by whoever recorded it.
+    AlreadyRecorded,
+    /// Recorded, but its refund could not start (`reason`): it needs a person.
+    Refused { reason: String },
+    /// Not now: it holds no money (yet), or the provider could not be asked; `reason` says
+    /// which. The watch looks again.
+    Left { reason: String },
+}
+
+/// Takes back a charge the provider holds for `payment`, which has failed: a captured charge is
+/// recorded on the payment and refunded by the system through the refund engine, an
+/// authorization is voided; anything else is left for the watch. `why` opens the audit row.
+/// The reconciler's watch and an operator's forced failure (`operations::operator`) both come
+/// here, and racing each other still take back once: the recording is guarded, the void
+/// idempotent on its key.
+pub async fn take_back(
+    engine: &Engine,
+    config: &ReconcilerConfig,
+    payment: &Payment,
+    charge: &Charge,
+    why: &str,
+) -> Result<TakenBack, EngineError> {
+    match charge.status {
+        ChargeStatus::Succeeded => refund_late_charge(engine, config, payment, charge, why).await,
+        ChargeStatus::RequiresCapture => {
             let request = CancelRequest {
-                charge_id: id.clone(),
+                charge_id: charge.id.clone(),
                 downstream_key: format!("orderpay_late_void_{}", payment.id),
                 request_id: None,
             };
             match engine.provider.cancel_charge(&request).await {
                 Ok(_) => {
-                    tracing::warn!(payment_id = %payment.id, charge_id = %id, "voided an authorization that landed late");
+                    tracing::warn!(payment_id = %payment.id, charge_id = %charge.id, "voided an authorization held for a failed payment");
                     crate::telemetry::metrics::late_charge("voided");
                     let mut conn = engine.pool.get().await?;
                     payments::watch_late_again(&mut conn, payment, None).await?;
-                    Ok(true)
+                    Ok(TakenBack::Voided { charge_id: charge.id.clone() })
                 }
                 Err(error) => {
-                    tracing::warn!(payment_id = %payment.id, error = %error, "could not void a late authorization");
-                    schedule(engine, config, payment, watch_until).await?;
-                    Ok(false)
+                    tracing::warn!(payment_id = %payment.id, error = %error, "could not void an authorization held for a failed payment");
+                    Ok(TakenBack::Left { reason: format!("the void failed: {error}") })
                 }
             }
         }
-        // Nothing (yet), or nothing that took money: keep looking until the watch ends.
-        _ => {
-            schedule(engine, config, payment, watch_until).await?;
-            Ok(false)
+        ref status => {
+            Ok(TakenBack::Left { reason: format!("the charge is {} and holds no money", status.as_str()) })
         }
     }
 }
@@ -98,7 +145,7 @@ async fn schedule(
     Ok(())
 }
 
-/// Records the late charge on the failed payment and starts the system's refund of it, in one
+/// Records the charge on the failed payment and starts the system's refund of it, in one
 /// transaction; then drives the refund (a crash after the commit leaves it to the reconciler's
 /// refund pass).
 async fn refund_late_charge(
@@ -106,7 +153,8 @@ async fn refund_late_charge(
     config: &ReconcilerConfig,
     payment: &Payment,
     charge: &Charge,
-) -> Result<(), EngineError> {
+    why: &str,
+) -> Result<TakenBack, EngineError> {
     use diesel_async::AsyncConnection;
     let now = Utc::now().trunc_subsecs(6);
     let refund_id = RefundId::generate();
@@ -114,7 +162,10 @@ async fn refund_late_charge(
     let mut conn = engine.pool.get().await?;
     let started = conn
         .transaction::<_, EngineError, _>(async |conn| {
-            if !payments::record_late_charge(conn, payment, &charge.id, charge.amount_captured, now).await? {
+            let detail = format!("{why} ({}, {}); refunding it", charge.id, charge.amount_captured);
+            if !payments::record_late_charge(conn, payment, &charge.id, charge.amount_captured, &detail, now)
+                .await?
+            {
                 return Ok(None);
             }
             let statement = StartRefund {
@@ -136,14 +187,15 @@ async fn refund_late_charge(
             Ok(Some(refunds::start(conn, statement).await?))
         })
         .await?;
-    let Some(started) = started else { return Ok(()) };
+    let Some(started) = started else { return Ok(TakenBack::AlreadyRecorded) };
     if started.outcome != StartOutcome::Started {
         tracing::error!(payment_id = %payment.id, outcome = %started.outcome,
             "a late charge could not be refunded; it needs a person");
-        return Ok(());
+        let reason = format!("the refund could not start ({}); it needs a person", started.outcome);
+        return Ok(TakenBack::Refused { reason });
     }
     tracing::warn!(payment_id = %payment.id, charge_id = %charge.id, amount = %charge.amount_captured,
-        "a charge landed after its payment was given up on; refunding it");
+        why, "refunding a charge the provider holds for a failed payment");
     crate::telemetry::metrics::late_charge("refunded");
     let Some(held) = <Refunds as Kind>::load(&mut conn, (payment.account_id, refund_id.as_uuid())).await?
     else {
@@ -160,7 +212,11 @@ async fn refund_late_charge(
             leave(engine, &held, lease.id, "the provider has not received the refund").await?
         }
     }
-    Ok(())
+    let mut conn = engine.pool.get().await?;
+    let status = refunds::find(&mut conn, payment.account_id, refund_id)
+        .await?
+        .map_or(RefundStatus::Processing, |refund| refund.status);
+    Ok(TakenBack::Refunded { refund_id, status })
 }
 
 /// Leaves the system's refund for the reconciler's refund pass.

@@ -24,6 +24,7 @@ pub mod authorization;
 pub mod charge;
 pub mod late_charge;
 pub mod leases;
+pub mod operator;
 pub mod reconciler;
 pub mod refund;
 pub mod request;

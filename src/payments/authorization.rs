@@ -94,6 +94,21 @@ pub async fn in_flight(
         .optional()
 }
 
+/// Every capture and void of a payment, oldest first.
+pub async fn for_payment(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    payment_id: PaymentId,
+) -> QueryResult<Vec<PaymentOperation>> {
+    payment_operations::table
+        .filter(payment_operations::account_id.eq(account_id))
+        .filter(payment_operations::payment_id.eq(payment_id))
+        .order(payment_operations::id)
+        .select(PaymentOperation::as_select())
+        .load(conn)
+        .await
+}
+
 crate::text_enum! {
     /// What the statement that starts a capture or a void decided.
     pub enum StartOutcome {

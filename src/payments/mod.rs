@@ -131,6 +131,38 @@ pub fn payment_of_downstream_key(key: &str) -> Option<PaymentId> {
 /// The failure code of a payment the reconciler gave up on.
 pub const GAVE_UP_CODE: &str = "reconciliation_gave_up";
 
+/// The failure code of a payment an operator settled as failed by hand
+/// (`orderpay payments resolve --as failed`).
+pub const RESOLVED_FAILED_CODE: &str = "resolved_by_operator";
+
+/// A payment for unit tests: 10.00 USD by `pm_card_ok`, its charge in flight.
+#[cfg(test)]
+pub(crate) fn in_flight_for_tests(capture_method: CaptureMethod) -> Payment {
+    let usd = Currency::parse("USD").unwrap();
+    Payment {
+        id: PaymentId::generate(),
+        account_id: AccountId::generate(),
+        order_id: OrderId::generate(),
+        status: PaymentStatus::Processing,
+        amount: Amount::parse("10", usd).unwrap(),
+        capture_method,
+        amount_captured: Amount::zero(usd),
+        amount_refunded: Amount::zero(usd),
+        authorization_expires_at: None,
+        payment_method: "pm_card_ok".into(),
+        provider_charge_id: None,
+        failure_code: None,
+        failure_message: None,
+        idempotency_key: None,
+        attempts: 0,
+        next_check_at: None,
+        last_error: None,
+        lease: None,
+        created_at: Utc::now(),
+        updated_at: Utc::now(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

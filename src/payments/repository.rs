@@ -18,11 +18,13 @@ use diesel::sql_types::{BigInt, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use rust_decimal::Decimal;
 
+use super::authorization::{Action, ActionStatus};
 use super::{CaptureMethod, Payment, PaymentStatus};
 use crate::db::schema::payments;
 use crate::idempotency::store::ClaimParameters;
-use crate::ids::{AccountId, LeaseId, OrderId, PaymentId};
+use crate::ids::{AccountId, LeaseId, OperationId, OrderId, PaymentId};
 use crate::money::{Amount, Currency};
+use crate::operations::Actor;
 use crate::operations::leases::Lease;
 
 #[derive(Queryable, QueryableByName, Selectable)]
@@ -152,6 +154,126 @@ pub async fn processing_for_order(
         .first(conn)
         .await
         .optional()
+}
+
+/// Which payments an operator looks at (`orderpay payments list` and `show`, through
+/// `operations::operator`); every filter is optional.
+#[derive(Debug, Clone, Copy)]
+pub struct Inspect {
+    pub payment: Option<PaymentId>,
+    pub account: Option<AccountId>,
+    pub status: Option<PaymentStatus>,
+    pub created_before: Option<DateTime<Utc>>,
+    /// Only `processing` payments whose operation in flight (the charge or authorization, or a
+    /// capture or void) has had at least this many checks.
+    pub attempts_at_least: Option<i32>,
+    pub limit: i64,
+}
+
+/// A payment with what is in flight on it, as an operator sees it.
+#[derive(Debug, Clone)]
+pub struct Inspected {
+    pub payment: Payment,
+    /// Its own charge or authorization is in flight: `processing` with no answer yet.
+    pub charge_in_flight: bool,
+    /// The capture or void in flight on it, if any (at most one).
+    pub action: Option<ActionInFlight>,
+}
+
+/// A capture or void in flight, as the reconciler sees it.
+#[derive(Debug, Clone, Queryable)]
+pub struct ActionInFlight {
+    pub id: OperationId,
+    pub kind: Action,
+    pub attempts: i32,
+    pub next_check_at: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+    pub lease_until: Option<DateTime<Utc>>,
+}
+
+/// Payments matching `filter` with their capture or void in flight, newest first (ids are
+/// UUIDv7). For operators: no index serves the filters but the id's, and none needs to.
+pub async fn inspect(conn: &mut AsyncPgConnection, filter: &Inspect) -> QueryResult<Vec<Inspected>> {
+    use crate::db::schema::payment_operations as actions;
+    let in_flight = actions::account_id
+        .eq(payments::account_id)
+        .and(actions::payment_id.eq(payments::id))
+        .and(actions::status.eq(ActionStatus::Processing));
+    let mut query = payments::table
+        .left_join(actions::table.on(in_flight))
+        .select((
+            PaymentRow::as_select(),
+            payments::answer_status.is_null(),
+            (
+                actions::id,
+                actions::kind,
+                actions::attempts,
+                actions::next_check_at,
+                actions::last_error,
+                actions::lease_until,
+            )
+                .nullable(),
+        ))
+        .into_boxed();
+    if let Some(id) = filter.payment {
+        query = query.filter(payments::id.eq(id));
+    }
+    if let Some(account) = filter.account {
+        query = query.filter(payments::account_id.eq(account));
+    }
+    if let Some(status) = filter.status {
+        query = query.filter(payments::status.eq(status));
+    }
+    if let Some(before) = filter.created_before {
+        query = query.filter(payments::created_at.lt(before));
+    }
+    if let Some(attempts) = filter.attempts_at_least {
+        let charge = payments::answer_status.is_null().and(payments::attempts.ge(attempts));
+        let action = actions::attempts.nullable().ge(attempts);
+        query = query.filter(payments::status.eq(PaymentStatus::Processing).and(charge.or(action)));
+    }
+    let rows: Vec<(PaymentRow, bool, Option<ActionInFlight>)> =
+        query.order(payments::id.desc()).limit(filter.limit).load(conn).await?;
+    rows.into_iter()
+        .map(|(row, unanswered, action)| {
+            let payment = row.into_payment()?;
+            let charge_in_flight = unanswered && payment.status == PaymentStatus::Processing;
+            Ok(Inspected { payment, charge_in_flight, action })
+        })
+        .collect()
+}
+
+/// One row of a payment's audit trail: a transition of the payment, or of one of its captures,
+/// voids or refunds (`subject`), and who applied it.
+#[derive(Debug, Clone, Queryable, Selectable, serde::Serialize)]
+#[diesel(table_name = crate::db::schema::payment_events)]
+#[diesel(check_for_backend(diesel::pg::Pg))]
+pub struct Transition {
+    pub subject: String,
+    pub subject_id: uuid::Uuid,
+    #[serde(rename = "from")]
+    pub from_status: String,
+    #[serde(rename = "to")]
+    pub to_status: String,
+    pub actor: Actor,
+    pub detail: Option<String>,
+    pub at: DateTime<Utc>,
+}
+
+/// A payment's audit trail, oldest first.
+pub async fn transitions(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    id: PaymentId,
+) -> QueryResult<Vec<Transition>> {
+    use crate::db::schema::payment_events;
+    payment_events::table
+        .filter(payment_events::account_id.eq(account_id))
+        .filter(payment_events::payment_id.eq(id))
+        .order(payment_events::id)
+        .select(Transition::as_select())
+        .load(conn)
+        .await
 }
 
 crate::text_enum! {
@@ -341,14 +463,16 @@ pub async fn watch_late_again(
     Ok(())
 }
 
-/// Records a charge that landed after its payment was given up on: its amount (now what the
-/// payment captured, so that a refund can give it back), its id, the end of the watch, and an
-/// audit row. The payment stays `failed`. Returns false when it was recorded before.
+/// Records a charge the provider holds for a failed payment (one that landed after the give-up,
+/// or that an operator failed the payment over): its amount (now what the payment captured, so
+/// that a refund can give it back), its id, the end of the watch, and an audit row saying
+/// `detail`. The payment stays `failed`. Returns false when it was recorded before.
 pub async fn record_late_charge(
     conn: &mut AsyncPgConnection,
     payment: &Payment,
     charge_id: &str,
     amount: Decimal,
+    detail: &str,
     now: DateTime<Utc>,
 ) -> QueryResult<bool> {
     use crate::db::schema::payment_events;
@@ -377,9 +501,8 @@ pub async fn record_late_charge(
             payment_events::subject_id.eq(payment.id.as_uuid()),
             payment_events::from_status.eq(PaymentStatus::Failed),
             payment_events::to_status.eq(PaymentStatus::Failed),
-            payment_events::actor.eq(crate::operations::Actor::System),
-            payment_events::detail
-                .eq(Some(format!("a charge landed late ({charge_id}, {amount}); refunding it"))),
+            payment_events::actor.eq(Actor::System),
+            payment_events::detail.eq(Some(detail)),
             payment_events::at.eq(now),
         ))
         .execute(conn)

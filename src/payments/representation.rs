@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::{CaptureMethod, GAVE_UP_CODE, Payment, PaymentStatus};
+use super::{CaptureMethod, GAVE_UP_CODE, Payment, PaymentStatus, RESOLVED_FAILED_CODE};
 use crate::error::ApiError;
 use crate::idempotency::StoredResponse;
 use crate::ids::{OrderId, PaymentId};
@@ -17,8 +17,10 @@ use crate::money::Amount;
 /// The failure code of an authorization the provider let go before a capture.
 pub const AUTHORIZATION_EXPIRED: &str = "authorization_expired";
 
+/// A payment as `GET /payments/{id}` renders it: the API's field names, which every other view of
+/// a payment (events, the operator commands) keeps.
 #[derive(Serialize)]
-struct PaymentResource<'a> {
+pub struct PaymentResource<'a> {
     id: PaymentId,
     object: &'static str,
     order_id: OrderId,
@@ -37,28 +39,33 @@ struct PaymentResource<'a> {
     updated_at: DateTime<Utc>,
 }
 
+impl<'a> From<&'a Payment> for PaymentResource<'a> {
+    fn from(payment: &'a Payment) -> Self {
+        PaymentResource {
+            id: payment.id,
+            object: "payment",
+            order_id: payment.order_id,
+            status: payment.status,
+            amount: payment.amount,
+            currency: payment.amount.currency().code(),
+            capture_method: payment.capture_method,
+            amount_capturable: payment.amount_capturable(),
+            amount_captured: payment.amount_captured,
+            amount_refunded: payment.amount_refunded,
+            payment_method: &payment.payment_method,
+            provider_charge_id: payment.provider_charge_id.as_deref(),
+            failure_code: payment.failure_code.as_deref(),
+            failure_message: payment.failure_message.as_deref(),
+            created_at: payment.created_at,
+            updated_at: payment.updated_at,
+        }
+    }
+}
+
 /// The payment as JSON.
 pub fn payment_json(payment: &Payment) -> Vec<u8> {
-    let resource = PaymentResource {
-        id: payment.id,
-        object: "payment",
-        order_id: payment.order_id,
-        status: payment.status,
-        amount: payment.amount,
-        currency: payment.amount.currency().code(),
-        capture_method: payment.capture_method,
-        amount_capturable: payment.amount_capturable(),
-        amount_captured: payment.amount_captured,
-        amount_refunded: payment.amount_refunded,
-        payment_method: &payment.payment_method,
-        provider_charge_id: payment.provider_charge_id.as_deref(),
-        failure_code: payment.failure_code.as_deref(),
-        failure_message: payment.failure_message.as_deref(),
-        created_at: payment.created_at,
-        updated_at: payment.updated_at,
-    };
     // Serialising our own plain struct cannot fail.
-    serde_json::to_vec(&resource).unwrap_or_default()
+    serde_json::to_vec(&PaymentResource::from(payment)).unwrap_or_default()
 }
 
 pub fn location(id: Uuid) -> String {
@@ -97,7 +104,8 @@ pub fn stored_answer(id: Uuid, status: u16, body: Vec<u8>) -> StoredResponse {
 pub fn failure(payment: &Payment) -> ApiError {
     let code = payment.failure_code.clone().unwrap_or_else(|| "failed".to_owned());
     let message = payment.failure_message.clone().unwrap_or_else(|| "the payment failed".to_owned());
-    if code == GAVE_UP_CODE {
+    // Neither was a decline: orderpay (or an operator, by hand) could not establish a charge.
+    if code == GAVE_UP_CODE || code == RESOLVED_FAILED_CODE {
         ApiError::PaymentFailed { payment_id: payment.id.as_uuid(), reason: message }
     } else if payment.status == PaymentStatus::Canceled {
         ApiError::AuthorizationExpired { payment_id: payment.id }
@@ -130,28 +138,13 @@ mod tests {
 
     #[test]
     fn stored_answers_get_back_the_headers_they_were_rendered_with() {
-        let usd = crate::money::Currency::parse("USD").unwrap();
+        let in_flight = crate::payments::in_flight_for_tests(CaptureMethod::Automatic);
         let mut payment = Payment {
-            id: PaymentId::generate(),
-            account_id: crate::ids::AccountId::generate(),
-            order_id: OrderId::generate(),
             status: PaymentStatus::Succeeded,
-            amount: Amount::parse("10.00", usd).unwrap(),
-            capture_method: CaptureMethod::Automatic,
-            amount_captured: Amount::parse("10.00", usd).unwrap(),
-            amount_refunded: Amount::zero(usd),
-            authorization_expires_at: None,
-            payment_method: "pm_card_ok".into(),
+            amount_captured: in_flight.amount,
             provider_charge_id: Some("ch_1".into()),
-            failure_code: None,
-            failure_message: None,
             idempotency_key: Some("k".into()),
-            attempts: 0,
-            next_check_at: None,
-            last_error: None,
-            lease: None,
-            created_at: Utc::now(),
-            updated_at: Utc::now(),
+            ..in_flight
         };
         let succeeded = final_response(&payment);
         assert_eq!(stored_answer(payment.id.as_uuid(), succeeded.status, succeeded.body.clone()), succeeded);

@@ -95,6 +95,33 @@ pub enum ChargeStatus {
     Canceled { reason: String },
 }
 
+impl ChargeStatus {
+    /// As the provider spells it.
+    pub fn as_str(&self) -> &'static str {
+        use wire::charge_status;
+        match self {
+            ChargeStatus::Succeeded => charge_status::SUCCEEDED,
+            ChargeStatus::RequiresCapture => charge_status::REQUIRES_CAPTURE,
+            ChargeStatus::Pending => charge_status::PENDING,
+            ChargeStatus::Declined { .. } => charge_status::DECLINED,
+            ChargeStatus::Canceled { .. } => charge_status::CANCELED,
+        }
+    }
+}
+
+/// A charge of 10 for unit tests, captured in full, as `ch_1`.
+#[cfg(test)]
+pub(crate) fn charge_for_tests(status: ChargeStatus) -> Charge {
+    Charge {
+        id: "ch_1".into(),
+        status,
+        amount: Decimal::TEN,
+        amount_captured: Decimal::TEN,
+        amount_refunded: Decimal::ZERO,
+        authorization_expires_at: None,
+    }
+}
+
 /// The provider's view of a refund.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refund {

@@ -20,6 +20,8 @@
 //! | `orderpay_db_pool_max_connections` | gauge | the most connections the process opens, over all its pools (set at start) |
 //! | `orderpay_idempotency_audit_purged_total` | counter | audit rows of expired keys deleted past `ORDERPAY_IDEMPOTENCY_AUDIT_DAYS` |
 //! | `orderpay_webhook_deliveries_total` | counter | `result`: delivered, failed, gave_up (merchant webhook delivery attempts) |
+//! | `orderpay_nats_published_total` | counter | events the NATS relay stored in its JetStream stream (first copies) |
+//! | `orderpay_nats_duplicates_total` | counter | events published again that JetStream dropped by their `Nats-Msg-Id` (a batch handed on again after a crash or a lost PubAck) |
 //!
 //! Every name is declared in [`DESCRIBED`], which `describe` registers and the test of the
 //! dashboards and alerts in `deploy/` reads (a metric renders only once it has a value, so a
@@ -103,6 +105,12 @@ pub const DESCRIBED: &[(&str, Kind, &str)] = &[
     ),
     ("orderpay_webhook_deliveries_total", Kind::Counter, "Merchant webhook delivery attempts, by result"),
     ("orderpay_outbox_lag_seconds", Kind::Gauge, "Age of the oldest event a relay has not handed on"),
+    ("orderpay_nats_published_total", Kind::Counter, "Events stored in the NATS JetStream stream"),
+    (
+        "orderpay_nats_duplicates_total",
+        Kind::Counter,
+        "Events published to NATS again and dropped by JetStream as duplicates of their Nats-Msg-Id",
+    ),
 ];
 
 fn describe() {
@@ -161,6 +169,13 @@ pub fn outbox_lag(relay: &'static str, lag: std::time::Duration) {
 /// retried), gave_up (the last attempt failed).
 pub fn webhook_delivery(result: &'static str) {
     counter!("orderpay_webhook_deliveries_total", "result" => result).increment(1);
+}
+
+/// One batch's PubAcks: events stored, and events JetStream already had (dropped by their
+/// `Nats-Msg-Id`).
+pub fn nats_published(stored: u64, duplicates: u64) {
+    counter!("orderpay_nats_published_total").increment(stored);
+    counter!("orderpay_nats_duplicates_total").increment(duplicates);
 }
 
 pub fn refund_settled(status: &'static str) {

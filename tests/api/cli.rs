@@ -66,6 +66,10 @@ fn serve_help_lists_every_setting() {
         "ORDERPAY_AUTH_CACHE_SECS",
         "ORDERPAY_REVOCATION_POLL_MS",
         "ORDERPAY_IDEMPOTENCY_AUDIT_DAYS",
+        "ORDERPAY_NATS_URL",
+        "ORDERPAY_NATS_STREAM",
+        "ORDERPAY_NATS_SUBJECT_PREFIX",
+        "ORDERPAY_NATS_TIMEOUT_MS",
     ] {
         assert!(help.contains(variable), "{variable} missing from:\n{help}");
     }

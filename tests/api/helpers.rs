@@ -1,5 +1,6 @@
 //! `spawn_app()` and the helpers every test uses.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use diesel::sql_types::BigInt;
@@ -11,8 +12,9 @@ use orderpay::encryption::EncryptionKey;
 use orderpay::idempotency::sweeper::SweeperConfig;
 use orderpay::ids::AccountId;
 use orderpay::merchant_webhooks::{DeliveryConfig, WebhookSettings};
-use orderpay::operations::Timing;
 use orderpay::operations::reconciler::{PassReport, ReconcilerConfig};
+use orderpay::operations::{Engine, Timing};
+use orderpay::provider::PaymentProvider;
 use orderpay::provider::mock::{MockProvider, MockSettings};
 use orderpay::webhook_signature::Secret;
 use reqwest::{Method, RequestBuilder, Response};
@@ -231,6 +233,8 @@ async fn spawn_app_on(
         // Off unless a test turns them on (`test_webhook_settings`): a relay and a worker polling
         // every 20 ms in every test's app would load the machine for nothing.
         webhooks: None,
+        // Off unless a test turns it on (tests/api/nats.rs).
+        nats: None,
         client_timeout: Duration::from_secs(5),
         client_body_timeout: Duration::from_secs(10),
         max_connections: 4096,
@@ -423,11 +427,78 @@ impl TestApp {
     /// One reconciler pass, as `orderpay reconcile --once` runs it.
     pub async fn reconcile_once(&self) -> PassReport {
         let provider = orderpay::app::provider(&self.settings.provider).unwrap();
-        let pool = orderpay::db::background_pool(&self.settings.database, 2);
-        let engine = orderpay::app::engine(&self.settings, pool, provider);
-        orderpay::operations::reconciler::run_pass(&engine, &self.settings.reconciler)
+        self.reconcile_once_with(provider).await
+    }
+
+    /// One reconciler pass that asks `provider`.
+    pub async fn reconcile_once_with(&self, provider: Arc<dyn PaymentProvider>) -> PassReport {
+        orderpay::operations::reconciler::run_pass(&self.engine_with(provider), &self.settings.reconciler)
             .await
             .expect("reconciler pass")
+    }
+
+    /// The engine of this app's settings, driving operations at `provider`.
+    pub fn engine_with(&self, provider: Arc<dyn PaymentProvider>) -> Engine {
+        let pool = orderpay::db::background_pool(&self.settings.database, 2);
+        orderpay::app::engine(&self.settings, pool, provider)
+    }
+
+    /// Runs `orderpay ARGS` against this app's database and provider, with its provider and
+    /// reconciler settings as `serve` reads them (plus `env`), off the test's runtime (whose tasks
+    /// keep running meanwhile).
+    pub async fn cli_with(&self, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+        let millis = |duration: Duration| duration.as_millis().to_string();
+        let (provider, reconciler) = (&self.settings.provider, &self.settings.reconciler);
+        let mut vars = vec![
+            ("DATABASE_URL", self.database_url.clone()),
+            ("RUST_LOG", "warn".to_owned()),
+            ("ORDERPAY_PROVIDER_URL", provider.url.clone()),
+            ("ORDERPAY_PROVIDER_TIMEOUT_MS", millis(provider.timeout)),
+            ("ORDERPAY_RECONCILE_MAX_ATTEMPTS", reconciler.max_attempts.to_string()),
+            ("ORDERPAY_RECONCILE_BACKOFF_BASE_MS", millis(reconciler.backoff_base)),
+            ("ORDERPAY_RECONCILE_BACKOFF_CAP_MS", millis(reconciler.backoff_cap)),
+            (
+                "ORDERPAY_GIVE_UP_MARGIN_MS",
+                millis(reconciler.quiet_before_give_up.saturating_sub(provider.timeout)),
+            ),
+            ("ORDERPAY_LATE_CHARGE_WATCH_SECS", reconciler.late_charge_watch.as_secs().to_string()),
+        ];
+        vars.extend(env.iter().map(|(name, value)| (*name, (*value).to_owned())));
+        let vars: Vec<(String, String)> =
+            vars.into_iter().map(|(name, value)| (name.to_owned(), value)).collect();
+        let args: Vec<String> = args.iter().map(|arg| (*arg).to_owned()).collect();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(crate::process::BIN)
+                .args(&args)
+                .envs(vars)
+                .output()
+                .expect("orderpay runs")
+        })
+        .await
+        .expect("the command's thread")
+    }
+
+    pub async fn cli(&self, args: &[&str]) -> std::process::Output {
+        self.cli_with(args, &[]).await
+    }
+
+    /// Runs a command that must succeed; returns its stdout.
+    pub async fn cli_ok(&self, args: &[&str]) -> String {
+        let output = self.cli(args).await;
+        assert!(
+            output.status.success(),
+            "orderpay {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).expect("UTF-8 output")
+    }
+
+    /// Runs a command that must succeed with `--json`; returns what it printed.
+    pub async fn cli_json(&self, args: &[&str]) -> Value {
+        let mut args = args.to_vec();
+        args.push("--json");
+        let stdout = self.cli_ok(&args).await;
+        serde_json::from_str(&stdout).unwrap_or_else(|error| panic!("not JSON ({error}): {stdout}"))
     }
 
     pub async fn create_order(&self) -> Value {

@@ -1,7 +1,6 @@
 //! What an operator does at 3 a.m.: API keys with a life cycle (several per account, revoked
 //! everywhere within a second), and expired idempotency keys kept in an audit (`keys show`).
 
-use std::process::Output;
 use std::time::{Duration, Instant};
 
 use diesel::QueryableByName;
@@ -15,38 +14,6 @@ use crate::helpers::{
     TestApp, connect, new_key, order_body, spawn_app, spawn_app_on_database, spawn_app_with,
     url_with_database,
 };
-use crate::process::BIN;
-
-/// Runs `orderpay ARGS` against the test's database, off the test's runtime (whose tasks, the
-/// app's revocation poller among them, keep running meanwhile).
-pub(crate) async fn orderpay(app: &TestApp, args: &[&str]) -> Output {
-    let url = app.database_url.clone();
-    let args: Vec<String> = args.iter().map(|arg| (*arg).to_owned()).collect();
-    tokio::task::spawn_blocking(move || {
-        std::process::Command::new(BIN)
-            .args(&args)
-            .env("DATABASE_URL", url)
-            .env("RUST_LOG", "warn")
-            .output()
-            .expect("orderpay runs")
-    })
-    .await
-    .expect("the command's thread")
-}
-
-/// Runs a command that must succeed; returns its stdout.
-async fn orderpay_ok(app: &TestApp, args: &[&str]) -> String {
-    let output = orderpay(app, args).await;
-    assert!(output.status.success(), "orderpay {args:?} failed: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8(output.stdout).expect("UTF-8 output")
-}
-
-pub(crate) async fn orderpay_json(app: &TestApp, args: &[&str]) -> Value {
-    let mut args = args.to_vec();
-    args.push("--json");
-    let stdout = orderpay_ok(app, &args).await;
-    serde_json::from_str(&stdout).unwrap_or_else(|error| panic!("not JSON ({error}): {stdout}"))
-}
 
 async fn status_with(app: &TestApp, api_key: &str) -> u16 {
     app.client
@@ -125,22 +92,22 @@ async fn a_revoked_key_is_refused_by_every_instance_within_a_second_while_other_
 #[tokio::test]
 async fn operators_create_list_and_revoke_keys_with_the_cli() {
     let app = spawn_app().await;
-    let created = orderpay(&app, &["accounts", "create", "ops shop"]).await;
+    let created = app.cli(&["accounts", "create", "ops shop"]).await;
     assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
     let first_key = String::from_utf8(created.stdout).unwrap().trim().to_owned();
     assert!(first_key.starts_with("sk_") && first_key.len() == 67, "stdout holds the key alone: {first_key}");
 
-    let accounts = orderpay_json(&app, &["accounts", "list"]).await;
+    let accounts = app.cli_json(&["accounts", "list"]).await;
     let accounts = accounts.as_array().expect("a JSON array");
     assert_eq!(accounts.len(), 2, "the test's account and this one: {accounts:?}");
     let account = accounts.iter().find(|account| account["name"] == "ops shop").expect("listed");
     assert_eq!(account["live_keys"], 1);
     let account_id = account["id"].as_str().unwrap().to_owned();
-    let table = orderpay_ok(&app, &["accounts", "list"]).await;
+    let table = app.cli_ok(&["accounts", "list"]).await;
     assert!(table.starts_with("ID ") && table.contains("LIVE KEYS"), "{table}");
     assert!(table.lines().any(|line| line.contains(&account_id) && line.contains("ops shop")), "{table}");
 
-    let output = orderpay(&app, &["accounts", "keys", "create", &account_id]).await;
+    let output = app.cli(&["accounts", "keys", "create", &account_id]).await;
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let second_key = String::from_utf8(output.stdout).unwrap().trim().to_owned();
     let said = String::from_utf8(output.stderr).unwrap();
@@ -151,7 +118,7 @@ async fn operators_create_list_and_revoke_keys_with_the_cli() {
     for key in [&first_key, &second_key] {
         assert_eq!(status_with(&app, key).await, 200);
     }
-    let listed = orderpay_json(&app, &["accounts", "keys", "list", &account_id]).await;
+    let listed = app.cli_json(&["accounts", "keys", "list", &account_id]).await;
     let listed = listed.as_array().expect("a JSON array").clone();
     assert_eq!(listed.len(), 2);
     let text = serde_json::to_string(&listed).unwrap();
@@ -170,10 +137,10 @@ async fn operators_create_list_and_revoke_keys_with_the_cli() {
         .unwrap()
         .to_owned();
 
-    let revoked = orderpay(&app, &["accounts", "keys", "revoke", &first_id]).await;
+    let revoked = app.cli(&["accounts", "keys", "revoke", &first_id]).await;
     assert!(revoked.status.success(), "{}", String::from_utf8_lossy(&revoked.stderr));
     assert!(String::from_utf8_lossy(&revoked.stderr).contains("revoked key"));
-    let again = orderpay(&app, &["accounts", "keys", "revoke", &first_id]).await;
+    let again = app.cli(&["accounts", "keys", "revoke", &first_id]).await;
     assert!(again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("already revoked"));
 
@@ -181,25 +148,25 @@ async fn operators_create_list_and_revoke_keys_with_the_cli() {
     let took = refused_after(&app, &first_key, started).await;
     assert!(took < Duration::from_secs(1), "took {took:?}");
     assert_eq!(status_with(&app, &second_key).await, 200);
-    let listed = orderpay_json(&app, &["accounts", "keys", "list", &account_id]).await;
+    let listed = app.cli_json(&["accounts", "keys", "list", &account_id]).await;
     let revoked_row =
         listed.as_array().unwrap().iter().find(|listed| listed["id"] == first_id.as_str()).unwrap();
     assert!(revoked_row["revoked_at"].is_string(), "{revoked_row}");
-    let table = orderpay_ok(&app, &["accounts", "keys", "list", &account_id]).await;
+    let table = app.cli_ok(&["accounts", "keys", "list", &account_id]).await;
     assert!(table.contains("PREFIX") && table.contains("LAST USED") && table.contains("REVOKED"), "{table}");
-    let accounts = orderpay_json(&app, &["accounts", "list"]).await;
+    let accounts = app.cli_json(&["accounts", "list"]).await;
     let account =
         accounts.as_array().unwrap().iter().find(|account| account["id"] == account_id.as_str()).unwrap();
     assert_eq!(account["live_keys"], 1);
 
     // Mistakes are said, not panicked on.
-    let unknown = orderpay(&app, &["accounts", "keys", "create", &Uuid::now_v7().to_string()]).await;
+    let unknown = app.cli(&["accounts", "keys", "create", &Uuid::now_v7().to_string()]).await;
     assert!(!unknown.status.success());
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no account"));
-    let malformed = orderpay(&app, &["accounts", "keys", "list", "not-an-id"]).await;
+    let malformed = app.cli(&["accounts", "keys", "list", "not-an-id"]).await;
     assert!(!malformed.status.success());
     assert!(String::from_utf8_lossy(&malformed.stderr).contains("is not an account id"));
-    let no_key = orderpay(&app, &["accounts", "keys", "revoke", &Uuid::now_v7().to_string()]).await;
+    let no_key = app.cli(&["accounts", "keys", "revoke", &Uuid::now_v7().to_string()]).await;
     assert!(!no_key.status.success());
     assert!(String::from_utf8_lossy(&no_key.stderr).contains("no API key"));
 }
@@ -413,12 +380,10 @@ async fn the_sweeper_moves_expired_keys_to_the_audit_without_their_answers() {
     let again = app.post_order(&order_body(), Some(&expired)).await;
     assert_eq!(again.status(), 201);
     assert!(again.headers().get("idempotent-replayed").is_none());
-    let shown =
-        orderpay_json(&app, &["keys", "show", "--account", &app.account_id.to_string(), &expired]).await;
+    let shown = app.cli_json(&["keys", "show", "--account", &app.account_id.to_string(), &expired]).await;
     assert_eq!(shown["state"], "live");
     assert_eq!(shown["earlier_uses"], 1);
-    let shown =
-        orderpay_json(&app, &["keys", "show", "--account", &app.account_id.to_string(), &pay_key]).await;
+    let shown = app.cli_json(&["keys", "show", "--account", &app.account_id.to_string(), &pay_key]).await;
     assert_eq!(shown["state"], "expired-in-audit");
     assert_eq!(shown["resource_kind"], "payment");
     assert_eq!(shown["stored_status"], 201, "a payment's answer is read from the payment");
@@ -455,10 +420,10 @@ async fn audit_rows_past_their_retention_are_deleted() {
     let rows = audit_rows(&app).await;
     assert_eq!(rows.iter().map(|row| row.key.as_str()).collect::<Vec<_>>(), [recent.as_str()]);
     let account = app.account_id.to_string();
-    let gone = orderpay(&app, &["keys", "show", "--account", &account, &old]).await;
+    let gone = app.cli(&["keys", "show", "--account", &account, &old]).await;
     assert!(!gone.status.success(), "a key past the audit retention is unknown");
     assert!(String::from_utf8_lossy(&gone.stderr).contains("no key"));
-    let kept = orderpay_json(&app, &["keys", "show", "--account", &account, &recent]).await;
+    let kept = app.cli_json(&["keys", "show", "--account", &account, &recent]).await;
     assert_eq!(kept["state"], "expired-in-audit");
 }
 
@@ -475,7 +440,7 @@ async fn keys_show_tells_a_live_key_and_the_lease_of_its_operation_in_flight() {
 
     let order_key = new_key();
     let order = crate::helpers::json(app.post_order(&order_body(), Some(&order_key)).await).await;
-    let shown = orderpay_json(&app, &["keys", "show", "--account", &account, &order_key]).await;
+    let shown = app.cli_json(&["keys", "show", "--account", &account, &order_key]).await;
     assert_eq!(shown["state"], "live");
     assert_eq!((shown["method"].as_str(), shown["route"].as_str()), (Some("POST"), Some("/orders")));
     assert_eq!(shown["resource_kind"], "order");
@@ -507,8 +472,8 @@ async fn keys_show_tells_a_live_key_and_the_lease_of_its_operation_in_flight() {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let json = orderpay_json(&app, &["keys", "show", "--account", &account, &pay_key]).await;
-        let table = orderpay_ok(&app, &["keys", "show", "--account", &account, &pay_key]).await;
+        let json = app.cli_json(&["keys", "show", "--account", &account, &pay_key]).await;
+        let table = app.cli_ok(&["keys", "show", "--account", &account, &pay_key]).await;
         (json, table)
     };
     let (paid, (shown, table)) = tokio::join!(paying, looking);
@@ -523,13 +488,13 @@ async fn keys_show_tells_a_live_key_and_the_lease_of_its_operation_in_flight() {
     assert!(table.lines().any(|line| line.starts_with("state") && line.ends_with("live")), "{table}");
 
     // Settled: the answer is the payment's, and no lease is shown.
-    let shown = orderpay_json(&app, &["keys", "show", "--account", &account, &pay_key]).await;
+    let shown = app.cli_json(&["keys", "show", "--account", &account, &pay_key]).await;
     assert_eq!(shown["in_flight"], false);
     assert_eq!(shown["stored_status"], 201);
     assert_eq!(shown["operation_status"], "succeeded");
     assert_eq!(shown["lease_owner"], Value::Null);
 
-    let unknown = orderpay(&app, &["keys", "show", "--account", &account, "never-used"]).await;
+    let unknown = app.cli(&["keys", "show", "--account", &account, "never-used"]).await;
     assert!(!unknown.status.success());
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no key"));
 }

@@ -27,7 +27,6 @@ use crate::helpers::{
     TestApp, assert_problem, json, new_encryption_key, new_key, spawn_app, spawn_app_with,
     test_webhook_settings,
 };
-use crate::operators::{orderpay, orderpay_json};
 use crate::process::{BIN, ServiceProcess};
 
 // ---------------------------------------------------------------------------------------------
@@ -1019,7 +1018,7 @@ async fn operators_redeliver_an_event_to_its_endpoints_or_one_of_them() {
     delivery_when(&app, &id_of(&everything), "delivered", Duration::from_secs(10)).await;
     assert_eq!(receiver.received().len(), 1);
 
-    let queued = orderpay_json(&app, &["events", "redeliver", &event_id]).await;
+    let queued = app.cli_json(&["events", "redeliver", &event_id]).await;
     let queued = queued.as_array().unwrap();
     assert_eq!(queued.len(), 1, "the endpoints that receive order.created: {queued:?}");
     assert_eq!(queued[0]["endpoint_id"], id_of(&everything).as_str());
@@ -1031,7 +1030,7 @@ async fn operators_redeliver_an_event_to_its_endpoints_or_one_of_them() {
     .await;
     assert_eq!(receiver.webhook_ids("/all"), BTreeSet::from([event_id.clone()]), "with the same webhook-id");
 
-    let table = orderpay(&app, &["events", "redeliver", &event_id, "--endpoint", &id_of(&everything)]).await;
+    let table = app.cli(&["events", "redeliver", &event_id, "--endpoint", &id_of(&everything)]).await;
     assert!(table.status.success());
     let table = String::from_utf8(table.stdout).unwrap();
     assert!(table.starts_with("DELIVERY") && table.contains(&id_of(&everything)), "{table}");
@@ -1040,10 +1039,10 @@ async fn operators_redeliver_an_event_to_its_endpoints_or_one_of_them() {
     })
     .await;
 
-    let refused = orderpay(&app, &["events", "redeliver", &event_id, "--endpoint", &id_of(&paid_only)]).await;
+    let refused = app.cli(&["events", "redeliver", &event_id, "--endpoint", &id_of(&paid_only)]).await;
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("does not receive order.created events"));
-    let unknown = orderpay(&app, &["events", "redeliver", &uuid::Uuid::now_v7().to_string()]).await;
+    let unknown = app.cli(&["events", "redeliver", &uuid::Uuid::now_v7().to_string()]).await;
     assert!(!unknown.status.success());
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no event"));
     assert!(receiver.received_at("/paid").is_empty());
@@ -1069,7 +1068,7 @@ async fn operators_see_the_endpoints_whose_deliveries_fail() {
     .await;
     delivery_when(&app, &id_of(&fine), "delivered", Duration::from_secs(10)).await;
 
-    let listed = orderpay_json(&app, &["webhooks", "failing"]).await;
+    let listed = app.cli_json(&["webhooks", "failing"]).await;
     let listed = listed.as_array().unwrap();
     assert_eq!(listed.len(), 1, "the failing endpoint alone: {listed:?}");
     let row = &listed[0];
@@ -1089,18 +1088,18 @@ async fn operators_see_the_endpoints_whose_deliveries_fail() {
         "UPDATE webhook_deliveries SET status = 'failed', next_attempt_at = NULL WHERE last_status = 503",
     )
     .await;
-    let table = orderpay(&app, &["webhooks", "failing"]).await;
+    let table = app.cli(&["webhooks", "failing"]).await;
     let table = String::from_utf8(table.stdout).unwrap();
     assert!(
         table.starts_with("ENDPOINT") && table.contains(&id_of(&broken)) && table.contains("HTTP 503"),
         "{table}"
     );
-    assert_eq!(orderpay_json(&app, &["webhooks", "failing"]).await[0]["gave_up"], 2);
+    assert_eq!(app.cli_json(&["webhooks", "failing"]).await[0]["gave_up"], 2);
     failing.script(|_, _| Answer::Status(200));
     let event_id = event_ids(&app).await[0].clone();
-    orderpay_json(&app, &["events", "redeliver", &event_id, "--endpoint", &id_of(&broken)]).await;
+    app.cli_json(&["events", "redeliver", &event_id, "--endpoint", &id_of(&broken)]).await;
     wait_for("the redelivery made up for one", Duration::from_secs(10), async || {
-        let listed = orderpay_json(&app, &["webhooks", "failing"]).await;
+        let listed = app.cli_json(&["webhooks", "failing"]).await;
         (listed[0]["failing_deliveries"] == 1).then_some(())
     })
     .await;
