@@ -61,6 +61,9 @@ run: db build ## run the mock provider and the service against the local Postgre
 	# The provider's webhooks: a fresh secret shared by both processes, the mock posting its
 	# signed events to the service.
 	webhook_secret="whsec_$$(openssl rand -base64 32)"
+	# Merchant webhooks: secrets sealed under a fresh key (endpoints made in one run cannot
+	# sign in the next), endpoints on this machine allowed.
+	encryption_key="$$(openssl rand -base64 32)"
 	base="http://$(ORDERPAY_LISTEN)"
 	cat <<-MSG
 
@@ -97,6 +100,12 @@ run: db build ## run the mock provider and the service against the local Postgre
 
 	    curl -s http://$(MOCK_PROVIDER_LISTEN)/_admin/webhooks
 
+	  7. Merchant webhooks: register an endpoint (its secret is shown once); every later event of
+	     the account is POSTed to it, signed. \`python3 -m http.server 9000\` logs them arriving; it
+	     answers 501, so they are retried, and \`$(BIN) webhooks failing\` lists the endpoint:
+
+	    curl -s $$base/webhook_endpoints -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -d '{"url":"http://127.0.0.1:9000/hooks","enabled_events":["*"]}'
+
 	  The API description: $$base/openapi.yaml
 
 	MSG
@@ -113,7 +122,8 @@ run: db build ## run the mock provider and the service against the local Postgre
 	else
 	  echo "  No NATS at $(NATS_HOST):$(NATS_PORT): running without the NATS relay (make nats starts one)."
 	fi
-	ORDERPAY_PROVIDER_WEBHOOK_SECRET="$$webhook_secret" $(BIN) serve
+	ORDERPAY_PROVIDER_WEBHOOK_SECRET="$$webhook_secret" ORDERPAY_ENCRYPTION_KEY="$$encryption_key" \
+	  ORDERPAY_WEBHOOK_ALLOW_PRIVATE=true $(BIN) serve
 
 .PHONY: test
 test: db nats ## run the tests (all but chaos) against the local PostgreSQL and NATS, one database per test

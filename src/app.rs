@@ -8,7 +8,7 @@ use std::time::Duration;
 use actix_web::middleware::{ErrorHandlers, from_fn};
 use actix_web::{App, HttpServer, web};
 use anyhow::Context;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use crate::accounts::{AccountCache, revocations};
@@ -18,6 +18,8 @@ use crate::db::{self, Pool};
 use crate::http::{self, AppState};
 use crate::idempotency::cache::ReplayCache;
 use crate::idempotency::{Keys, sweeper};
+use crate::merchant_webhooks::relay::WebhookRelay;
+use crate::merchant_webhooks::{WebhookSettings, delivery};
 use crate::operations::{Engine, reconciler};
 use crate::provider::PaymentProvider;
 use crate::provider::client::HttpProvider;
@@ -33,6 +35,34 @@ pub fn engine(settings: &Settings, pool: Pool, provider: Arc<dyn PaymentProvider
 /// The provider client for `settings`.
 pub fn provider(settings: &crate::config::ProviderConfig) -> anyhow::Result<Arc<dyn PaymentProvider>> {
     Ok(Arc::new(HttpProvider::new(&settings.url, settings.timeout, settings.api_key.clone())?))
+}
+
+/// Connections of the webhook delivery worker's own pool: a claim and the outcomes of the sends
+/// in flight, which never wait behind the other background tasks.
+const DELIVERY_POOL_SIZE: u32 = 2;
+
+/// Merchant webhooks' background tasks: the webhooks relay (on the background pool, a round
+/// at a time across instances) and this instance's delivery worker (on a pool of its own),
+/// which the relay wakes when it wrote new deliveries.
+fn merchant_webhooks_tasks(
+    settings: &Settings,
+    webhooks: &WebhookSettings,
+    background_pool: Pool,
+    observability: &Observability,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<[JoinHandle<()>; 2]> {
+    let wake = Arc::new(Notify::new());
+    let delivery_pool = db::background_pool(&settings.database, DELIVERY_POOL_SIZE);
+    observability.register(&delivery_pool);
+    let worker = delivery::Worker::new(delivery_pool, webhooks, wake.clone())?;
+    let relay = crate::events::relay::run(
+        background_pool,
+        WebhookRelay::new(wake),
+        settings.relay.interval,
+        settings.relay.batch_size,
+        shutdown.clone(),
+    );
+    Ok([tokio::spawn(relay), tokio::spawn(delivery::run(worker, shutdown))])
 }
 
 /// A bound, running-on-await orderpay: HTTP server plus background tasks.
@@ -60,6 +90,7 @@ impl Application {
         db::prepare(&settings.database).await?;
         let port = listener.local_addr()?.port();
         let webhooks = !settings.api.provider_webhook_secrets.is_empty();
+        let merchant_webhooks = settings.webhooks.clone().map(web::Data::new);
 
         let provider = provider(&settings.provider)?;
         let observability = Arc::new(Observability::new());
@@ -81,6 +112,7 @@ impl Application {
             let (worker_settings, provider, observability) =
                 (settings.clone(), provider.clone(), observability.clone());
             let (rate_limiter, accounts) = (rate_limiter.clone(), accounts.clone());
+            let merchant_webhooks = merchant_webhooks.clone();
             HttpServer::new(move || {
                 let pool = db::lazy_pool(&worker_settings.database, pool_per_worker);
                 observability.register(&pool);
@@ -104,6 +136,9 @@ impl Application {
                     .configure(|config| {
                         if webhooks {
                             http::provider_webhook_routes(config);
+                        }
+                        if let Some(settings) = &merchant_webhooks {
+                            http::webhook_endpoint_routes(config, settings.clone());
                         }
                     })
                     .default_service(web::to(http::route_not_found))
@@ -167,8 +202,18 @@ impl Application {
                 shutdown_signal.clone(),
             )));
         }
+        if let Some(webhooks) = &settings.webhooks {
+            background.extend(merchant_webhooks_tasks(
+                &settings,
+                webhooks,
+                background_pool.clone(),
+                &observability,
+                shutdown_signal.clone(),
+            )?);
+        }
+        let delivery_connections = if settings.webhooks.is_some() { DELIVERY_POOL_SIZE } else { 0 };
         crate::telemetry::metrics::pool_max_connections(
-            pool_per_worker * workers as u32 + 4 + u32::from(accounts.enabled()),
+            pool_per_worker * workers as u32 + 4 + u32::from(accounts.enabled()) + delivery_connections,
         );
         background.extend([
             tokio::spawn(sweeper::run(background_pool, settings.sweeper, shutdown_signal.clone())),
@@ -179,6 +224,7 @@ impl Application {
             port,
             workers,
             provider_webhooks = webhooks,
+            merchant_webhooks = settings.webhooks.is_some(),
             nats = settings.nats.is_some(),
             "orderpay listening on {}",
             settings.listen

@@ -15,7 +15,11 @@
 //! `ORDERPAY_CLIENT_BODY_TIMEOUT_MS`, `ORDERPAY_MAX_CONNECTIONS`,
 //! `ORDERPAY_PROVIDER_WEBHOOK_SECRET`, `ORDERPAY_REVOCATION_POLL_MS`,
 //! `ORDERPAY_IDEMPOTENCY_AUDIT_DAYS`, `ORDERPAY_NATS_URL`, `ORDERPAY_NATS_STREAM`,
-//! `ORDERPAY_NATS_SUBJECT_PREFIX`, `ORDERPAY_NATS_TIMEOUT_MS`; for the mock provider `MOCK_PROVIDER_LISTEN`,
+//! `ORDERPAY_NATS_SUBJECT_PREFIX`, `ORDERPAY_NATS_TIMEOUT_MS`, `ORDERPAY_ENCRYPTION_KEY`,
+//! `ORDERPAY_WEBHOOK_ALLOW_PRIVATE`, `ORDERPAY_WEBHOOK_TIMEOUT_MS`, `ORDERPAY_WEBHOOK_LEASE_MS`,
+//! `ORDERPAY_WEBHOOK_RETRY_BASE_MS`, `ORDERPAY_WEBHOOK_RETRY_CAP_MS`,
+//! `ORDERPAY_WEBHOOK_MAX_ATTEMPTS`, `ORDERPAY_WEBHOOK_POLL_MS`, `ORDERPAY_WEBHOOK_CONCURRENCY`,
+//! `ORDERPAY_WEBHOOK_SECRET_OVERLAP_MS`; for the mock provider `MOCK_PROVIDER_LISTEN`,
 //! `MOCK_PROVIDER_TIMEOUT_HOLD_MS`, `MOCK_PROVIDER_SETTLE_MS`, `MOCK_PROVIDER_AUTH_TTL_MS`,
 //! `MOCK_PROVIDER_API_KEY`, `MOCK_PROVIDER_WEBHOOK_URL`, `MOCK_PROVIDER_WEBHOOK_SECRET`,
 //! `MOCK_PROVIDER_WEBHOOK_RETRY_MS`; and, for logging (see telemetry.rs), `ORDERPAY_LOG_FORMAT` and
@@ -26,8 +30,10 @@ use std::time::Duration;
 use clap::{ArgAction, Args};
 
 use crate::db::DatabaseConfig;
+use crate::encryption::EncryptionKey;
 use crate::events::nats::NatsConfig;
 use crate::idempotency::sweeper::SweeperConfig;
+use crate::merchant_webhooks::{DeliveryConfig, WebhookSettings};
 use crate::operations::Timing;
 use crate::operations::reconciler::ReconcilerConfig;
 use crate::provider::mock::MockSettings;
@@ -289,6 +295,113 @@ impl std::fmt::Debug for WebhookArgs {
 }
 
 #[derive(Clone, Args)]
+pub struct MerchantWebhookArgs {
+    /// The key merchant webhook secrets are encrypted with at rest: the base64 of 32 random
+    /// bytes (`openssl rand -base64 32`). Set, merchant webhooks are on (`/webhook_endpoints`,
+    /// the webhooks relay and the delivery worker); unset, those routes do not exist (404).
+    #[arg(long, env = "ORDERPAY_ENCRYPTION_KEY", hide_env_values = true)]
+    pub encryption_key: Option<String>,
+
+    /// Allow webhook endpoints at private, loopback, link-local and other non-public addresses
+    /// (development and tests only).
+    #[arg(long, env = "ORDERPAY_WEBHOOK_ALLOW_PRIVATE", default_value_t = false, action = ArgAction::Set)]
+    pub webhook_allow_private: bool,
+
+    /// A webhook delivery without a 2xx answer within this long has failed (milliseconds).
+    #[arg(long, env = "ORDERPAY_WEBHOOK_TIMEOUT_MS", default_value_t = 10_000)]
+    pub webhook_timeout_ms: u64,
+
+    /// How long a delivery worker holds a delivery it sends; another may send it again after
+    /// that. Must exceed the timeout.
+    #[arg(long, env = "ORDERPAY_WEBHOOK_LEASE_MS", default_value_t = 15_000)]
+    pub webhook_lease_ms: u64,
+
+    /// Wait before the second attempt of a failed delivery; doubles per attempt, with jitter.
+    #[arg(long, env = "ORDERPAY_WEBHOOK_RETRY_BASE_MS", default_value_t = 5_000)]
+    pub webhook_retry_base_ms: u64,
+
+    /// Longest wait between two attempts of a delivery (default 6 hours).
+    #[arg(long, env = "ORDERPAY_WEBHOOK_RETRY_CAP_MS", default_value_t = 21_600_000)]
+    pub webhook_retry_cap_ms: u64,
+
+    /// Attempts before a delivery is failed for good (20: about two days with the defaults).
+    #[arg(long, env = "ORDERPAY_WEBHOOK_MAX_ATTEMPTS", default_value_t = 20)]
+    pub webhook_max_attempts: i32,
+
+    /// How often each instance's delivery worker looks for due deliveries (milliseconds); new
+    /// events wake it sooner.
+    #[arg(long, env = "ORDERPAY_WEBHOOK_POLL_MS", default_value_t = 200)]
+    pub webhook_poll_ms: u64,
+
+    /// Webhook deliveries sent at once per instance.
+    #[arg(long, env = "ORDERPAY_WEBHOOK_CONCURRENCY", default_value_t = 16)]
+    pub webhook_concurrency: usize,
+
+    /// How long a webhook secret replaced by `rotate_secret` keeps signing next to the new one
+    /// (milliseconds; default 24 hours).
+    #[arg(long, env = "ORDERPAY_WEBHOOK_SECRET_OVERLAP_MS", default_value_t = 86_400_000)]
+    pub webhook_secret_overlap_ms: u64,
+}
+
+impl MerchantWebhookArgs {
+    /// Merchant webhooks' settings; `None` (off) without an encryption key.
+    pub fn settings(&self) -> anyhow::Result<Option<WebhookSettings>> {
+        let Some(key) = self.encryption_key.as_deref().filter(|key| !key.trim().is_empty()) else {
+            return Ok(None);
+        };
+        let encryption_key = EncryptionKey::parse(key)?;
+        anyhow::ensure!(self.webhook_timeout_ms >= 1, "ORDERPAY_WEBHOOK_TIMEOUT_MS must be at least 1");
+        anyhow::ensure!(
+            self.webhook_lease_ms > self.webhook_timeout_ms,
+            "ORDERPAY_WEBHOOK_LEASE_MS must be longer than ORDERPAY_WEBHOOK_TIMEOUT_MS"
+        );
+        anyhow::ensure!(self.webhook_retry_base_ms >= 1, "ORDERPAY_WEBHOOK_RETRY_BASE_MS must be at least 1");
+        anyhow::ensure!(
+            (1..=100).contains(&self.webhook_max_attempts),
+            "ORDERPAY_WEBHOOK_MAX_ATTEMPTS must be between 1 and 100"
+        );
+        anyhow::ensure!(self.webhook_poll_ms >= 1, "ORDERPAY_WEBHOOK_POLL_MS must be at least 1");
+        anyhow::ensure!(
+            (1..=1024).contains(&self.webhook_concurrency),
+            "ORDERPAY_WEBHOOK_CONCURRENCY must be between 1 and 1024"
+        );
+        Ok(Some(WebhookSettings {
+            encryption_key,
+            allow_private: self.webhook_allow_private,
+            secret_overlap: Duration::from_millis(self.webhook_secret_overlap_ms),
+            delivery: DeliveryConfig {
+                poll: Duration::from_millis(self.webhook_poll_ms),
+                timeout: Duration::from_millis(self.webhook_timeout_ms),
+                lease: Duration::from_millis(self.webhook_lease_ms),
+                retry_base: Duration::from_millis(self.webhook_retry_base_ms),
+                retry_cap: Duration::from_millis(self.webhook_retry_cap_ms.max(self.webhook_retry_base_ms)),
+                max_attempts: self.webhook_max_attempts,
+                concurrency: self.webhook_concurrency,
+            },
+        }))
+    }
+}
+
+/// Written by hand so that the encryption key never reaches a log line.
+impl std::fmt::Debug for MerchantWebhookArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redacted = self.encryption_key.as_ref().map(|_| "<redacted>");
+        f.debug_struct("MerchantWebhookArgs")
+            .field("encryption_key", &redacted)
+            .field("webhook_allow_private", &self.webhook_allow_private)
+            .field("webhook_timeout_ms", &self.webhook_timeout_ms)
+            .field("webhook_lease_ms", &self.webhook_lease_ms)
+            .field("webhook_retry_base_ms", &self.webhook_retry_base_ms)
+            .field("webhook_retry_cap_ms", &self.webhook_retry_cap_ms)
+            .field("webhook_max_attempts", &self.webhook_max_attempts)
+            .field("webhook_poll_ms", &self.webhook_poll_ms)
+            .field("webhook_concurrency", &self.webhook_concurrency)
+            .field("webhook_secret_overlap_ms", &self.webhook_secret_overlap_ms)
+            .finish()
+    }
+}
+
+#[derive(Clone, Args)]
 pub struct NatsArgs {
     /// NATS server URL (nats://host:4222, tls://...; several separated by commas). Set, every
     /// event is published to a JetStream stream; the service starts and serves while NATS is away
@@ -343,6 +456,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub webhooks: WebhookArgs,
+
+    #[command(flatten)]
+    pub merchant_webhooks: MerchantWebhookArgs,
 
     #[command(flatten)]
     pub reconcile: ReconcileArgs,
@@ -480,6 +596,8 @@ pub struct Settings {
     /// How long events are kept.
     pub event_retention: Duration,
     pub relay: RelayConfig,
+    /// Merchant webhooks; `None` (off) without `ORDERPAY_ENCRYPTION_KEY`.
+    pub webhooks: Option<WebhookSettings>,
     /// The NATS JetStream relay, when `ORDERPAY_NATS_URL` is set.
     pub nats: Option<NatsConfig>,
     pub client_timeout: Duration,
@@ -560,6 +678,7 @@ impl ServeArgs {
                 interval: Duration::from_millis(self.relay_interval_ms),
                 batch_size: self.relay_batch_size,
             },
+            webhooks: self.merchant_webhooks.settings()?,
             nats: self.nats.config()?,
             client_timeout: Duration::from_millis(self.client_timeout_ms.max(1)),
             client_body_timeout: Duration::from_millis(self.client_body_timeout_ms.max(1)),

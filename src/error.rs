@@ -67,6 +67,11 @@ pub enum ApiError {
     #[error("the request is invalid")]
     Validation(Vec<FieldError>),
 
+    /// 422 `webhook-url-not-allowed`: a webhook endpoint's URL is, or resolves to, an address
+    /// webhooks may not go to (private, loopback, link-local, ...). Nothing is stored.
+    #[error("{0}")]
+    WebhookUrlNotAllowed(String),
+
     /// 400 `invalid-parameter`: a query-string parameter is malformed or out of range.
     #[error("{0}")]
     InvalidParameter(String),
@@ -202,6 +207,7 @@ impl ApiError {
             }
             ApiError::PayloadTooLarge { .. } => ("payload-too-large", "Payload too large"),
             ApiError::Validation(_) => ("validation-failed", "Validation failed"),
+            ApiError::WebhookUrlNotAllowed(_) => ("webhook-url-not-allowed", "Webhook URL not allowed"),
             ApiError::InvalidParameter(_) => ("invalid-parameter", "Invalid parameter"),
             ApiError::Unauthorized(_) => ("unauthorized", "Unauthorized"),
             ApiError::NotFound { .. } => ("not-found", "Not found"),
@@ -329,6 +335,7 @@ impl ResponseError for ApiError {
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Validation(_)
+            | ApiError::WebhookUrlNotAllowed(_)
             | ApiError::IdempotencyKeyReused(_)
             | ApiError::RefundExceedsRefundable { .. }
             | ApiError::CaptureExceedsCapturable { .. } => StatusCode::UNPROCESSABLE_ENTITY,

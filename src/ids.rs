@@ -92,8 +92,17 @@ id_type!(
     EventId
 );
 id_type!(
+    /// A merchant's webhook endpoint.
+    EndpointId
+);
+id_type!(
+    /// One delivery of one event to one webhook endpoint.
+    DeliveryId
+);
+id_type!(
     /// One claim of a provider operation by a driver (a request, a retry that took it over, a
-    /// reconciler). Only the holder of the current lease may release it.
+    /// reconciler), or of webhook deliveries by a delivery worker. Only the holder of the current
+    /// lease may release it.
     LeaseId
 );
 

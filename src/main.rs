@@ -1,5 +1,6 @@
 //! The `orderpay` command line: `serve`, `migrate`, `mock-provider`, `reconcile`, and the
-//! operator commands of `cli/` (`accounts ...`, `keys show`, `payments ...`).
+//! operator commands of `cli/` (`accounts ...`, `keys show`, `payments ...`, `events
+//! redeliver`, `webhooks failing`).
 
 mod cli;
 
@@ -54,6 +55,16 @@ enum Command {
         #[command(subcommand)]
         command: cli::payments::PaymentsCommand,
     },
+    /// Act on events: send one again to merchant webhook endpoints.
+    Events {
+        #[command(subcommand)]
+        command: cli::events::EventsCommand,
+    },
+    /// Inspect merchant webhook deliveries.
+    Webhooks {
+        #[command(subcommand)]
+        command: cli::webhooks::WebhooksCommand,
+    },
 }
 
 #[actix_web::main]
@@ -97,5 +108,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Accounts { command } => cli::accounts::run(command).await,
         Command::Keys { command } => cli::keys::run(command).await,
         Command::Payments { command } => cli::payments::run(command).await,
+        Command::Events { command } => cli::events::run(command).await,
+        Command::Webhooks { command } => cli::webhooks::run(command).await,
     }
 }

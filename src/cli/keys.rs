@@ -192,7 +192,7 @@ async fn report(
 }
 
 /// The row of the operation a key started; `None` for a key whose answer is on its own row
-/// (orders). Tables come from a closed list, never from input.
+/// (orders, webhook endpoints). Tables come from a closed list, never from input.
 async fn operation(
     conn: &mut AsyncPgConnection,
     account: AccountId,
@@ -200,7 +200,7 @@ async fn operation(
     id: Uuid,
 ) -> anyhow::Result<Option<Operation>> {
     let table = match kind {
-        ResourceKind::Order => return Ok(None),
+        ResourceKind::Order | ResourceKind::WebhookEndpoint => return Ok(None),
         ResourceKind::Payment => "payments",
         ResourceKind::PaymentOperation => "payment_operations",
         ResourceKind::Refund => "refunds",

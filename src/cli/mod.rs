@@ -1,13 +1,14 @@
-//! Operator commands: `accounts ...`, `keys show` and `payments ...`. Each connects with
-//! `DATABASE_URL` (and
-//! migrates it, like `serve`), prints a table for people by default and, with `--json`, JSON
-//! for scripts: a listing is a JSON array of objects, a single thing one object. Secrets go to
-//! stdout alone, everything said around them to stderr, so `KEY=$(orderpay ...)` captures just
-//! the secret.
+//! Operator commands: `accounts ...`, `keys show`, `payments ...`, `events redeliver` and
+//! `webhooks failing`. Each connects with `DATABASE_URL` (and migrates it, like `serve`), prints
+//! a table for people by default and, with `--json`, JSON for scripts: a listing is a JSON array
+//! of objects, a single thing one object. Secrets go to stdout alone, everything said around them
+//! to stderr, so `KEY=$(orderpay ...)` captures just the secret.
 
 pub mod accounts;
+pub mod events;
 pub mod keys;
 pub mod payments;
+pub mod webhooks;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use clap::Args;

@@ -231,6 +231,55 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    webhook_deliveries (account_id, id) {
+        account_id -> Uuid,
+        id -> Uuid,
+        endpoint_id -> Uuid,
+        event_id -> Uuid,
+        origin -> Text,
+        status -> Text,
+        attempts -> Int4,
+        next_attempt_at -> Nullable<Timestamptz>,
+        lease_until -> Nullable<Timestamptz>,
+        lease_id -> Nullable<Uuid>,
+        last_attempt_at -> Nullable<Timestamptz>,
+        last_status -> Nullable<Int2>,
+        last_error -> Nullable<Text>,
+        failing_since -> Nullable<Timestamptz>,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
+    webhook_delivery_attempts (account_id, delivery_id, attempt) {
+        account_id -> Uuid,
+        delivery_id -> Uuid,
+        attempt -> Int4,
+        started_at -> Timestamptz,
+        http_status -> Nullable<Int2>,
+        latency_ms -> Int4,
+        error -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    webhook_endpoints (account_id, id) {
+        account_id -> Uuid,
+        id -> Uuid,
+        url -> Text,
+        description -> Nullable<Text>,
+        enabled_events -> Array<Nullable<Text>>,
+        secret -> Nullable<Bytea>,
+        previous_secret -> Nullable<Bytea>,
+        previous_secret_expires_at -> Nullable<Timestamptz>,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+        deleted_at -> Nullable<Timestamptz>,
+    }
+}
+
 diesel::joinable!(api_keys -> accounts (account_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
@@ -248,4 +297,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     provider_webhooks,
     refunds,
     relay_cursors,
+    webhook_deliveries,
+    webhook_delivery_attempts,
+    webhook_endpoints,
 );

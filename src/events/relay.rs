@@ -32,6 +32,10 @@ pub trait Relay: Send + Sync + 'static {
         conn: &mut AsyncPgConnection,
         batch: &[Event],
     ) -> impl Future<Output = anyhow::Result<()>> + Send;
+
+    /// Called once the round that handed `count` events on has committed (what `hand_on` wrote
+    /// is visible now), so that a relay may wake whatever works on it.
+    fn handed_on(&self, _count: usize) {}
 }
 
 /// One round; returns how many events were handed on (0: nothing waiting, or another instance
@@ -51,6 +55,7 @@ pub async fn round<R: Relay>(pool: &Pool, relay: &R, batch_size: i64) -> anyhow:
         })
         .await?;
     if handed_on > 0 {
+        relay.handed_on(handed_on);
         let mut conn = pool.get().await?;
         if let Ok(lag) = repository::lag(&mut conn, R::NAME, Utc::now()).await {
             crate::telemetry::metrics::outbox_lag(R::NAME, lag);

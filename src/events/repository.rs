@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Text, Timestamptz};
+use diesel::sql_types::{Array, BigInt, Text, Timestamptz, Uuid as SqlUuid};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use super::{Event, EventType};
@@ -24,6 +24,8 @@ impl NewEvent {
     }
 }
 
+/// Read by raw SQL too, where `QueryableByName` looks the type up by the field's name: such
+/// queries select `type AS type_`.
 #[derive(Queryable, Selectable, QueryableByName)]
 #[diesel(table_name = events)]
 #[diesel(check_for_backend(diesel::pg::Pg))]
@@ -79,6 +81,35 @@ pub async fn find(
 ) -> QueryResult<Option<Event>> {
     events::table
         .find((account_id, id))
+        .select(EventRow::as_select())
+        .first(conn)
+        .await
+        .optional()
+        .map(|row| row.map(Event::from))
+}
+
+/// The events of `keys` (account, id) that are still stored, in no particular order.
+pub async fn find_many(
+    conn: &mut AsyncPgConnection,
+    keys: &[(AccountId, EventId)],
+) -> QueryResult<Vec<Event>> {
+    let (accounts, ids): (Vec<AccountId>, Vec<EventId>) = keys.iter().copied().unzip();
+    let rows: Vec<EventRow> = diesel::sql_query(
+        "SELECT account_id, id, type AS type_, data, created_at FROM events \
+         WHERE (account_id, id) IN (SELECT * FROM unnest($1::uuid[], $2::uuid[]))",
+    )
+    .bind::<Array<SqlUuid>, _>(accounts)
+    .bind::<Array<SqlUuid>, _>(ids)
+    .load(conn)
+    .await?;
+    Ok(rows.into_iter().map(Event::from).collect())
+}
+
+/// An event by its id alone, whatever its account (for operators, who name events by id). No
+/// index leads with the id: this reads the whole table, which only an operator command may do.
+pub async fn find_in_any_account(conn: &mut AsyncPgConnection, id: EventId) -> QueryResult<Option<Event>> {
+    events::table
+        .filter(events::id.eq(id))
         .select(EventRow::as_select())
         .first(conn)
         .await

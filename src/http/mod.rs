@@ -12,6 +12,7 @@ pub mod observe;
 pub mod orders;
 pub mod payments;
 pub mod refunds;
+pub mod webhook_endpoints;
 pub mod webhooks;
 
 use std::sync::Arc;
@@ -30,6 +31,7 @@ use crate::db::Pool;
 use crate::error::{ApiError, PROBLEM_JSON};
 use crate::idempotency::IdempotencyKey;
 use crate::idempotency::Keys;
+use crate::merchant_webhooks::WebhookSettings;
 use crate::operations::Engine;
 use crate::rate_limit::RateLimiter;
 use crate::telemetry::Observability;
@@ -77,6 +79,27 @@ pub fn provider_webhook_routes(config: &mut web::ServiceConfig) {
     config.service(resource("/provider/webhooks", "POST").post(webhooks::receive));
 }
 
+/// `/webhook_endpoints`, registered only when merchant webhooks are on (`ORDERPAY_ENCRYPTION_KEY`):
+/// otherwise the paths are no routes at all (404 `route-not-found`). The handlers find the
+/// settings in the app data.
+pub fn webhook_endpoint_routes(config: &mut web::ServiceConfig, settings: web::Data<WebhookSettings>) {
+    config
+        .app_data(settings)
+        .service(
+            resource("/webhook_endpoints", "GET, POST")
+                .post(webhook_endpoints::create)
+                .get(webhook_endpoints::list),
+        )
+        .service(
+            resource("/webhook_endpoints/{id}", "GET, DELETE")
+                .get(webhook_endpoints::get)
+                .delete(webhook_endpoints::delete),
+        )
+        .service(
+            resource("/webhook_endpoints/{id}/rotate_secret", "POST").post(webhook_endpoints::rotate_secret),
+        );
+}
+
 /// A resource whose unsupported methods answer 405 `method-not-allowed` with `Allow: allowed`.
 fn resource(path: &str, allowed: &'static str) -> Resource {
     web::resource(path).default_service(web::to(move || async move {
@@ -103,6 +126,29 @@ pub fn page_limit(text: Option<&str>) -> Result<i64, ApiError> {
             .filter(|limit| (1..=100).contains(limit))
             .ok_or_else(|| ApiError::InvalidParameter("limit must be an integer from 1 to 100".into())),
     }
+}
+
+/// A list page: `{object: "list", data, has_more}`.
+pub fn page<T: serde::Serialize>(data: Vec<T>, has_more: bool) -> HttpResponse {
+    #[derive(serde::Serialize)]
+    struct Page<T> {
+        object: &'static str,
+        data: Vec<T>,
+        has_more: bool,
+    }
+    HttpResponse::Ok().json(Page { object: "list", data, has_more })
+}
+
+/// The `starting_after` cursor of a list: the id of the `resource` the page starts after.
+pub fn page_cursor<Id>(
+    text: Option<&str>,
+    resource: &str,
+    parse: fn(&str) -> Option<Id>,
+) -> Result<Option<Id>, ApiError> {
+    text.map(|text| {
+        parse(text).ok_or_else(|| ApiError::InvalidParameter(format!("starting_after must be {resource} id")))
+    })
+    .transpose()
 }
 
 /// The app's default service: no route matched.

@@ -35,6 +35,9 @@ crate::text_enum! {
         PaymentOperation = "payment_operation",
         /// A refund: its row holds the answer.
         Refund = "refund",
+        /// A merchant's webhook endpoint (created, or its secret rotated): the answer is on the
+        /// key row.
+        WebhookEndpoint = "webhook_endpoint",
     }
 }
 
@@ -114,7 +117,7 @@ impl KeyRecord {
             }
             // A local operation commits its key with its answer; a row without one belongs to
             // a transaction that has not committed, which no other statement can see.
-            ResourceKind::Order => Err(KeyConflict::InUse {
+            ResourceKind::Order | ResourceKind::WebhookEndpoint => Err(KeyConflict::InUse {
                 retry_after: Duration::from_secs(1),
                 resource_id: Some(self.resource_id),
             }),

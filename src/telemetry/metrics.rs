@@ -165,6 +165,12 @@ pub fn outbox_lag(relay: &'static str, lag: std::time::Duration) {
     gauge!("orderpay_outbox_lag_seconds", "relay" => relay).set(lag.as_secs_f64());
 }
 
+/// One merchant webhook delivery attempt whose outcome was written: delivered, failed (to be
+/// retried), gave_up (the last attempt failed).
+pub fn webhook_delivery(result: &'static str) {
+    counter!("orderpay_webhook_deliveries_total", "result" => result).increment(1);
+}
+
 /// One batch's PubAcks: events stored, and events JetStream already had (dropped by their
 /// `Nats-Msg-Id`).
 pub fn nats_published(stored: u64, duplicates: u64) {

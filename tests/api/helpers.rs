@@ -8,8 +8,10 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use orderpay::app::Application;
 use orderpay::config::{ApiSettings, ProviderConfig, Settings, claim_for};
 use orderpay::db::DatabaseConfig;
+use orderpay::encryption::EncryptionKey;
 use orderpay::idempotency::sweeper::SweeperConfig;
 use orderpay::ids::AccountId;
+use orderpay::merchant_webhooks::{DeliveryConfig, WebhookSettings};
 use orderpay::operations::reconciler::{PassReport, ReconcilerConfig};
 use orderpay::operations::{Engine, Timing};
 use orderpay::provider::PaymentProvider;
@@ -121,6 +123,34 @@ impl TestProvider {
     }
 }
 
+/// A fresh `ORDERPAY_ENCRYPTION_KEY`: the base64 of 32 random bytes.
+pub fn new_encryption_key() -> String {
+    use base64::Engine;
+    let mut bytes = [0_u8; 32];
+    getrandom::fill(&mut bytes).expect("randomness");
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// Merchant webhooks for tests, for `settings.webhooks`: a fresh key, private addresses allowed
+/// (the receivers are local), polls every 20 ms, a 2 s timeout, retries from 50 ms to 1 s, 5
+/// attempts.
+pub fn test_webhook_settings() -> WebhookSettings {
+    WebhookSettings {
+        encryption_key: EncryptionKey::parse(&new_encryption_key()).expect("a valid key"),
+        allow_private: true,
+        secret_overlap: Duration::from_secs(86_400),
+        delivery: DeliveryConfig {
+            poll: Duration::from_millis(20),
+            timeout: Duration::from_secs(2),
+            lease: Duration::from_secs(5),
+            retry_base: Duration::from_millis(50),
+            retry_cap: Duration::from_secs(1),
+            max_attempts: 5,
+            concurrency: 8,
+        },
+    }
+}
+
 pub async fn spawn_app() -> TestApp {
     spawn_app_with(|_, _| {}).await
 }
@@ -200,6 +230,9 @@ async fn spawn_app_on(
         shutdown_grace: Duration::from_secs(5),
         event_retention: Duration::from_secs(30 * 86_400),
         relay: orderpay::config::RelayConfig { interval: Duration::from_millis(20), batch_size: 500 },
+        // Off unless a test turns them on (`test_webhook_settings`): a relay and a worker polling
+        // every 20 ms in every test's app would load the machine for nothing.
+        webhooks: None,
         // Off unless a test turns it on (tests/api/nats.rs).
         nats: None,
         client_timeout: Duration::from_secs(5),

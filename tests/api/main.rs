@@ -29,3 +29,4 @@ mod provider;
 mod provider_webhooks;
 mod refunds;
 mod security;
+mod webhooks;

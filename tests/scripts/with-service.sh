@@ -2,7 +2,9 @@
 # Runs a command against a real orderpay: the mock provider and `orderpay serve` on free ports, a
 # fresh database, and a new account. The command sees ORDERPAY_URL, ORDERPAY_KEY and
 # MOCK_PROVIDER_URL, and the mock's webhooks reach the service (a shared secret, in
-# ORDERPAY_PROVIDER_WEBHOOK_SECRET). Everything is stopped and the database dropped when it ends.
+# ORDERPAY_PROVIDER_WEBHOOK_SECRET). Merchant webhooks are on (a fresh ORDERPAY_ENCRYPTION_KEY),
+# with endpoints at local addresses allowed. Everything is stopped and the database dropped when
+# it ends.
 #
 #   tests/scripts/with-service.sh COMMAND [ARGS...]
 set -euo pipefail
@@ -32,6 +34,10 @@ webhook_secret="whsec_$(head -c 32 /dev/urandom | base64 | tr -d '\n')"
 export ORDERPAY_PROVIDER_WEBHOOK_SECRET="$webhook_secret"
 export MOCK_PROVIDER_WEBHOOK_SECRET="$webhook_secret"
 export MOCK_PROVIDER_WEBHOOK_URL="http://127.0.0.1:$port/provider/webhooks"
+# Merchant webhooks: /webhook_endpoints exists, and endpoints the outside tools register may be
+# local (they are delivered to, and fail, like any other).
+export ORDERPAY_ENCRYPTION_KEY="$(head -c 32 /dev/urandom | base64 | tr -d '\n')"
+export ORDERPAY_WEBHOOK_ALLOW_PRIVATE=true
 
 pids=()
 cleanup() {

@@ -1,0 +1,470 @@
+//! Merchant webhook persistence: the only code that knows the `webhook_endpoints`,
+//! `webhook_deliveries` and `webhook_delivery_attempts` tables.
+//!
+//! The writers, one each:
+//! - endpoints: [`insert_endpoint`], [`rotate_secret`] and [`delete_endpoint`] (which stops the
+//!   endpoint's pending deliveries in the same statement);
+//! - deliveries: [`insert_deliveries`] (the relay, in its round; redeliveries), [`claim_due`] (a
+//!   worker leases due ones, counting an attempt), [`record`] (an attempt's outcome under its
+//!   lease, with the attempt's row).
+//!
+//! Lock order (docs/architecture.md): an endpoint row, then deliveries, then attempts. The
+//! relay takes its endpoints `FOR SHARE` before it writes their deliveries, so a deletion
+//! either comes first (and the relay writes none for it) or waits for the round and stops them.
+
+use chrono::{DateTime, Utc};
+use diesel::prelude::*;
+use diesel::sql_types::{Array, BigInt, Bytea, Int2, Int4, Nullable, Text, Timestamptz, Uuid as SqlUuid};
+use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use serde::Serialize;
+
+use super::{DeliveryOrigin, DeliveryStatus, EnabledEvents, Endpoint, EndpointUrl};
+use crate::db::schema::{webhook_deliveries, webhook_endpoints};
+use crate::ids::{AccountId, DeliveryId, EndpointId, EventId, LeaseId};
+use crate::operations::leases::Lease;
+
+/// A row that does not decode into a valid endpoint is a bug or tampering, never client input.
+fn corrupt(what: String) -> diesel::result::Error {
+    diesel::result::Error::DeserializationError(what.into())
+}
+
+#[derive(Queryable, Selectable)]
+#[diesel(table_name = webhook_endpoints)]
+#[diesel(check_for_backend(diesel::pg::Pg))]
+struct EndpointRow {
+    account_id: AccountId,
+    id: EndpointId,
+    url: String,
+    description: Option<String>,
+    enabled_events: Vec<Option<String>>,
+    previous_secret_expires_at: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+}
+
+fn enabled_events(stored: Vec<Option<String>>) -> QueryResult<EnabledEvents> {
+    let names: Vec<String> = stored.into_iter().flatten().collect();
+    EnabledEvents::parse(&names).map_err(|problems| corrupt(format!("endpoint events: {problems:?}")))
+}
+
+impl TryFrom<EndpointRow> for Endpoint {
+    type Error = diesel::result::Error;
+
+    fn try_from(row: EndpointRow) -> QueryResult<Endpoint> {
+        Ok(Endpoint {
+            account_id: row.account_id,
+            id: row.id,
+            url: EndpointUrl::parse(&row.url).map_err(|error| corrupt(format!("endpoint url: {error}")))?,
+            description: row.description,
+            enabled_events: enabled_events(row.enabled_events)?,
+            previous_secret_expires_at: row.previous_secret_expires_at,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+        })
+    }
+}
+
+fn stored_events(events: &EnabledEvents) -> Vec<Option<&'static str>> {
+    events.names().into_iter().map(Some).collect()
+}
+
+/// Inserts a new endpoint with its sealed secret.
+pub async fn insert_endpoint(
+    conn: &mut AsyncPgConnection,
+    endpoint: &Endpoint,
+    secret: &[u8],
+) -> QueryResult<()> {
+    diesel::insert_into(webhook_endpoints::table)
+        .values((
+            webhook_endpoints::account_id.eq(endpoint.account_id),
+            webhook_endpoints::id.eq(endpoint.id),
+            webhook_endpoints::url.eq(endpoint.url.as_str()),
+            webhook_endpoints::description.eq(endpoint.description.as_deref()),
+            webhook_endpoints::enabled_events.eq(stored_events(&endpoint.enabled_events)),
+            webhook_endpoints::secret.eq(Some(secret)),
+            webhook_endpoints::created_at.eq(endpoint.created_at),
+            webhook_endpoints::updated_at.eq(endpoint.updated_at),
+        ))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// One live (not deleted) endpoint of the account.
+pub async fn find_endpoint(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    id: EndpointId,
+) -> QueryResult<Option<Endpoint>> {
+    let row = webhook_endpoints::table
+        .find((account_id, id))
+        .filter(webhook_endpoints::deleted_at.is_null())
+        .select(EndpointRow::as_select())
+        .first(conn)
+        .await
+        .optional()?;
+    row.map(Endpoint::try_from).transpose()
+}
+
+/// A page of the account's live endpoints, newest first, strictly older than `starting_after`
+/// when given. Returns the page and whether more follow.
+pub async fn list_endpoints(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    limit: i64,
+    starting_after: Option<EndpointId>,
+) -> QueryResult<(Vec<Endpoint>, bool)> {
+    let mut query = webhook_endpoints::table
+        .filter(webhook_endpoints::account_id.eq(account_id))
+        .filter(webhook_endpoints::deleted_at.is_null())
+        .into_boxed();
+    if let Some(cursor) = starting_after {
+        query = query.filter(webhook_endpoints::id.lt(cursor));
+    }
+    let mut rows: Vec<EndpointRow> = query
+        .order(webhook_endpoints::id.desc())
+        .limit(limit + 1)
+        .select(EndpointRow::as_select())
+        .load(conn)
+        .await?;
+    let has_more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    let endpoints = rows.into_iter().map(Endpoint::try_from).collect::<QueryResult<Vec<_>>>()?;
+    Ok((endpoints, has_more))
+}
+
+/// Replaces a live endpoint's secret by `secret`; the one it replaces keeps signing until
+/// `previous_expires_at` (a secret rotated out before, still signing, stops now). Returns the
+/// endpoint after the change, `None` when there is no such live endpoint.
+pub async fn rotate_secret(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    id: EndpointId,
+    secret: &[u8],
+    previous_expires_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> QueryResult<Option<Endpoint>> {
+    let row = diesel::update(webhook_endpoints::table.find((account_id, id)))
+        .filter(webhook_endpoints::deleted_at.is_null())
+        .set((
+            webhook_endpoints::previous_secret.eq(webhook_endpoints::secret),
+            webhook_endpoints::previous_secret_expires_at.eq(Some(previous_expires_at)),
+            webhook_endpoints::secret.eq(Some(secret)),
+            webhook_endpoints::updated_at.eq(now),
+        ))
+        .returning(EndpointRow::as_returning())
+        .get_result(conn)
+        .await
+        .optional()?;
+    row.map(Endpoint::try_from).transpose()
+}
+
+/// Deletes a live endpoint: it keeps its row (its deliveries name it) without its secrets, and
+/// its pending deliveries are canceled, in one statement. Returns how many were canceled, or
+/// `None` when there is no such live endpoint.
+pub async fn delete_endpoint(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    id: EndpointId,
+    now: DateTime<Utc>,
+) -> QueryResult<Option<i64>> {
+    #[derive(QueryableByName)]
+    struct Deleted {
+        #[diesel(sql_type = BigInt)]
+        deleted: i64,
+        #[diesel(sql_type = BigInt)]
+        canceled: i64,
+    }
+    let deleted: Deleted = diesel::sql_query(
+        "WITH gone AS ( \
+             UPDATE webhook_endpoints SET deleted_at = $3, updated_at = $3, secret = NULL, \
+                 previous_secret = NULL, previous_secret_expires_at = NULL \
+             WHERE account_id = $1 AND id = $2 AND deleted_at IS NULL \
+             RETURNING account_id, id), \
+         canceled AS ( \
+             UPDATE webhook_deliveries AS d SET status = 'canceled', next_attempt_at = NULL, \
+                 lease_id = NULL, lease_until = NULL, updated_at = $3 \
+             FROM gone WHERE d.account_id = gone.account_id AND d.endpoint_id = gone.id \
+                 AND d.status = 'pending' \
+             RETURNING d.id) \
+         SELECT (SELECT count(*) FROM gone) AS deleted, (SELECT count(*) FROM canceled) AS canceled",
+    )
+    .bind::<SqlUuid, _>(account_id)
+    .bind::<SqlUuid, _>(id)
+    .bind::<Timestamptz, _>(now)
+    .get_result(conn)
+    .await?;
+    Ok((deleted.deleted == 1).then_some(deleted.canceled))
+}
+
+/// A live endpoint as the relay and redeliveries see it.
+#[derive(Debug, Clone)]
+pub struct Subscriber {
+    pub account_id: AccountId,
+    pub id: EndpointId,
+    pub url: String,
+    pub enabled_events: EnabledEvents,
+    pub created_at: DateTime<Utc>,
+}
+
+/// The live endpoints of `account_ids` (one of them alone with `only`), locked `FOR SHARE` until
+/// the caller's transaction ends: a deletion waits for the deliveries written for them, and then
+/// cancels them.
+pub async fn subscribers(
+    conn: &mut AsyncPgConnection,
+    account_ids: &[AccountId],
+    only: Option<EndpointId>,
+) -> QueryResult<Vec<Subscriber>> {
+    #[derive(QueryableByName)]
+    #[diesel(table_name = webhook_endpoints)]
+    struct Row {
+        account_id: AccountId,
+        id: EndpointId,
+        url: String,
+        enabled_events: Vec<Option<String>>,
+        created_at: DateTime<Utc>,
+    }
+    let rows: Vec<Row> = diesel::sql_query(
+        "SELECT account_id, id, url, enabled_events, created_at FROM webhook_endpoints \
+         WHERE account_id = ANY($1) AND deleted_at IS NULL AND ($2::uuid IS NULL OR id = $2) \
+         FOR SHARE",
+    )
+    .bind::<Array<SqlUuid>, _>(account_ids)
+    .bind::<Nullable<SqlUuid>, _>(only)
+    .load(conn)
+    .await?;
+    rows.into_iter()
+        .map(|row| {
+            Ok(Subscriber {
+                account_id: row.account_id,
+                id: row.id,
+                url: row.url,
+                enabled_events: enabled_events(row.enabled_events)?,
+                created_at: row.created_at,
+            })
+        })
+        .collect()
+}
+
+/// A delivery to write: due at once.
+#[derive(Debug, Clone, Copy)]
+pub struct NewDelivery {
+    pub account_id: AccountId,
+    pub id: DeliveryId,
+    pub endpoint_id: EndpointId,
+    pub event_id: EventId,
+    pub origin: DeliveryOrigin,
+}
+
+/// Rows per insert statement: far below PostgreSQL's 65535 parameters.
+const INSERT_CHUNK: usize = 1000;
+
+/// Writes deliveries, due at `now`. The relay's (`outbox`) are unique per event and endpoint: one
+/// written before is not written again. Returns how many were written.
+pub async fn insert_deliveries(
+    conn: &mut AsyncPgConnection,
+    deliveries: &[NewDelivery],
+    now: DateTime<Utc>,
+) -> QueryResult<usize> {
+    let mut written = 0;
+    for chunk in deliveries.chunks(INSERT_CHUNK) {
+        let rows: Vec<_> = chunk
+            .iter()
+            .map(|delivery| {
+                (
+                    webhook_deliveries::account_id.eq(delivery.account_id),
+                    webhook_deliveries::id.eq(delivery.id),
+                    webhook_deliveries::endpoint_id.eq(delivery.endpoint_id),
+                    webhook_deliveries::event_id.eq(delivery.event_id),
+                    webhook_deliveries::origin.eq(delivery.origin),
+                    webhook_deliveries::status.eq(DeliveryStatus::Pending),
+                    webhook_deliveries::next_attempt_at.eq(Some(now)),
+                    webhook_deliveries::created_at.eq(now),
+                    webhook_deliveries::updated_at.eq(now),
+                )
+            })
+            .collect();
+        written += diesel::insert_into(webhook_deliveries::table)
+            .values(&rows)
+            .on_conflict_do_nothing()
+            .execute(conn)
+            .await?;
+    }
+    Ok(written)
+}
+
+/// A delivery a worker now holds, with where it goes and the sealed secrets that sign it.
+#[derive(Debug, Clone, QueryableByName)]
+pub struct Claimed {
+    #[diesel(sql_type = SqlUuid)]
+    pub account_id: AccountId,
+    #[diesel(sql_type = SqlUuid)]
+    pub id: DeliveryId,
+    #[diesel(sql_type = SqlUuid)]
+    pub endpoint_id: EndpointId,
+    #[diesel(sql_type = SqlUuid)]
+    pub event_id: EventId,
+    /// This attempt's number.
+    #[diesel(sql_type = Int4)]
+    pub attempt: i32,
+    #[diesel(sql_type = Text)]
+    pub url: String,
+    /// `None` once the endpoint is deleted (its deliveries are being canceled).
+    #[diesel(sql_type = Nullable<Bytea>)]
+    pub secret: Option<Vec<u8>>,
+    /// The secret before the last rotation, while it still signs.
+    #[diesel(sql_type = Nullable<Bytea>)]
+    pub previous_secret: Option<Vec<u8>>,
+}
+
+/// Leases up to `limit` due deliveries (pending, their next attempt due, and no live lease:
+/// `next_attempt_at` moves to the lease's end) to `lease`, skipping rows another worker is
+/// claiming, oldest due first; each claim counts an attempt.
+pub async fn claim_due(
+    conn: &mut AsyncPgConnection,
+    limit: i64,
+    lease: Lease,
+    now: DateTime<Utc>,
+) -> QueryResult<Vec<Claimed>> {
+    diesel::sql_query(
+        "WITH due AS ( \
+             SELECT account_id, id FROM webhook_deliveries \
+             WHERE status = 'pending' AND next_attempt_at <= $1 \
+             ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED), \
+         claimed AS ( \
+             UPDATE webhook_deliveries AS d SET attempts = d.attempts + 1, lease_id = $3, \
+                 lease_until = $4, next_attempt_at = $4, updated_at = $1 \
+             FROM due WHERE d.account_id = due.account_id AND d.id = due.id \
+             RETURNING d.account_id, d.id, d.endpoint_id, d.event_id, d.attempts) \
+         SELECT c.account_id, c.id, c.endpoint_id, c.event_id, c.attempts AS attempt, e.url, \
+             e.secret, CASE WHEN e.previous_secret_expires_at > $1 THEN e.previous_secret END \
+                 AS previous_secret \
+         FROM claimed AS c \
+         JOIN webhook_endpoints AS e ON e.account_id = c.account_id AND e.id = c.endpoint_id",
+    )
+    .bind::<Timestamptz, _>(now)
+    .bind::<BigInt, _>(limit)
+    .bind::<SqlUuid, _>(lease.id)
+    .bind::<Timestamptz, _>(lease.until)
+    .load(conn)
+    .await
+}
+
+/// What an attempt saw.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub number: i32,
+    pub started_at: DateTime<Utc>,
+    /// The HTTP status, when an answer came.
+    pub http_status: Option<u16>,
+    pub latency_ms: i32,
+    /// Why it failed (`None`: a 2xx).
+    pub error: Option<String>,
+}
+
+/// Where a delivery goes after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Delivered,
+    /// Failed; the next attempt is due then.
+    Retry(DateTime<Utc>),
+    /// Failed, and that was the last attempt.
+    GiveUp,
+}
+
+/// Records an attempt and, if `lease` still holds the pending delivery, its outcome, in one
+/// statement. A worker whose lease ran out and was taken over changes nothing but the
+/// attempt's own row. Returns whether the outcome was written.
+pub async fn record(
+    conn: &mut AsyncPgConnection,
+    (account_id, id): (AccountId, DeliveryId),
+    lease: LeaseId,
+    attempt: &Attempt,
+    outcome: Outcome,
+    now: DateTime<Utc>,
+) -> QueryResult<bool> {
+    let (status, next_attempt_at) = match outcome {
+        Outcome::Delivered => (DeliveryStatus::Delivered, None),
+        Outcome::Retry(at) => (DeliveryStatus::Pending, Some(at)),
+        Outcome::GiveUp => (DeliveryStatus::Failed, None),
+    };
+    let http_status = attempt.http_status.and_then(|status| i16::try_from(status).ok());
+    let updated = diesel::sql_query(
+        "WITH attempt AS ( \
+             INSERT INTO webhook_delivery_attempts \
+                 (account_id, delivery_id, attempt, started_at, http_status, latency_ms, error) \
+             VALUES ($1, $2, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING) \
+         UPDATE webhook_deliveries SET status = $9, next_attempt_at = $10, lease_id = NULL, \
+             lease_until = NULL, last_attempt_at = $5, last_status = $6, last_error = $8, \
+             failing_since = CASE WHEN $8 IS NULL THEN failing_since \
+                                  ELSE coalesce(failing_since, $5) END, \
+             updated_at = $11 \
+         WHERE account_id = $1 AND id = $2 AND status = 'pending' AND lease_id = $3",
+    )
+    .bind::<SqlUuid, _>(account_id)
+    .bind::<SqlUuid, _>(id)
+    .bind::<SqlUuid, _>(lease)
+    .bind::<Int4, _>(attempt.number)
+    .bind::<Timestamptz, _>(attempt.started_at)
+    .bind::<Nullable<Int2>, _>(http_status)
+    .bind::<Int4, _>(attempt.latency_ms)
+    .bind::<Nullable<Text>, _>(attempt.error.as_deref())
+    .bind::<Text, _>(status)
+    .bind::<Nullable<Timestamptz>, _>(next_attempt_at)
+    .bind::<Timestamptz, _>(now)
+    .execute(conn)
+    .await?;
+    Ok(updated == 1)
+}
+
+/// An endpoint with failing deliveries: pending ones whose last attempt failed, and ones given
+/// up on that no later delivery of the same event to it made up for.
+#[derive(Debug, Clone, QueryableByName, Serialize)]
+pub struct FailingEndpoint {
+    #[diesel(sql_type = SqlUuid)]
+    pub endpoint_id: EndpointId,
+    #[diesel(sql_type = SqlUuid)]
+    pub account_id: AccountId,
+    #[diesel(sql_type = Text)]
+    pub url: String,
+    #[diesel(sql_type = BigInt)]
+    pub failing_deliveries: i64,
+    /// Of those, the ones given up on.
+    #[diesel(sql_type = BigInt)]
+    pub gave_up: i64,
+    #[diesel(sql_type = Timestamptz)]
+    pub failing_since: DateTime<Utc>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub last_error: Option<String>,
+    #[diesel(sql_type = Nullable<Int2>)]
+    pub last_status: Option<i16>,
+    /// The next attempt of a pending one; `None` when all were given up on.
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub next_attempt_at: Option<DateTime<Utc>>,
+}
+
+/// The live endpoints with failing deliveries, longest failing first.
+pub async fn failing_endpoints(conn: &mut AsyncPgConnection) -> QueryResult<Vec<FailingEndpoint>> {
+    diesel::sql_query(
+        "WITH failing AS ( \
+             SELECT d.* FROM webhook_deliveries AS d \
+             WHERE d.failing_since IS NOT NULL AND (d.status = 'pending' OR ( \
+                 d.status = 'failed' AND NOT EXISTS ( \
+                     SELECT FROM webhook_deliveries AS later \
+                     WHERE later.account_id = d.account_id AND later.endpoint_id = d.endpoint_id \
+                         AND later.event_id = d.event_id AND later.status = 'delivered')))) \
+         SELECT e.id AS endpoint_id, e.account_id, e.url, count(*) AS failing_deliveries, \
+             count(*) FILTER (WHERE f.status = 'failed') AS gave_up, \
+             min(f.failing_since) AS failing_since, \
+             (array_agg(f.last_error ORDER BY f.last_attempt_at DESC NULLS LAST))[1] AS last_error, \
+             (array_agg(f.last_status ORDER BY f.last_attempt_at DESC NULLS LAST))[1] AS last_status, \
+             min(f.next_attempt_at) FILTER (WHERE f.status = 'pending') AS next_attempt_at \
+         FROM failing AS f \
+         JOIN webhook_endpoints AS e ON e.account_id = f.account_id AND e.id = f.endpoint_id \
+             AND e.deleted_at IS NULL \
+         GROUP BY e.account_id, e.id, e.url \
+         ORDER BY failing_since, e.id",
+    )
+    .load(conn)
+    .await
+}
