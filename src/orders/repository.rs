@@ -162,11 +162,23 @@ pub async fn find(
     account_id: AccountId,
     id: OrderId,
 ) -> QueryResult<Option<Order>> {
-    let row: Option<OrderRow> =
-        orders::table.find((account_id, id)).select(OrderRow::as_select()).first(conn).await.optional()?;
-    let Some(row) = row else { return Ok(None) };
-    let mut items = load_items(conn, account_id, &[id]).await?;
-    row.into_order(items.remove(&id).unwrap_or_default()).map(Some)
+    // One round trip: the order joined to its items (a payment's settle renders the order for
+    // its event with this, so it is on the hot path).
+    let rows: Vec<(OrderRow, Option<ItemRow>)> = orders::table
+        .left_join(
+            order_items::table
+                .on(order_items::account_id.eq(orders::account_id).and(order_items::order_id.eq(orders::id))),
+        )
+        .filter(orders::account_id.eq(account_id))
+        .filter(orders::id.eq(id))
+        .order(order_items::line_number)
+        .select((OrderRow::as_select(), Option::<ItemRow>::as_select()))
+        .load(conn)
+        .await?;
+    let mut rows = rows.into_iter();
+    let Some((order, first_item)) = rows.next() else { return Ok(None) };
+    let items = first_item.into_iter().chain(rows.filter_map(|(_, item)| item)).collect();
+    order.into_order(items).map(Some)
 }
 
 /// A page of the account's orders, newest first (UUIDv7 ids sort by creation time), strictly
