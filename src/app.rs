@@ -40,6 +40,10 @@ pub fn provider(settings: &crate::config::ProviderConfig) -> anyhow::Result<Arc<
 /// Connections of the webhook delivery worker's own pool: a claim and the outcomes of the sends
 /// in flight, which never wait behind the other background tasks.
 const DELIVERY_POOL_SIZE: u32 = 2;
+/// Connections shared by the background tasks: the two sweepers, the reconciler and the outbox's
+/// relays. A relay round holds one while its destination answers (a NATS round up to its
+/// timeout while NATS is away), so there is one for each relay besides the others' share.
+const BACKGROUND_POOL_SIZE: u32 = 6;
 
 /// Merchant webhooks' background tasks: the webhooks relay (on the background pool, a round
 /// at a time across instances) and this instance's delivery worker (on a pool of its own),
@@ -157,7 +161,7 @@ impl Application {
         };
 
         let (shutdown, shutdown_signal) = watch::channel(false);
-        let background_pool = db::background_pool(&settings.database, 4);
+        let background_pool = db::background_pool(&settings.database, BACKGROUND_POOL_SIZE);
         observability.register(&background_pool);
         let handle = observability.metrics.clone();
         // The exporter keeps histogram data until upkeep drains it; idle rate-limit buckets are
@@ -213,7 +217,10 @@ impl Application {
         }
         let delivery_connections = if settings.webhooks.is_some() { DELIVERY_POOL_SIZE } else { 0 };
         crate::telemetry::metrics::pool_max_connections(
-            pool_per_worker * workers as u32 + 4 + u32::from(accounts.enabled()) + delivery_connections,
+            pool_per_worker * workers as u32
+                + BACKGROUND_POOL_SIZE
+                + u32::from(accounts.enabled())
+                + delivery_connections,
         );
         background.extend([
             tokio::spawn(sweeper::run(background_pool, settings.sweeper, shutdown_signal.clone())),

@@ -1,5 +1,7 @@
 //! Events are kept `ORDERPAY_EVENT_RETENTION_DAYS`, then deleted in bounded batches, oldest
-//! first, like idempotency keys.
+//! first, like idempotency keys; and with them what they left behind: finished merchant
+//! webhook deliveries with their attempts (`merchant_webhooks::retention`) and received provider
+//! webhooks (`operations::webhooks::sweep`). Each module owns its statement; this schedules them.
 
 use std::time::Duration;
 
@@ -20,14 +22,20 @@ pub async fn run(pool: Pool, retention: Duration, interval: Duration, batch_size
             let before = crate::clock::before(Utc::now(), retention);
             let deleted = async {
                 let mut conn = pool.get().await?;
-                anyhow::Ok(repository::sweep(&mut conn, before, batch_size).await?)
+                let events = repository::sweep(&mut conn, before, batch_size).await?;
+                let deliveries =
+                    crate::merchant_webhooks::retention::sweep(&mut conn, before, batch_size).await?;
+                let provider_webhooks =
+                    crate::operations::webhooks::sweep(&mut conn, before, batch_size).await?;
+                anyhow::Ok([events, deliveries, provider_webhooks])
             };
             match deleted.await {
-                Ok(deleted) => {
-                    if deleted > 0 {
-                        tracing::info!(deleted, "swept events past their retention");
+                Ok(deleted @ [events, deliveries, provider_webhooks]) => {
+                    if deleted.iter().any(|&count| count > 0) {
+                        tracing::info!(events, deliveries, provider_webhooks, "swept past their retention");
                     }
-                    deleted as i64 == batch_size
+                    // Another round at once while any of them has more.
+                    deleted.iter().any(|&count| count as i64 == batch_size)
                 }
                 Err(error) => {
                     tracing::warn!(error = ?error, "event sweep failed");

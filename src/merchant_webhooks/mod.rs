@@ -19,6 +19,7 @@ pub mod delivery;
 pub mod relay;
 pub mod repository;
 pub mod representation;
+pub mod retention;
 pub mod service;
 
 use std::time::Duration;

@@ -225,6 +225,24 @@ async fn record(conn: &mut AsyncPgConnection, event: &Event, at: DateTime<Utc>) 
     Ok(inserted == 1)
 }
 
+/// Deletes up to `batch_size` event rows received before `before` (kept as long as the events:
+/// the provider retries an event for days, not weeks, and a copy arriving after its row went
+/// finds its operation settled and changes nothing). Returns how many.
+pub async fn sweep(
+    conn: &mut AsyncPgConnection,
+    before: DateTime<Utc>,
+    batch_size: i64,
+) -> QueryResult<usize> {
+    diesel::sql_query(
+        "DELETE FROM provider_webhooks WHERE id IN ( \
+             SELECT id FROM provider_webhooks WHERE received_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+    )
+    .bind::<diesel::sql_types::Timestamptz, _>(before)
+    .bind::<diesel::sql_types::BigInt, _>(batch_size)
+    .execute(conn)
+    .await
+}
+
 /// Notes on the event's row (inserted by this transaction) what the event did.
 async fn note(
     conn: &mut AsyncPgConnection,

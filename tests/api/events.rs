@@ -167,6 +167,71 @@ async fn events_past_their_retention_are_swept() {
     assert_eq!(app.count("SELECT count(*) AS count FROM events").await, 1, "the two old events are gone");
 }
 
+#[tokio::test]
+async fn what_events_leave_behind_goes_with_them_but_work_still_due_stays() {
+    let app = spawn_app_with(|settings, _| {
+        settings.event_retention = Duration::from_secs(60);
+        settings.sweeper.interval = Duration::from_millis(100);
+    })
+    .await;
+    app.create_order().await;
+    let account = app.text("SELECT account_id::text AS text FROM events").await;
+    let old = "now() - interval '2 minutes'";
+    app.execute(&format!(
+        "INSERT INTO webhook_endpoints (account_id, id, url, enabled_events, secret, created_at, updated_at) \
+         VALUES ('{account}', gen_random_uuid(), 'https://example.com/hook', '{{*}}', '\\x00', now(), now())"
+    ))
+    .await;
+    let delivery = |status: &str, created: &str| {
+        let next = if status == "pending" { "now()" } else { "NULL" };
+        format!(
+            "INSERT INTO webhook_deliveries (account_id, id, endpoint_id, event_id, origin, status, attempts, \
+             next_attempt_at, created_at, updated_at) SELECT '{account}', gen_random_uuid(), id, gen_random_uuid(), \
+             'redeliver', '{status}', 1, {next}, {created}, {created} FROM webhook_endpoints"
+        )
+    };
+    app.execute(&delivery("delivered", old)).await;
+    app.execute(&delivery("failed", old)).await;
+    app.execute(&delivery("pending", old)).await;
+    app.execute(&delivery("delivered", "now()")).await;
+    app.execute(
+        "INSERT INTO webhook_delivery_attempts (account_id, delivery_id, attempt, started_at, http_status, latency_ms) \
+         SELECT account_id, id, 1, created_at, 200, 3 FROM webhook_deliveries",
+    )
+    .await;
+    for (id, received) in [("evt_old", old), ("evt_new", "now()")] {
+        app.execute(&format!(
+            "INSERT INTO provider_webhooks (id, event_type, object_id, result, received_at) \
+             VALUES ('{id}', 'charge.succeeded', 'ch_1', 'unknown', {received})"
+        ))
+        .await;
+    }
+    let remaining = || async {
+        (
+            app.count("SELECT count(*) AS count FROM webhook_deliveries").await,
+            app.count("SELECT count(*) AS count FROM webhook_delivery_attempts").await,
+            app.count("SELECT count(*) AS count FROM provider_webhooks").await,
+        )
+    };
+    for _ in 0..50 {
+        if remaining().await == (2, 2, 1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        remaining().await,
+        (2, 2, 1),
+        "old finished deliveries, their attempts and old provider events go"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) AS count FROM webhook_deliveries WHERE status = 'pending'").await,
+        1,
+        "a delivery still due stays, however old"
+    );
+    assert_eq!(app.text("SELECT id AS text FROM provider_webhooks").await, "evt_new");
+}
+
 /// A relay that remembers what it was handed, in order.
 #[derive(Default)]
 struct Collecting(std::sync::Mutex<Vec<String>>);
