@@ -183,7 +183,8 @@ struct Placed {
 
 /// Up to `limit` events after `cursor` in transaction order, of transactions older than every one
 /// still running (so that none committed later can appear before them). Returns them with the
-/// cursor that follows the last one.
+/// cursor that follows the last one. The ORDER BY names the table's columns: a bare `txid` there
+/// would be the text output column, and "1000" sorts before "999".
 pub async fn read_after(
     conn: &mut AsyncPgConnection,
     cursor: &Cursor,
@@ -192,7 +193,7 @@ pub async fn read_after(
     let rows: Vec<Placed> = diesel::sql_query(
         "SELECT account_id, id, type AS type_, data, created_at, txid::text AS txid, seq FROM events \
          WHERE (txid, seq) > ($1::xid8, $2) AND txid < pg_snapshot_xmin(pg_current_snapshot()) \
-         ORDER BY txid, seq LIMIT $3",
+         ORDER BY events.txid, events.seq LIMIT $3",
     )
     .bind::<Text, _>(&cursor.txid)
     .bind::<BigInt, _>(cursor.seq)

@@ -283,6 +283,31 @@ async fn a_relay_never_skips_an_event_whose_transaction_commits_after_a_younger_
     assert_eq!(round(&pool, &relay, 100).await.unwrap(), 0, "and nothing twice");
 }
 
+#[tokio::test]
+async fn a_relay_reads_transaction_ids_in_numeric_order_across_a_change_of_digits() {
+    // Transaction ids 9, 10 and 100 (older than any running transaction): as text, "10" would
+    // sort before "9" and the relay's cursor would then step over 9 for good.
+    let app = spawn_app().await;
+    let account = uuid::Uuid::now_v7();
+    for txid in [10, 9, 100] {
+        let insert = format!(
+            "INSERT INTO events (account_id, id, type, data, created_at, txid) \
+             VALUES ('{account}', '{}', 'order.created', '{{}}', now(), '{txid}')",
+            uuid::Uuid::now_v7()
+        );
+        app.execute(&insert).await;
+    }
+    let mut expected = Vec::new();
+    for txid in [9, 10, 100] {
+        expected.push(app.text(&format!("SELECT id::text AS text FROM events WHERE txid = '{txid}'")).await);
+    }
+    let pool = orderpay::db::background_pool(&app.settings.database, 2);
+    let relay = Collecting::default();
+
+    rounds_until(&pool, &relay, 3).await;
+    assert_eq!(*relay.0.lock().unwrap(), expected, "9, 10, 100: numeric order, each once");
+}
+
 /// Runs relay rounds until `relay` was handed `seen` events (a few more rounds, to give a wrong
 /// extra event its chance to show), or fails after 10 s.
 async fn rounds_until(pool: &orderpay::db::Pool, relay: &Collecting, seen: usize) {

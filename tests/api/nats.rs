@@ -128,11 +128,20 @@ async fn wait_until(what: &str, mut check: impl AsyncFnMut() -> bool) {
 }
 
 impl TestApp {
-    /// Every event of the database (every account), in transaction order.
+    /// Every event of the database (every account), in transaction order. The relay's read
+    /// holds back events newer than the server's oldest open transaction, and other tests' open
+    /// transactions count too: polled until every written event is readable.
     async fn events_in_order(&self) -> Vec<Event> {
+        let written = self.count("SELECT count(*) AS count FROM events").await as usize;
         let mut conn = self.db().await;
         let start = Cursor { txid: "0".to_owned(), seq: 0 };
-        repository::read_after(&mut conn, &start, 1_000_000).await.expect("events").0
+        let mut events = Vec::new();
+        wait_until("every written event is readable in order", async || {
+            events = repository::read_after(&mut conn, &start, 1_000_000).await.expect("events").0;
+            events.len() == written
+        })
+        .await;
+        events
     }
 
     /// Where the NATS relay's cursor stands (`seq` of the last event it handed on).
