@@ -210,7 +210,7 @@ pub async fn settle_on(
             settled.status = PaymentStatus::Failed;
             settled.failure_code = Some(GAVE_UP_CODE.to_owned());
             settled.failure_message = Some(format!(
-                "the provider never received the charge after {} attempts; nothing was charged",
+                "the provider had not received the charge after {} attempts; a charge that lands later is refunded",
                 give_up.attempts
             ));
             // A charge sent late could still land: look for one until the watch ends.
