@@ -877,7 +877,8 @@ class Bench:
         self.nats_stream = f"ORDERPAY_BENCH_{os.getpid()}"
         relays["attached"] = attached
         relays["settings"] = (f"ORDERPAY_RELAY_INTERVAL_MS={os.environ.get('ORDERPAY_RELAY_INTERVAL_MS', 'default (100)')}, "
-                              f"ORDERPAY_RELAY_BATCH_SIZE={os.environ.get('ORDERPAY_RELAY_BATCH_SIZE', 'default (500)')}")
+                              f"ORDERPAY_RELAY_BATCH_SIZE={os.environ.get('ORDERPAY_RELAY_BATCH_SIZE', 'default (500)')}, "
+                              f"ORDERPAY_WEBHOOK_CONCURRENCY={os.environ.get('ORDERPAY_WEBHOOK_CONCURRENCY', 'default (16)')}")
         relays["sample_ms"] = LAG_SAMPLE_MS
         self.receiver = Receiver() if "webhooks" in attached else None
         # Events of earlier stages are not this stage's work: the relays start at this stage's
