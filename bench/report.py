@@ -261,6 +261,21 @@ def relay_section(data):
         for relay, seconds in sorted(backlog["seconds"].items()):
             text = f"{seconds:.1f} s, {backlog['events'] / seconds:,.0f} events/s" if seconds else "did not finish"
             lines.append(f"- {relay}: {text}")
+    webhooks = backlog.get("webhooks_delivered") if backlog else None
+    if webhooks:
+        text = (f"{webhooks['seconds']:.1f} s, {webhooks['delivered'] / webhooks['seconds']:,.0f} deliveries/s"
+                if webhooks["seconds"] else f"not all within the wait ({webhooks['delivered']:,} delivered)")
+        lines.append(f"- webhook deliveries sent and recorded as delivered ({webhooks['delivered']:,}): {text}")
+    runs = relays.get("webhook_runs")
+    if runs:
+        lines += ["", "Webhook deliveries during the runs with relays (delivered: sent, answered 2xx and recorded; "
+                  "catch-up: from the end of the run until none is pending):", "",
+                  "| connections | orders | delivered in the run | delivered/s | pending at the end | catch-up s |",
+                  "|---|---|---|---|---|---|"]
+        for run in runs:
+            catch_up = f"{run['catch_up_seconds']:.1f}" if run["catch_up_seconds"] is not None else "did not finish"
+            lines.append(f"| {run['conns']} | {run['orders']:,} | {run['delivered_in_run']:,} | "
+                         f"{run['delivered_in_run'] / run['seconds']:,.0f} | {run['pending_at_end']:,} | {catch_up} |")
     delivered = relays.get("delivered")
     if delivered:
         lines += ["", "Delivered: " + "; ".join(f"{k}: {v}" for k, v in delivered.items())]

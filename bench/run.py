@@ -92,6 +92,8 @@ SWEEP_CONNECTIONS = (1, 4, 16, 64, 256)
 IDLE_CONNECTIONS = 1000
 NATS_URL = os.environ.get("BENCH_NATS_URL", "nats://127.0.0.1:4222")
 LAG_SAMPLE_MS = 250
+# How long the relays stage waits for the webhook deliveries to be delivered after a run.
+DELIVERY_WAIT_S = int(os.environ.get("BENCH_DELIVERY_WAIT_S", "300" if QUICK else "600"))
 WRK_THREADS = 2
 # BENCH_PG_STATEMENTS=1: pg_stat_statements in the private cluster, and each scenario's top
 # statements in results.md (where PostgreSQL's time goes; a little overhead on every statement).
@@ -819,6 +821,31 @@ class Bench:
             conn.close()
         return done
 
+    def webhook_deliveries(self, conn=None):
+        """(pending, delivered) webhook deliveries: what the delivery workers still owe, and what
+        a receiver answered 2xx to and the worker recorded."""
+        statement = ("SELECT count(*) FILTER (WHERE status = 'pending'), "
+                     "count(*) FILTER (WHERE status = 'delivered') FROM webhook_deliveries")
+        row = conn.query(statement)[0] if conn else self.sql(statement)[0]
+        return int(row[0]), int(row[1])
+
+    def wait_delivered(self, started, limit=DELIVERY_WAIT_S):
+        """Seconds from `started` until no webhook delivery is pending any more (None: not within
+        `limit`), and how many were delivered by then. The relay's cursor reaching the end only
+        says the deliveries were written (dispatched); this waits until they were sent and their
+        outcomes recorded."""
+        conn = pg.PgConn(self.db_url())
+        try:
+            while True:
+                pending, delivered = self.webhook_deliveries(conn)
+                if pending == 0:
+                    return time.time() - started, delivered
+                if time.time() - started >= limit:
+                    return None, delivered
+                time.sleep(0.05)
+        finally:
+            conn.close()
+
     def stage_relays(self):
         """The relays are other branches' fresh work: a failure here is reported as this stage's
         (not run: failed ...) and the rest of the bench goes on."""
@@ -850,7 +877,8 @@ class Bench:
         self.nats_stream = f"ORDERPAY_BENCH_{os.getpid()}"
         relays["attached"] = attached
         relays["settings"] = (f"ORDERPAY_RELAY_INTERVAL_MS={os.environ.get('ORDERPAY_RELAY_INTERVAL_MS', 'default (100)')}, "
-                              f"ORDERPAY_RELAY_BATCH_SIZE={os.environ.get('ORDERPAY_RELAY_BATCH_SIZE', 'default (500)')}")
+                              f"ORDERPAY_RELAY_BATCH_SIZE={os.environ.get('ORDERPAY_RELAY_BATCH_SIZE', 'default (500)')}, "
+                              f"ORDERPAY_WEBHOOK_CONCURRENCY={os.environ.get('ORDERPAY_WEBHOOK_CONCURRENCY', 'default (16)')}")
         relays["sample_ms"] = LAG_SAMPLE_MS
         self.receiver = Receiver() if "webhooks" in attached else None
         # Events of earlier stages are not this stage's work: the relays start at this stage's
@@ -912,6 +940,7 @@ class Bench:
         receiver_cpu_seconds = 0.0
         with_seconds = 0.0
         results = {f"{kind}.{conns}": [] for kind in ("without", "with") for conns in (16, 64)}
+        webhook_runs = []
         try:
             for index in range(RUNS):
                 svc = Service(self.db_url(), self.mock)
@@ -934,9 +963,25 @@ class Bench:
                         if index == 0:
                             self.wrk(svc, "orders.lua", conns, self.env, WARMUP, measure=False)
                         cpu_before = proc_ticks(self.receiver.process.pid) if self.receiver else 0
+                        if self.receiver:
+                            _, delivered_before = self.webhook_deliveries()
                         sampling["on"] = True
                         r = self.wrk(svc, "orders.lua", conns, self.env, DURATION)
                         sampling["on"] = False
+                        if self.receiver:
+                            ran_until = time.time()
+                            pending, delivered_after = self.webhook_deliveries()
+                            in_run = delivered_after - delivered_before
+                            caught_up, delivered_end = self.wait_delivered(ran_until)
+                            run = {"conns": conns, "orders": r["requests"],
+                                   "seconds": r["seconds"], "delivered_in_run": in_run,
+                                   "pending_at_end": pending, "catch_up_seconds": caught_up,
+                                   "delivered_total": delivered_end - delivered_before}
+                            webhook_runs.append(run)
+                            log(f"  webhooks at {conns}: {in_run:,} delivered during the run "
+                                f"({in_run / r['seconds']:,.0f}/s), {pending:,} pending at its end, "
+                                + (f"all delivered {caught_up:.1f} s after it" if caught_up is not None
+                                   else f"still pending {DELIVERY_WAIT_S} s after it"))
                         with_seconds += r["seconds"]
                         if self.receiver:
                             receiver_cpu_seconds += (proc_ticks(self.receiver.process.pid) - cpu_before) / CLK_TCK
@@ -953,6 +998,7 @@ class Bench:
             label = "new orders, relays attached (" + " + ".join(attached) + ")" if kind == "with" else \
                 "new orders, no relays (same stage)"
             self.add_row(f"relays.{name}", label, int(conns), median_of(runs))
+        relays["webhook_runs"] = webhook_runs
         relays["lag_samples"] = samples
         relays["lag_stats"], relays["lag_p99"] = {}, {}
         for relay in attached:
@@ -985,12 +1031,20 @@ class Bench:
         build_seconds = time.time() - build_started
         events = int(self.scalar("SELECT count(*) FROM events"))
         log(f"relays: {events:,} events waiting; starting the service with the relays on")
+        backlog_delivered_before = self.webhook_deliveries()[1] if self.receiver else 0
         started = time.time()
         self.service = Service(self.db_url(), self.mock, with_env)
         drained = self.wait_drained(attached, started)
         relays["backlog"] = {"events": events, "build_seconds": build_seconds, "seconds": drained}
         log("relays: backlog drained: " + ", ".join(
             f"{relay} {s:.1f} s ({events / s:,.0f}/s)" if s else f"{relay} not within 600 s" for relay, s in drained.items()))
+        if self.receiver:
+            seconds, delivered = self.wait_delivered(started)
+            delivered -= backlog_delivered_before
+            relays["backlog"]["webhooks_delivered"] = {"seconds": seconds, "delivered": delivered}
+            log("relays: backlog's webhook deliveries: " + (
+                f"all {delivered:,} delivered {seconds:.1f} s after the start ({delivered / seconds:,.0f}/s)"
+                if seconds else f"{delivered:,} delivered, some still pending after {DELIVERY_WAIT_S} s"))
         time.sleep(2)
         stage_events += int(self.scalar("SELECT count(*) FROM events"))
         delivered = {"events written in the stage": f"{stage_events:,}"}

@@ -37,8 +37,9 @@ pub fn provider(settings: &crate::config::ProviderConfig) -> anyhow::Result<Arc<
     Ok(Arc::new(HttpProvider::new(&settings.url, settings.timeout, settings.api_key.clone())?))
 }
 
-/// Connections of the webhook delivery worker's own pool: a claim and the outcomes of the sends
-/// in flight, which never wait behind the other background tasks.
+/// Connections of the webhook delivery worker's own pool: one for its claims, one for its
+/// recorder (which writes the outcomes of the sends in batches, one batch at a time), so neither
+/// waits behind the other or behind the other background tasks.
 const DELIVERY_POOL_SIZE: u32 = 2;
 /// Connections shared by the background tasks: the two sweepers, the reconciler and the outbox's
 /// relays. A relay round holds one while its destination answers (a NATS round up to its

@@ -14,23 +14,42 @@
 //! dies mid-send loses nothing: its lease runs out and the delivery is sent again (at least
 //! once). A worker whose lease ran out while its send was slow writes nothing but its attempt:
 //! the outcome belongs to whoever holds the delivery now.
+//!
+//! Outcomes are recorded in batches, not one transaction per send: a commit per delivery was the
+//! ceiling of the whole path (a few hundred a second, however many sends were in flight). A
+//! finished send hands its attempt to the worker's recorder (a task fed by a bounded channel)
+//! and frees its sending slot; the recorder writes whatever has queued up while it wrote the
+//! batch before, up to [`RECORD_BATCH`], in one statement ([`repository::record_finished`]),
+//! each outcome still under its own lease. Under light load that is a batch of one, written at
+//! once (no window to wait out); under heavy load batches grow by themselves. The channel's
+//! bound stops the sends when the recorder falls behind, so the deliveries sent but not yet
+//! recorded stay few and far inside their leases. On shutdown the worker claims no more, lets
+//! the sends in flight finish, and the recorder writes everything handed to it before it ends;
+//! an outcome lost anyway (a failed write, a killed process) is a delivery sent again after its
+//! lease, as with any worker that dies.
+//!
+//! Claims come in batches too: once every slot is busy, the worker claims again when half of
+//! them are free, not at each freed slot, which would be a claim (and a commit) per delivery.
+//!
+//! The worker's pool needs two connections: one for claims, one for the recorder, which never
+//! holds more than one.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
 use chrono::Utc;
 use reqwest::header::{CONTENT_TYPE, HeaderValue};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio::task::JoinSet;
 
-use super::repository::{self, Attempt, Claimed, Outcome};
+use super::repository::{self, Attempt, Claimed, Finished, Outcome};
 use super::{DeliveryConfig, WebhookSettings, address, secret_context};
 use crate::background::Shutdown;
 use crate::db::Pool;
 use crate::encryption::EncryptionKey;
 use crate::events::repository as events;
-use crate::ids::{AccountId, EndpointId, EventId, LeaseId};
+use crate::ids::{AccountId, DeliveryId, EndpointId, EventId, LeaseId};
 use crate::operations::leases::Lease;
 use crate::webhook_signature::{self, Secret};
 
@@ -41,6 +60,11 @@ const ERROR_CHARS: usize = 500;
 
 /// The response body is read (and dropped) up to this much, so the connection can be reused.
 const BODY_READ_LIMIT: usize = 64 << 10;
+
+/// The most finished attempts recorded in one statement, and the recorder channel's bound. Far
+/// more than a worker sends between two writes at its default concurrency; the bound only
+/// matters when the database stalls, and then it holds the sends back.
+pub const RECORD_BATCH: usize = 512;
 
 /// The delivery client: bounded by the timeout, no redirects, no proxy, and (unless private
 /// addresses are allowed) connecting to public addresses only.
@@ -82,7 +106,7 @@ impl Worker {
 /// One delivery ready to go, or why it cannot.
 struct Send {
     account_id: AccountId,
-    delivery: crate::ids::DeliveryId,
+    delivery: DeliveryId,
     lease: LeaseId,
     attempt: i32,
     prepared: Result<Prepared, Refusal>,
@@ -104,51 +128,103 @@ struct Refusal {
 }
 
 /// Runs the worker until `shutdown`: every `poll` (or when woken), it claims as many due
-/// deliveries as it has free sending slots and sends them. On shutdown it claims no more and
-/// lets the sends in flight finish and record their outcomes.
+/// deliveries as it has free sending slots and sends them; while there is more due than slots,
+/// it claims again each time half of its slots are free. On shutdown it claims no more, lets the
+/// sends in flight finish, and returns once the recorder wrote every outcome they handed it.
 pub async fn run(worker: Worker, mut shutdown: Shutdown) {
     let worker = Arc::new(worker);
     let slots = Arc::new(Semaphore::new(worker.config.concurrency));
+    let refill = worker.config.concurrency.div_ceil(2);
+    let (outcomes, finished) = mpsc::channel(RECORD_BATCH);
+    let recorder = tokio::spawn(record(worker.pool.clone(), finished));
     let mut sending = JoinSet::new();
+    // The last claim filled every free slot: more may be due, so freed slots are claimed again.
+    let mut more_due = false;
     loop {
         while sending.try_join_next().is_some() {}
         if *shutdown.borrow() {
             break;
         }
-        loop {
-            let free = slots.available_permits();
-            if free == 0 {
-                break;
-            }
-            let batch = match worker.claim(free as i64).await {
-                Ok(batch) => batch,
-                Err(error) => {
-                    tracing::warn!(error = ?error, "webhook delivery claim failed; tried again later");
+        if !more_due || slots.available_permits() >= refill {
+            more_due = false;
+            loop {
+                let free = slots.available_permits();
+                if free == 0 {
+                    more_due = true;
                     break;
                 }
-            };
-            let claimed = batch.len();
-            for send in batch {
-                let Ok(permit) = slots.clone().try_acquire_owned() else { break };
-                let worker = worker.clone();
-                sending.spawn(async move {
-                    worker.deliver(send).await;
-                    drop(permit);
-                });
-            }
-            if claimed < free {
-                break;
+                let batch = match worker.claim(free as i64).await {
+                    Ok(batch) => batch,
+                    Err(error) => {
+                        tracing::warn!(error = ?error, "webhook delivery claim failed; tried again later");
+                        break;
+                    }
+                };
+                let claimed = batch.len();
+                for send in batch {
+                    let Ok(permit) = slots.clone().try_acquire_owned() else { break };
+                    let (worker, outcomes) = (worker.clone(), outcomes.clone());
+                    sending.spawn(async move {
+                        let finished = worker.deliver(send).await;
+                        // The slot is free once the send is; the recorder's bound holds it while
+                        // the recorder is behind.
+                        let _ = outcomes.send(finished).await;
+                        drop(permit);
+                    });
+                }
+                if claimed < free {
+                    break;
+                }
             }
         }
         tokio::select! {
-            _ = tokio::time::sleep(worker.config.poll) => {}
-            _ = worker.wake.notified() => {}
-            // With every slot busy, look again as soon as one frees.
-            Some(_) = sending.join_next(), if slots.available_permits() == 0 => {}
+            _ = tokio::time::sleep(worker.config.poll) => more_due = false,
+            _ = worker.wake.notified() => more_due = false,
+            // With more due than slots, look again as sends finish (claiming once `refill` are free).
+            Some(_) = sending.join_next(), if more_due => {}
             changed = shutdown.changed() => if changed.is_err() { break },
         }
     }
     while sending.join_next().await.is_some() {}
+    // The last sender goes: the recorder writes what it holds, then ends.
+    drop(outcomes);
+    if let Err(error) = recorder.await {
+        tracing::error!(error = ?error, "the webhook outcome recorder failed");
+    }
+}
+
+/// The recorder: writes finished attempts in batches of whatever queued up while it wrote the
+/// batch before (at most [`RECORD_BATCH`]), until every sender is gone and the channel is empty.
+async fn record(pool: Pool, mut finished: mpsc::Receiver<Finished>) {
+    let mut batch = Vec::with_capacity(RECORD_BATCH);
+    while finished.recv_many(&mut batch, RECORD_BATCH).await > 0 {
+        match record_batch(&pool, &batch).await {
+            Ok(applied) => {
+                for one in &batch {
+                    if applied.contains(&one.delivery) {
+                        count(one.outcome);
+                    } else {
+                        tracing::info!(
+                            delivery = %one.delivery,
+                            attempt = one.attempt.number,
+                            "webhook delivery taken over or stopped meanwhile; its attempt is recorded, its outcome is not"
+                        );
+                    }
+                }
+            }
+            Err(error) => tracing::warn!(
+                deliveries = batch.len(),
+                error = ?error,
+                "webhook delivery outcomes not recorded; they are sent again after their leases"
+            ),
+        }
+        batch.clear();
+    }
+}
+
+async fn record_batch(pool: &Pool, batch: &[Finished]) -> anyhow::Result<HashSet<DeliveryId>> {
+    let mut conn = pool.get().await?;
+    Ok(repository::record_finished(&mut conn, batch, Utc::now()).await?)
 }
 
 impl Worker {
@@ -209,8 +285,9 @@ impl Worker {
             .collect()
     }
 
-    /// Sends one delivery and records its attempt and outcome.
-    async fn deliver(&self, send: Send) {
+    /// Sends one delivery; returns its attempt and where the delivery goes next, for the
+    /// recorder.
+    async fn deliver(&self, send: Send) -> Finished {
         let started_at = Utc::now();
         let clock = Instant::now();
         let (http_status, error, give_up) = match &send.prepared {
@@ -236,25 +313,7 @@ impl Worker {
                 Outcome::Retry(crate::clock::after(Utc::now(), wait))
             }
         };
-        match self.record(&send, &attempt, outcome).await {
-            Ok(true) => count(outcome),
-            Ok(false) => tracing::info!(
-                delivery = %send.delivery,
-                attempt = send.attempt,
-                "webhook delivery taken over or stopped meanwhile; its attempt is recorded, its outcome is not"
-            ),
-            Err(error) => tracing::warn!(
-                delivery = %send.delivery,
-                error = ?error,
-                "webhook delivery outcome not recorded; it is sent again after its lease"
-            ),
-        }
-    }
-
-    async fn record(&self, send: &Send, attempt: &Attempt, outcome: Outcome) -> anyhow::Result<bool> {
-        let mut conn = self.pool.get().await?;
-        let key = (send.account_id, send.delivery);
-        Ok(repository::record(&mut conn, key, send.lease, attempt, outcome, Utc::now()).await?)
+        Finished { account_id: send.account_id, delivery: send.delivery, lease: send.lease, attempt, outcome }
     }
 
     /// POSTs the event; returns the HTTP status if an answer came, and the error unless it was

@@ -5,12 +5,14 @@
 //! - endpoints: [`insert_endpoint`], [`rotate_secret`] and [`delete_endpoint`] (which stops the
 //!   endpoint's pending deliveries in the same statement);
 //! - deliveries: [`insert_deliveries`] (the relay, in its round; redeliveries), [`claim_due`] (a
-//!   worker leases due ones, counting an attempt), [`record`] (an attempt's outcome under its
-//!   lease, with the attempt's row).
+//!   worker leases due ones, counting an attempt), [`record_finished`] (a batch of attempts'
+//!   outcomes, each under its own lease, with the attempts' rows).
 //!
 //! Lock order (docs/architecture.md): an endpoint row, then deliveries, then attempts. The
 //! relay takes its endpoints `FOR SHARE` before it writes their deliveries, so a deletion
 //! either comes first (and the relay writes none for it) or waits for the round and stops them.
+
+use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
@@ -372,49 +374,115 @@ pub enum Outcome {
     GiveUp,
 }
 
-/// Records an attempt and, if `lease` still holds the pending delivery, its outcome, in one
-/// statement. A worker whose lease ran out and was taken over changes nothing but the
-/// attempt's own row. Returns whether the outcome was written.
-pub async fn record(
+/// One finished attempt to record: the delivery, the lease it was sent under, what it saw and
+/// where the delivery goes next.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    pub account_id: AccountId,
+    pub delivery: DeliveryId,
+    pub lease: LeaseId,
+    pub attempt: Attempt,
+    pub outcome: Outcome,
+}
+
+/// Records a batch of finished attempts in one statement (one transaction, one round trip, one
+/// commit, whatever the batch's size): every attempt's row, and each delivery's outcome only if
+/// its attempt's lease still holds the pending delivery. A worker whose lease ran out and was
+/// taken over changes nothing but its attempt's own row; an endpoint's deletion (which cancels
+/// the delivery and drops its lease) wins the same way. Returns the deliveries whose outcome was
+/// written.
+///
+/// The lease guard is part of the join, so a delivery listed twice (sent under an old lease that
+/// ran out, then again under a new one) matches at most one row: the one its current lease sent.
+///
+/// The held deliveries are locked `SKIP LOCKED` before they are updated: a statement that moves
+/// many deliveries could otherwise deadlock with an endpoint's deletion cancelling several of
+/// them in another order. Whoever else locks a delivery this lease holds is taking it away (a
+/// deletion cancelling it, or a claim after the lease ran out), so skipping it is what the lease
+/// guard would decide anyway, and the recorder never waits.
+pub async fn record_finished(
     conn: &mut AsyncPgConnection,
-    (account_id, id): (AccountId, DeliveryId),
-    lease: LeaseId,
-    attempt: &Attempt,
-    outcome: Outcome,
+    finished: &[Finished],
     now: DateTime<Utc>,
-) -> QueryResult<bool> {
-    let (status, next_attempt_at) = match outcome {
-        Outcome::Delivered => (DeliveryStatus::Delivered, None),
-        Outcome::Retry(at) => (DeliveryStatus::Pending, Some(at)),
-        Outcome::GiveUp => (DeliveryStatus::Failed, None),
-    };
-    let http_status = attempt.http_status.and_then(|status| i16::try_from(status).ok());
-    let updated = diesel::sql_query(
-        "WITH attempt AS ( \
+) -> QueryResult<HashSet<DeliveryId>> {
+    #[derive(QueryableByName)]
+    struct Applied {
+        #[diesel(sql_type = SqlUuid)]
+        id: DeliveryId,
+    }
+    if finished.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let mut account_ids = Vec::with_capacity(finished.len());
+    let mut ids = Vec::with_capacity(finished.len());
+    let mut leases = Vec::with_capacity(finished.len());
+    let mut numbers = Vec::with_capacity(finished.len());
+    let mut started = Vec::with_capacity(finished.len());
+    let mut http_statuses = Vec::with_capacity(finished.len());
+    let mut latencies = Vec::with_capacity(finished.len());
+    let mut errors = Vec::with_capacity(finished.len());
+    let mut statuses = Vec::with_capacity(finished.len());
+    let mut next_attempts = Vec::with_capacity(finished.len());
+    for one in finished {
+        let (status, next_attempt_at) = match one.outcome {
+            Outcome::Delivered => (DeliveryStatus::Delivered, None),
+            Outcome::Retry(at) => (DeliveryStatus::Pending, Some(at)),
+            Outcome::GiveUp => (DeliveryStatus::Failed, None),
+        };
+        account_ids.push(one.account_id);
+        ids.push(one.delivery);
+        leases.push(one.lease);
+        numbers.push(one.attempt.number);
+        started.push(one.attempt.started_at);
+        http_statuses.push(one.attempt.http_status.and_then(|status| i16::try_from(status).ok()));
+        latencies.push(one.attempt.latency_ms);
+        errors.push(one.attempt.error.as_deref());
+        statuses.push(status.as_str());
+        next_attempts.push(next_attempt_at);
+    }
+    let applied: Vec<Applied> = diesel::sql_query(
+        "WITH finished AS ( \
+             SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::int4[], \
+                 $5::timestamptz[], $6::int2[], $7::int4[], $8::text[], $9::text[], \
+                 $10::timestamptz[]) \
+             AS f(account_id, id, lease_id, attempt, started_at, http_status, latency_ms, error, \
+                 status, next_attempt_at)), \
+         attempts AS ( \
              INSERT INTO webhook_delivery_attempts \
                  (account_id, delivery_id, attempt, started_at, http_status, latency_ms, error) \
-             VALUES ($1, $2, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING) \
-         UPDATE webhook_deliveries SET status = $9, next_attempt_at = $10, lease_id = NULL, \
-             lease_until = NULL, last_attempt_at = $5, last_status = $6, last_error = $8, \
-             failing_since = CASE WHEN $8 IS NULL THEN failing_since \
-                                  ELSE coalesce(failing_since, $5) END, \
+             SELECT account_id, id, attempt, started_at, http_status, latency_ms, error \
+             FROM finished ON CONFLICT DO NOTHING), \
+         held AS ( \
+             SELECT d.account_id, d.id FROM webhook_deliveries AS d \
+             JOIN finished AS f ON d.account_id = f.account_id AND d.id = f.id \
+                 AND d.lease_id = f.lease_id \
+             WHERE d.status = 'pending' \
+             FOR NO KEY UPDATE OF d SKIP LOCKED) \
+         UPDATE webhook_deliveries AS d SET status = f.status, next_attempt_at = f.next_attempt_at, \
+             lease_id = NULL, lease_until = NULL, last_attempt_at = f.started_at, \
+             last_status = f.http_status, last_error = f.error, \
+             failing_since = CASE WHEN f.error IS NULL THEN d.failing_since \
+                                  ELSE coalesce(d.failing_since, f.started_at) END, \
              updated_at = $11 \
-         WHERE account_id = $1 AND id = $2 AND status = 'pending' AND lease_id = $3",
+         FROM finished AS f, held AS h \
+         WHERE d.account_id = h.account_id AND d.id = h.id AND f.account_id = h.account_id \
+             AND f.id = h.id AND d.status = 'pending' AND d.lease_id = f.lease_id \
+         RETURNING d.id",
     )
-    .bind::<SqlUuid, _>(account_id)
-    .bind::<SqlUuid, _>(id)
-    .bind::<SqlUuid, _>(lease)
-    .bind::<Int4, _>(attempt.number)
-    .bind::<Timestamptz, _>(attempt.started_at)
-    .bind::<Nullable<Int2>, _>(http_status)
-    .bind::<Int4, _>(attempt.latency_ms)
-    .bind::<Nullable<Text>, _>(attempt.error.as_deref())
-    .bind::<Text, _>(status)
-    .bind::<Nullable<Timestamptz>, _>(next_attempt_at)
+    .bind::<Array<SqlUuid>, _>(&account_ids)
+    .bind::<Array<SqlUuid>, _>(&ids)
+    .bind::<Array<SqlUuid>, _>(&leases)
+    .bind::<Array<Int4>, _>(&numbers)
+    .bind::<Array<Timestamptz>, _>(&started)
+    .bind::<Array<Nullable<Int2>>, _>(&http_statuses)
+    .bind::<Array<Int4>, _>(&latencies)
+    .bind::<Array<Nullable<Text>>, _>(&errors)
+    .bind::<Array<Text>, _>(&statuses)
+    .bind::<Array<Nullable<Timestamptz>>, _>(&next_attempts)
     .bind::<Timestamptz, _>(now)
-    .execute(conn)
+    .load(conn)
     .await?;
-    Ok(updated == 1)
+    Ok(applied.into_iter().map(|row| row.id).collect())
 }
 
 /// An endpoint with failing deliveries: pending ones whose last attempt failed, and ones given

@@ -596,6 +596,200 @@ async fn a_service_killed_mid_delivery_delivers_every_event_after_a_restart() {
     assert!(receiver.received().iter().all(|request| verifies(&secret, request)));
 }
 
+#[tokio::test]
+async fn a_batch_of_outcomes_writes_each_only_under_its_own_lease_and_every_attempt() {
+    // The recorder's statement on a batch built on purpose: two deliveries still held by the
+    // lease that sent them, two whose lease ran out and that another claim took over meanwhile,
+    // and for one of those the new holder's attempt in the same batch. The app has merchant
+    // webhooks off: no worker of its own claims anything, and the clock is the test's.
+    use diesel_async::RunQueryDsl;
+    use orderpay::ids::{DeliveryId, EndpointId, EventId, LeaseId};
+    use orderpay::merchant_webhooks::DeliveryOrigin;
+    use orderpay::merchant_webhooks::repository::{
+        self, Attempt, Finished, NewDelivery, Outcome, claim_due, insert_deliveries,
+    };
+    use orderpay::operations::leases::Lease;
+
+    let app = spawn_app().await;
+    let mut conn = app.db().await;
+    let endpoint_id = EndpointId::generate();
+    diesel::sql_query(format!(
+        "INSERT INTO webhook_endpoints (account_id, id, url, enabled_events, secret, created_at, updated_at) \
+         VALUES ('{}', '{}', 'http://127.0.0.1:9/hook', ARRAY['*'], '\\x00', now(), now())",
+        app.account_id, endpoint_id
+    ))
+    .execute(&mut conn)
+    .await
+    .expect("an endpoint");
+    let t0 = Utc::now();
+    let new: Vec<NewDelivery> = (0..4)
+        .map(|_| NewDelivery {
+            account_id: app.account_id,
+            id: DeliveryId::generate(),
+            endpoint_id,
+            event_id: EventId::generate(),
+            origin: DeliveryOrigin::Outbox,
+        })
+        .collect();
+    assert_eq!(insert_deliveries(&mut conn, &new, t0).await.unwrap(), 4);
+
+    // The first worker claims all four for a second...
+    let first = Lease { id: LeaseId::generate(), until: t0 + chrono::Duration::seconds(1) };
+    let claimed_first = claim_due(&mut conn, 10, first, t0).await.unwrap();
+    assert_eq!(claimed_first.len(), 4);
+    // ...which runs out: two seconds later a second worker takes two of them over.
+    let later = t0 + chrono::Duration::seconds(2);
+    let second = Lease { id: LeaseId::generate(), until: later + chrono::Duration::seconds(60) };
+    let taken_over: Vec<DeliveryId> =
+        claim_due(&mut conn, 2, second, later).await.unwrap().iter().map(|claimed| claimed.id).collect();
+    assert_eq!(taken_over.len(), 2);
+    let held: Vec<DeliveryId> =
+        new.iter().map(|delivery| delivery.id).filter(|id| !taken_over.contains(id)).collect();
+
+    let attempt = |number: i32, http_status: u16| Attempt {
+        number,
+        started_at: later,
+        http_status: Some(http_status),
+        latency_ms: 7,
+        error: (http_status != 200).then(|| format!("HTTP {http_status}")),
+    };
+    let finished = |delivery: DeliveryId, lease: LeaseId, attempt: Attempt, outcome: Outcome| Finished {
+        account_id: app.account_id,
+        delivery,
+        lease,
+        attempt,
+        outcome,
+    };
+    let retry_at = later + chrono::Duration::seconds(30);
+    let batch = [
+        // Held: delivered, and failed (retried later).
+        finished(held[0], first.id, attempt(1, 200), Outcome::Delivered),
+        finished(held[1], first.id, attempt(1, 500), Outcome::Retry(retry_at)),
+        // Taken over: the first worker's late 500s, which must not touch either delivery...
+        finished(taken_over[0], first.id, attempt(1, 500), Outcome::Retry(retry_at)),
+        finished(taken_over[1], first.id, attempt(1, 500), Outcome::GiveUp),
+        // ...and the second worker's 200 for one of them, in the same batch.
+        finished(taken_over[1], second.id, attempt(2, 200), Outcome::Delivered),
+    ];
+    let applied = repository::record_finished(&mut conn, &batch, later).await.unwrap();
+    assert_eq!(applied, std::collections::HashSet::from([held[0], held[1], taken_over[1]]));
+
+    let rows = deliveries(&app, &endpoint_id.to_string()).await;
+    let row = |id: DeliveryId| rows.iter().find(|row| row.id == id.to_string()).unwrap().clone();
+    assert_eq!(row(held[0]).status, "delivered");
+    assert_eq!(row(held[0]).last_status, Some(200));
+    assert_eq!(row(held[1]).status, "pending");
+    assert_eq!(row(held[1]).last_status, Some(500));
+    assert_eq!(
+        row(held[1]).next_attempt_at.map(|at| at.timestamp_micros()),
+        Some(retry_at.timestamp_micros())
+    );
+    // Still the second worker's, untouched by the first one's late answer.
+    let untouched = row(taken_over[0]);
+    assert_eq!((untouched.status.as_str(), untouched.attempts, untouched.last_status), ("pending", 2, None));
+    assert_eq!(
+        untouched.next_attempt_at.map(|at| at.timestamp_micros()),
+        Some(second.until.timestamp_micros()),
+        "still leased to the second worker"
+    );
+    let overtaken = row(taken_over[1]);
+    assert_eq!((overtaken.status.as_str(), overtaken.last_status), ("delivered", Some(200)));
+
+    // Every attempt is recorded, the late ones too.
+    let numbers = |id: DeliveryId| {
+        let app = &app;
+        async move {
+            attempts(app, &id.to_string())
+                .await
+                .iter()
+                .map(|a| (a.attempt, a.http_status))
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(numbers(held[0]).await, [(1, Some(200))]);
+    assert_eq!(numbers(held[1]).await, [(1, Some(500))]);
+    assert_eq!(numbers(taken_over[0]).await, [(1, Some(500))]);
+    assert_eq!(numbers(taken_over[1]).await, [(1, Some(500)), (2, Some(200))]);
+    let leased: i64 = {
+        #[derive(QueryableByName)]
+        struct Count {
+            #[diesel(sql_type = diesel::sql_types::BigInt)]
+            count: i64,
+        }
+        diesel::sql_query(format!(
+            "SELECT count(*) AS count FROM webhook_deliveries WHERE lease_id = '{}'",
+            second.id
+        ))
+        .get_result::<Count>(&mut conn)
+        .await
+        .unwrap()
+        .count
+    };
+    assert_eq!(leased, 1, "only the untouched delivery is still leased, to the second worker");
+}
+
+#[tokio::test]
+async fn five_hundred_events_are_each_delivered_once_with_every_attempt_recorded() {
+    // Enough at once that outcomes are recorded many to a batch and claims refill half-free slots.
+    let app = webhooks_app(|_| {}).await;
+    let receiver = Receiver::ok().await;
+    let endpoint = create_endpoint(&app, &receiver.url("/hook"), &["order.created"]).await;
+    let delivered_before = deliveries_counted(&app, "delivered").await;
+    const EVENTS: usize = 500;
+    for _ in 0..EVENTS / 25 {
+        futures::future::join_all((0..25).map(|_| app.create_order())).await;
+    }
+    #[derive(QueryableByName)]
+    struct Id {
+        #[diesel(sql_type = Text)]
+        id: String,
+    }
+    let expected: BTreeSet<String> = {
+        use diesel_async::RunQueryDsl;
+        let query = format!(
+            "SELECT id::text AS id FROM events WHERE account_id = '{}' AND type = 'order.created'",
+            app.account_id
+        );
+        let ids: Vec<Id> = diesel::sql_query(query).load(&mut app.db().await).await.unwrap();
+        ids.into_iter().map(|row| row.id).collect()
+    };
+    assert_eq!(expected.len(), EVENTS);
+
+    let rows = wait_for("every delivery is delivered", Duration::from_secs(60), async || {
+        let rows = deliveries(&app, &id_of(&endpoint)).await;
+        (rows.len() == EVENTS && rows.iter().all(|row| row.status == "delivered")).then_some(rows)
+    })
+    .await;
+    assert_eq!(rows.iter().map(|row| row.event_id.clone()).collect::<BTreeSet<_>>(), expected);
+    assert!(rows.iter().all(|row| row.attempts == 1 && row.last_status == Some(200)), "one attempt each");
+    assert_eq!(receiver.received().len(), EVENTS, "each event sent once");
+    assert_eq!(receiver.webhook_ids("/hook"), expected);
+
+    #[derive(QueryableByName)]
+    struct Recorded {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        attempts: i64,
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        ok: i64,
+    }
+    let recorded: Recorded = {
+        use diesel_async::RunQueryDsl;
+        diesel::sql_query(format!(
+            "SELECT count(*) AS attempts, count(*) FILTER (WHERE a.attempt = 1 AND a.http_status = 200 \
+                 AND a.error IS NULL) AS ok \
+             FROM webhook_delivery_attempts AS a JOIN webhook_deliveries AS d \
+                 ON d.account_id = a.account_id AND d.id = a.delivery_id \
+             WHERE d.endpoint_id = '{}'",
+            id_of(&endpoint)
+        ))
+        .get_result(&mut app.db().await)
+        .await
+        .unwrap()
+    };
+    assert_eq!((recorded.attempts, recorded.ok), (EVENTS as i64, EVENTS as i64), "every attempt recorded");
+    assert!(deliveries_counted(&app, "delivered").await >= delivered_before + EVENTS as u64);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Secrets
 
