@@ -182,23 +182,23 @@ async fn what_events_leave_behind_goes_with_them_but_work_still_due_stays() {
          VALUES ('{account}', gen_random_uuid(), 'https://example.com/hook', '{{*}}', '\\x00', now(), now())"
     ))
     .await;
+    // Each delivery with its attempt in one statement: the sweeper runs all along and would
+    // otherwise take an old delivery before its attempt is written.
     let delivery = |status: &str, created: &str| {
         let next = if status == "pending" { "now()" } else { "NULL" };
         format!(
-            "INSERT INTO webhook_deliveries (account_id, id, endpoint_id, event_id, origin, status, attempts, \
-             next_attempt_at, created_at, updated_at) SELECT '{account}', gen_random_uuid(), id, gen_random_uuid(), \
-             'redeliver', '{status}', 1, {next}, {created}, {created} FROM webhook_endpoints"
+            "WITH delivery AS (INSERT INTO webhook_deliveries (account_id, id, endpoint_id, event_id, origin, \
+             status, attempts, next_attempt_at, created_at, updated_at) SELECT '{account}', gen_random_uuid(), id, \
+             gen_random_uuid(), 'redeliver', '{status}', 1, {next}, {created}, {created} FROM webhook_endpoints \
+             RETURNING account_id, id, created_at) \
+             INSERT INTO webhook_delivery_attempts (account_id, delivery_id, attempt, started_at, http_status, \
+             latency_ms) SELECT account_id, id, 1, created_at, 200, 3 FROM delivery"
         )
     };
     app.execute(&delivery("delivered", old)).await;
     app.execute(&delivery("failed", old)).await;
     app.execute(&delivery("pending", old)).await;
     app.execute(&delivery("delivered", "now()")).await;
-    app.execute(
-        "INSERT INTO webhook_delivery_attempts (account_id, delivery_id, attempt, started_at, http_status, latency_ms) \
-         SELECT account_id, id, 1, created_at, 200, 3 FROM webhook_deliveries",
-    )
-    .await;
     for (id, received) in [("evt_old", old), ("evt_new", "now()")] {
         app.execute(&format!(
             "INSERT INTO provider_webhooks (id, event_type, object_id, result, received_at) \
