@@ -3,7 +3,8 @@
 //! A give-up waits until the payment's last send has been quiet for the provider timeout and a
 //! margin, and every send is ordered against it by the database; still, a provider can act
 //! later than any timeout. So the reconciler keeps looking a given-up payment's downstream key up
-//! (with backoff, for `ORDERPAY_LATE_CHARGE_WATCH_SECS`). A charge it finds is recorded on the
+//! (with backoff, for `ORDERPAY_LATE_CHARGE_WATCH_SECS`; a provider webhook reporting the charge
+//! brings the next look forward). A charge it finds is recorded on the
 //! failed payment (which stays failed, its stored 402 answer standing) and refunded by the
 //! system through the refund engine: a refund with no client key, that leaves the order alone.
 //! A late authorization is voided. The customer ends charged once: by the payment that

@@ -342,9 +342,12 @@ async fn apply_charge(
     }
     if payment.status == PaymentStatus::Failed && charge.status == ChargeStatus::Succeeded {
         // Money taken for a payment we failed (a charge that landed after the reconciler gave
-        // up): final states absorb; the late-charge watch refunds it (`operations::late_charge`).
-        tracing::warn!(%payment_id, charge_id = %charge.id,
-            "the provider reports a succeeded charge for a failed payment; the late-charge watch refunds it");
+        // up): final states absorb; the late-charge watch refunds it (`operations::late_charge`),
+        // brought forward to its next pass rather than its backoff's (the refund needs a
+        // provider call, which never runs inside this transaction).
+        let watched = payments::watch_late_now(conn, account_id, payment_id, Utc::now()).await?;
+        tracing::warn!(%payment_id, charge_id = %charge.id, watched,
+            "the provider reports a succeeded charge for a failed payment; the late-charge watch refunds it on its next pass");
     }
     Ok((Received::Stale, Some(subject)))
 }

@@ -447,6 +447,26 @@ pub async fn watch_late(
     rows.into_iter().map(|row| Ok((row.payment.into_payment()?, row.late_watch_until))).collect()
 }
 
+/// Brings the late-charge watch of a failed payment forward to `now`, when the provider says it
+/// holds a charge for it (its webhook): the refund then starts on the reconciler's next pass,
+/// not after the watch's backoff. Returns whether the payment is watched.
+pub async fn watch_late_now(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    id: PaymentId,
+    now: DateTime<Utc>,
+) -> QueryResult<bool> {
+    let moved = diesel::update(payments::table)
+        .filter(payments::account_id.eq(account_id))
+        .filter(payments::id.eq(id))
+        .filter(payments::status.eq(PaymentStatus::Failed))
+        .filter(payments::late_watch_until.is_not_null())
+        .set(payments::next_check_at.eq(now))
+        .execute(conn)
+        .await?;
+    Ok(moved == 1)
+}
+
 /// Schedules the next look for a late charge, or (`None`) ends the watch.
 pub async fn watch_late_again(
     conn: &mut AsyncPgConnection,

@@ -7,17 +7,20 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::helpers::{TestApp, assert_problem, json, new_key, spawn_app_with};
+use orderpay::config::Settings;
+
+use crate::helpers::{TestApp, assert_problem, json, new_key, provider_webhooks_on, spawn_app_with};
 
 /// An app whose provider calls time out after 300 ms, giving up after one check, and whose
 /// give-up waits for 1.1 s of quiet after the last send.
 async fn impatient_app() -> TestApp {
-    spawn_app_with(|settings, _| {
-        settings.provider.timeout = Duration::from_millis(300);
-        settings.reconciler.max_attempts = 1;
-        settings.reconciler.quiet_before_give_up = Duration::from_millis(1100);
-    })
-    .await
+    spawn_app_with(|settings, _| impatient(settings)).await
+}
+
+fn impatient(settings: &mut Settings) {
+    settings.provider.timeout = Duration::from_millis(300);
+    settings.reconciler.max_attempts = 1;
+    settings.reconciler.quiet_before_give_up = Duration::from_millis(1100);
 }
 
 /// The outside finding: a charge slow at the provider beyond our timeout, the reconciler's last
@@ -90,18 +93,7 @@ async fn a_charge_that_lands_after_the_give_up_is_refunded_by_the_system() {
     app.provider.set_faults(json!({})).await;
 
     // The lost charge request reaches the provider after all.
-    let late = app
-        .client
-        .post(format!("{}/v1/charges", app.provider.address))
-        .header("Idempotency-Key", format!("orderpay_pay_{payment_id}"))
-        .json(&json!({
-            "amount": order["total_amount"], "currency": "USD", "payment_method": "pm_card_ok",
-            "reference": payment_id, "capture": true,
-        }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(late.status(), 201, "{}", late.text().await.unwrap());
+    land_late_charge(&app, &order, &payment_id).await;
 
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let pass = app.reconcile_once().await;
@@ -144,6 +136,64 @@ async fn a_charge_that_lands_after_the_give_up_is_refunded_by_the_system() {
         .filter(|charge| charge["amount_refunded"] == "0.00")
         .collect();
     assert_eq!(kept.len(), 1, "the customer is charged once in the end");
+}
+
+/// The provider's webhook for a charge that landed after the give-up brings the late-charge
+/// watch forward: the refund starts on the reconciler's next pass, not after the watch's backoff
+/// (here an hour away).
+#[tokio::test]
+async fn a_webhook_reporting_a_late_charge_brings_its_refund_forward() {
+    let app = spawn_app_with(|settings, _| {
+        impatient(settings);
+        provider_webhooks_on(settings);
+    })
+    .await;
+    let order = app.create_order().await;
+    let order_id = order["id"].as_str().unwrap().to_owned();
+    app.provider.set_faults(json!({"error_rate": 1.0})).await;
+    let payment = json(app.pay(&order_id, "pm_card_ok", &new_key()).await).await;
+    let payment_id = payment["id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(app.reconcile_once().await.gave_up, 1);
+    app.provider.set_faults(json!({})).await;
+    app.execute(&format!(
+        "UPDATE payments SET next_check_at = now() + interval '1 hour' WHERE id = '{payment_id}'"
+    ))
+    .await;
+    assert_eq!(app.reconcile_once().await.claimed, 0, "the watch's next look is an hour away");
+
+    land_late_charge(&app, &order, &payment_id).await;
+    let heard = "SELECT count(*) AS count FROM provider_webhooks WHERE event_type = 'charge.succeeded'";
+    for _ in 0..500 {
+        if app.count(heard).await == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(app.count(heard).await, 1, "the provider's webhook was heard");
+
+    let pass = app.reconcile_once().await;
+    assert_eq!(pass.settled, 1, "the late charge was taken back at once: {pass:?}");
+    let refunds = app.provider.refunds().await;
+    assert_eq!(refunds.len(), 1, "refunded once: {refunds:?}");
+    assert_eq!(refunds[0]["amount"], order["total_amount"]);
+    assert_eq!(app.get_payment(&payment_id).await["status"], "failed");
+}
+
+/// The charge request of a given-up payment reaches the provider after all.
+async fn land_late_charge(app: &TestApp, order: &serde_json::Value, payment_id: &str) {
+    let late = app
+        .client
+        .post(format!("{}/v1/charges", app.provider.address))
+        .header("Idempotency-Key", format!("orderpay_pay_{payment_id}"))
+        .json(&json!({
+            "amount": order["total_amount"], "currency": "USD", "payment_method": "pm_card_ok",
+            "reference": payment_id, "capture": true,
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(late.status(), 201, "{}", late.text().await.unwrap());
 }
 
 /// No charge of zero ever reaches the provider: an order whose total is zero is refused.
