@@ -239,6 +239,8 @@ pub async fn lag(
 }
 
 /// Deletes up to `batch_size` of the oldest events created before `before`. Returns how many.
+/// The scan is bounded by the batch (the oldest events in commit order, then those of them past
+/// the retention); only those are locked, so a sweep that finds nothing due writes nothing.
 pub async fn sweep(
     conn: &mut AsyncPgConnection,
     before: DateTime<Utc>,
@@ -246,8 +248,10 @@ pub async fn sweep(
 ) -> QueryResult<usize> {
     diesel::sql_query(
         "DELETE FROM events WHERE (txid, seq) IN ( \
-             SELECT txid, seq FROM events ORDER BY txid, seq LIMIT $2 FOR UPDATE SKIP LOCKED) \
-         AND created_at < $1",
+             SELECT txid, seq FROM events \
+             WHERE (txid, seq) IN (SELECT txid, seq FROM events ORDER BY txid, seq LIMIT $2) \
+               AND created_at < $1 \
+             FOR UPDATE SKIP LOCKED)",
     )
     .bind::<Timestamptz, _>(before)
     .bind::<BigInt, _>(batch_size)

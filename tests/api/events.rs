@@ -167,6 +167,21 @@ async fn events_past_their_retention_are_swept() {
     assert_eq!(app.count("SELECT count(*) AS count FROM events").await, 1, "the two old events are gone");
 }
 
+/// A sweep that finds nothing past the retention writes nothing: it does not lock (and so
+/// rewrite) the young events it looked at. The sweeper runs every few seconds on every instance.
+#[tokio::test]
+async fn a_sweep_with_nothing_due_leaves_young_events_untouched() {
+    let app = spawn_app().await;
+    app.create_order().await;
+    app.create_order().await;
+    let mut conn = app.db().await;
+    let an_hour_ago = chrono::Utc::now() - chrono::Duration::hours(1);
+    let swept = orderpay::events::repository::sweep(&mut conn, an_hour_ago, 100).await.unwrap();
+    assert_eq!(swept, 0);
+    let locked = "SELECT count(*) AS count FROM events WHERE xmax::text <> '0'";
+    assert_eq!(app.count(locked).await, 0, "no young event was locked by the sweep");
+}
+
 #[tokio::test]
 async fn what_events_leave_behind_goes_with_them_but_work_still_due_stays() {
     let app = spawn_app_with(|settings, _| {
