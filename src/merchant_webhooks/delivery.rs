@@ -201,7 +201,7 @@ async fn record(pool: Pool, mut finished: mpsc::Receiver<Finished>) {
         match record_batch(&pool, &batch).await {
             Ok(applied) => {
                 for one in &batch {
-                    if applied.contains(&one.delivery) {
+                    if applied.contains(&(one.delivery, one.lease)) {
                         count(one.outcome);
                     } else {
                         tracing::info!(
@@ -222,7 +222,7 @@ async fn record(pool: Pool, mut finished: mpsc::Receiver<Finished>) {
     }
 }
 
-async fn record_batch(pool: &Pool, batch: &[Finished]) -> anyhow::Result<HashSet<DeliveryId>> {
+async fn record_batch(pool: &Pool, batch: &[Finished]) -> anyhow::Result<HashSet<(DeliveryId, LeaseId)>> {
     let mut conn = pool.get().await?;
     Ok(repository::record_finished(&mut conn, batch, Utc::now()).await?)
 }

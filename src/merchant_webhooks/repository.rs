@@ -390,7 +390,8 @@ pub struct Finished {
 /// its attempt's lease still holds the pending delivery. A worker whose lease ran out and was
 /// taken over changes nothing but its attempt's own row; an endpoint's deletion (which cancels
 /// the delivery and drops its lease) wins the same way. Returns the deliveries whose outcome was
-/// written.
+/// written, each with the lease it was sent under: a delivery can be in a batch twice, and only
+/// one of its attempts decided its outcome.
 ///
 /// The lease guard is part of the join, so a delivery listed twice (sent under an old lease that
 /// ran out, then again under a new one) matches at most one row: the one its current lease sent.
@@ -404,11 +405,13 @@ pub async fn record_finished(
     conn: &mut AsyncPgConnection,
     finished: &[Finished],
     now: DateTime<Utc>,
-) -> QueryResult<HashSet<DeliveryId>> {
+) -> QueryResult<HashSet<(DeliveryId, LeaseId)>> {
     #[derive(QueryableByName)]
     struct Applied {
         #[diesel(sql_type = SqlUuid)]
         id: DeliveryId,
+        #[diesel(sql_type = SqlUuid)]
+        lease_id: LeaseId,
     }
     if finished.is_empty() {
         return Ok(HashSet::new());
@@ -467,7 +470,7 @@ pub async fn record_finished(
          FROM finished AS f, held AS h \
          WHERE d.account_id = h.account_id AND d.id = h.id AND f.account_id = h.account_id \
              AND f.id = h.id AND d.status = 'pending' AND d.lease_id = f.lease_id \
-         RETURNING d.id",
+         RETURNING d.id, f.lease_id",
     )
     .bind::<Array<SqlUuid>, _>(&account_ids)
     .bind::<Array<SqlUuid>, _>(&ids)
@@ -482,7 +485,7 @@ pub async fn record_finished(
     .bind::<Timestamptz, _>(now)
     .load(conn)
     .await?;
-    Ok(applied.into_iter().map(|row| row.id).collect())
+    Ok(applied.into_iter().map(|row| (row.id, row.lease_id)).collect())
 }
 
 /// An endpoint with failing deliveries: pending ones whose last attempt failed, and ones given
