@@ -7,21 +7,15 @@ use std::time::Duration;
 use futures::future::join_all;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, json, new_key, spawn_app};
+use crate::helpers::{self, TestApp, json, new_key, spawn_app};
 use crate::process::{BIN, ServiceProcess, black_hole};
 
 /// Subprocess settings: the provider call hangs up to 1.5 s, the key lease is 2 s.
 const CRASHY: &[(&str, &str)] =
     &[("ORDERPAY_PROVIDER_TIMEOUT_MS", "1500"), ("ORDERPAY_PAYMENT_LEASE_MS", "2000")];
 
-async fn wait_until(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    for _ in 0..300 {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("timed out waiting until {what}");
+async fn wait_until(what: &str, check: impl AsyncFnMut() -> bool) {
+    helpers::wait_until(what, Duration::from_secs(3), check).await
 }
 
 /// Sends `POST /payments` to the subprocess without waiting for the answer (it never comes).

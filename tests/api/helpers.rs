@@ -626,3 +626,31 @@ impl TestApp {
         self.address.trim_start_matches("http://").to_owned()
     }
 }
+
+/// How often the pollers below look.
+const POLL: Duration = Duration::from_millis(10);
+
+/// Polls `check` every 10 ms until it holds, failing after `limit`.
+pub async fn wait_until(what: &str, limit: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !check().await {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Polls `check` every 10 ms until it returns something, failing after `limit`.
+pub async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    limit: Duration,
+    mut check: impl FnMut() -> F,
+) -> T {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(POLL).await;
+    }
+}

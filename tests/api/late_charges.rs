@@ -9,7 +9,9 @@ use serde_json::json;
 
 use orderpay::config::Settings;
 
-use crate::helpers::{TestApp, assert_problem, json, new_key, provider_webhooks_on, spawn_app_with};
+use crate::helpers::{
+    TestApp, assert_problem, json, new_key, provider_webhooks_on, spawn_app_with, wait_until,
+};
 
 /// An app whose provider calls time out after 300 ms, giving up after one check, and whose
 /// give-up waits for 1.1 s of quiet after the last send.
@@ -164,13 +166,10 @@ async fn a_webhook_reporting_a_late_charge_brings_its_refund_forward() {
 
     land_late_charge(&app, &order, &payment_id).await;
     let heard = "SELECT count(*) AS count FROM provider_webhooks WHERE event_type = 'charge.succeeded'";
-    for _ in 0..500 {
-        if app.count(heard).await == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(app.count(heard).await, 1, "the provider's webhook was heard");
+    wait_until("the provider's webhook is heard", Duration::from_secs(5), async || {
+        app.count(heard).await == 1
+    })
+    .await;
 
     let pass = app.reconcile_once().await;
     assert_eq!(pass.settled, 1, "the late charge was taken back at once: {pass:?}");

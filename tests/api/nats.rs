@@ -19,7 +19,7 @@ use orderpay::events::relay::Relay;
 use orderpay::events::repository::{self, Cursor};
 use uuid::Uuid;
 
-use crate::helpers::{TestApp, order_body, spawn_app, spawn_app_with};
+use crate::helpers::{self, TestApp, order_body, spawn_app, spawn_app_with};
 use crate::process::ServiceProcess;
 use crate::proxy::ChaosProxy;
 
@@ -27,8 +27,6 @@ use crate::proxy::ChaosProxy;
 const NATS: &str = "127.0.0.1:4222";
 /// How long a test waits for the relay to catch up before it fails.
 const CATCH_UP_MS: u64 = 30_000;
-/// How often a waiting test looks again.
-const POLL_MS: u64 = 10;
 /// The relay's publish/ack timeout in these tests (`ORDERPAY_NATS_TIMEOUT_MS`).
 const RELAY_TIMEOUT_MS: u64 = 1_000;
 /// How long NATS is cut off in the outage test, while orders keep coming.
@@ -118,13 +116,9 @@ fn header<'a>(message: &'a StreamMessage, name: &str) -> &'a str {
     message.headers.get(name).map_or("", |value| value.as_str())
 }
 
-/// Polls `check` every `POLL_MS` until it holds, failing after `CATCH_UP_MS`.
-async fn wait_until(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_millis(CATCH_UP_MS);
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
-    }
+/// Polls `check` until it holds, failing after `CATCH_UP_MS`.
+async fn wait_until(what: &str, check: impl AsyncFnMut() -> bool) {
+    helpers::wait_until(what, Duration::from_millis(CATCH_UP_MS), check).await
 }
 
 impl TestApp {

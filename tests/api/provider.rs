@@ -5,7 +5,7 @@
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use chrono::Utc;
@@ -21,7 +21,7 @@ use rust_decimal::Decimal;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::helpers::{TestProvider, http_client, new_key, spawn_mock_provider, test_mock_settings};
+use crate::helpers::{self, TestProvider, http_client, new_key, spawn_mock_provider, test_mock_settings};
 
 /// Long enough for any answer the mock gives at once, on a busy machine.
 const PATIENT: Duration = Duration::from_secs(5);
@@ -106,19 +106,12 @@ fn refused(result: Result<impl std::fmt::Debug, ProviderError>) -> String {
     }
 }
 
-/// Polls `check` every 10 ms until it returns something, for at most `PATIENT`.
+/// Polls `check` until it returns something, for at most `PATIENT`.
 async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
     what: &str,
-    mut check: impl FnMut() -> F,
+    check: impl FnMut() -> F,
 ) -> T {
-    let deadline = Instant::now() + PATIENT;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    helpers::eventually(what, PATIENT, check).await
 }
 
 #[tokio::test]

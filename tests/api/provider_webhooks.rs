@@ -5,7 +5,7 @@
 //! never arrives.
 
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::future::join_all;
@@ -16,23 +16,16 @@ use uuid::Uuid;
 use orderpay::webhook_signature::{Secret, sign};
 
 use crate::helpers::{
-    TestApp, assert_problem, json, new_key, provider_webhooks_on, spawn_app, spawn_app_with,
+    self, TestApp, assert_problem, json, new_key, provider_webhooks_on, spawn_app, spawn_app_with,
 };
 use crate::proxy::ChaosProxy;
 
 /// How long the mock keeps a `pm_provider_pending` charge or `pm_refund_pending` refund pending.
 const SETTLE: Duration = Duration::from_millis(200);
 
-/// Polls `check` every 10 ms until it answers, for at most 10 s.
-async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, mut check: impl FnMut() -> F) -> T {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+/// Polls `check` until it answers, for at most 10 s.
+async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, check: impl FnMut() -> F) -> T {
+    helpers::eventually(what, Duration::from_secs(10), check).await
 }
 
 /// An app whose mock provider sends it signed webhooks, the reconciler idle (60 s), pending
