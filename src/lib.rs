@@ -11,6 +11,7 @@ pub mod db;
 pub mod encryption;
 pub mod error;
 pub mod events;
+pub mod hooks;
 pub mod http;
 pub mod idempotency;
 pub mod ids;

@@ -251,6 +251,22 @@ pub async fn prepare(config: &DatabaseConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The CHECK constraints that bound a payment's money (what is captured within what was
+/// authorized, what is refunded and refunding within what was captured). Every statement that
+/// moves those amounts guards them itself; a violation means a guard let through what it should
+/// have refused.
+pub const MONEY_GUARDS: [&str; 2] = ["payments_refunds_within_captured", "payments_captured_within_amount"];
+
+/// The money constraint `error` violated, if it is one of [`MONEY_GUARDS`].
+pub fn money_guard_violated(error: &diesel::result::Error) -> Option<&'static str> {
+    let diesel::result::Error::DatabaseError(diesel::result::DatabaseErrorKind::CheckViolation, info) = error
+    else {
+        return None;
+    };
+    let violated = info.constraint_name()?;
+    MONEY_GUARDS.into_iter().find(|guard| *guard == violated)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,8 @@ pub mod sweeper;
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
 use crate::ids::AccountId;
 
 pub use fingerprint::Fingerprint;
@@ -94,10 +96,15 @@ pub struct Keys {
 }
 
 impl Keys {
-    /// Keeps a final answer for replays from memory, until its key expires.
-    pub fn remember(&self, request: &KeyedRequest, response: &StoredResponse) {
-        let expires_at = crate::clock::after(chrono::Utc::now(), self.retention);
+    /// Keeps a final answer for replays from memory, until its key expires (`expires_at`, the
+    /// key row's own: every instance then stops replaying from memory at the same moment).
+    pub fn remember(&self, request: &KeyedRequest, response: &StoredResponse, expires_at: DateTime<Utc>) {
         self.replays.remember(request, response, expires_at);
+    }
+
+    /// When a key claimed at `now` expires.
+    pub fn expiry_of_claim(&self, now: DateTime<Utc>) -> DateTime<Utc> {
+        crate::clock::after(now, self.retention)
     }
 
     /// The final answer for `request` if memory has it.

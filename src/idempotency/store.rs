@@ -289,6 +289,26 @@ pub async fn complete(
     Ok(updated == 1)
 }
 
+/// Points the unanswered claim of `key` (made for `from`, which was not started) at `to`, the
+/// operation an earlier use of the key started: a retry past the key's lifetime answers it.
+pub async fn repoint(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    key: &str,
+    from: Uuid,
+    to: Uuid,
+) -> QueryResult<bool> {
+    let updated = diesel::update(idempotency_keys::table)
+        .filter(idempotency_keys::account_id.eq(account_id))
+        .filter(idempotency_keys::key.eq(key))
+        .filter(idempotency_keys::resource_id.eq(from))
+        .filter(idempotency_keys::response_status.is_null())
+        .set(idempotency_keys::resource_id.eq(to))
+        .execute(conn)
+        .await?;
+    Ok(updated == 1)
+}
+
 /// Deletes the unanswered claim of an operation that refused to start (not stored: the client
 /// may fix its request and use the key again).
 pub async fn abandon(

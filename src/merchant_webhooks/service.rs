@@ -2,7 +2,7 @@
 //! answer in one transaction, as an order's cancel does; the answer stored for the key leaves the
 //! new secret out (`secret: null`), so the secret is shown once, in the answer that made it.
 
-use chrono::{SubsecRound, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 
 use super::relay::deliveries;
@@ -60,19 +60,20 @@ fn answer_of(record: &KeyRecord, request: &KeyedRequest) -> Result<Execution, Ap
     }
 }
 
-/// Claims the request's key (if any) for endpoint `id` in the caller's transaction; the answer
-/// of an earlier use of the key when there was one.
+/// Claims the request's key (if any) for endpoint `id` in the caller's transaction: the answer
+/// of an earlier use of the key when there was one, and when the key expires.
 async fn claim(
     conn: &mut AsyncPgConnection,
     keys: &Keys,
     keyed: Option<&KeyedRequest>,
     id: EndpointId,
-) -> Result<Option<Execution>, ApiError> {
-    let Some(request) = keyed else { return Ok(None) };
+) -> Result<(Option<Execution>, DateTime<Utc>), ApiError> {
+    let now = Utc::now();
+    let Some(request) = keyed else { return Ok((None, keys.expiry_of_claim(now))) };
     let resource = (ResourceKind::WebhookEndpoint, id.as_uuid());
-    match store::claim(conn, request, resource, keys.retention, Utc::now()).await? {
-        Claim::Acquired => Ok(None),
-        Claim::Existing(record) => answer_of(&record, request).map(Some),
+    match store::claim(conn, request, resource, keys.retention, now).await? {
+        Claim::Acquired => Ok((None, keys.expiry_of_claim(now))),
+        Claim::Existing(record) => Ok((Some(answer_of(&record, request)?), record.expires_at)),
     }
 }
 
@@ -96,11 +97,11 @@ async fn complete(
 fn finish(
     keys: &Keys,
     keyed: Option<&KeyedRequest>,
-    execution: Execution,
+    (execution, key_expires_at): (Execution, DateTime<Utc>),
     shown: Option<StoredResponse>,
 ) -> Execution {
     if let Some(request) = keyed {
-        keys.remember(request, execution.response());
+        keys.remember(request, execution.response(), key_expires_at);
     }
     shown.map_or(execution, Execution::Executed)
 }
@@ -125,7 +126,7 @@ pub async fn create(
             && record.expires_at > Utc::now()
         {
             let earlier = answer_of(&record, request)?;
-            keys.remember(request, earlier.response());
+            keys.remember(request, earlier.response(), record.expires_at);
             return Ok(earlier);
         }
     }
@@ -150,14 +151,15 @@ pub async fn create(
     let mut conn = pool.get().await?;
     let (execution, shown) = conn
         .transaction(async |conn| {
-            if let Some(earlier) = claim(conn, keys, keyed, endpoint.id).await? {
-                return Ok((earlier, None));
+            let (earlier, key_expires_at) = claim(conn, keys, keyed, endpoint.id).await?;
+            if let Some(earlier) = earlier {
+                return Ok(((earlier, key_expires_at), None));
             }
             repository::insert_endpoint(conn, &endpoint, &sealed).await?;
             let stored = representation::created(&endpoint, None);
             complete(conn, keyed, endpoint.id, &stored).await?;
             Ok::<_, ApiError>((
-                Execution::Executed(stored),
+                (Execution::Executed(stored), key_expires_at),
                 Some(representation::created(&endpoint, Some(&secret))),
             ))
         })
@@ -182,8 +184,9 @@ pub async fn rotate_secret(
     let mut conn = pool.get().await?;
     let (execution, shown) = conn
         .transaction(async |conn| {
-            if let Some(earlier) = claim(conn, keys, keyed, id).await? {
-                return Ok((earlier, None));
+            let (earlier, key_expires_at) = claim(conn, keys, keyed, id).await?;
+            if let Some(earlier) = earlier {
+                return Ok(((earlier, key_expires_at), None));
             }
             let now = Utc::now().trunc_subsecs(6);
             let overlap_ends = crate::clock::after(now, settings.secret_overlap);
@@ -193,7 +196,7 @@ pub async fn rotate_secret(
             let stored = representation::rotated(&endpoint, None);
             complete(conn, keyed, id, &stored).await?;
             Ok::<_, ApiError>((
-                Execution::Executed(stored),
+                (Execution::Executed(stored), key_expires_at),
                 Some(representation::rotated(&endpoint, Some(&secret))),
             ))
         })

@@ -19,6 +19,7 @@ use crate::error::ApiError;
 use crate::events::repository::NewEvent;
 use crate::events::{Announce, EventType};
 use crate::idempotency::StoredResponse;
+use crate::idempotency::store::ResourceKind;
 use crate::ids::{AccountId, OperationId};
 use crate::money::Amount;
 use crate::orders::OrderStatus;
@@ -73,6 +74,7 @@ pub(super) fn charge_state(action: Action, charge: Charge) -> Finding<ActionOutc
 
 impl Kind for Actions {
     const TABLE: Table = Table::PaymentOperations;
+    const RESOURCE: ResourceKind = ResourceKind::PaymentOperation;
     type Op = Held;
     type Final = ActionOutcome;
 

@@ -10,6 +10,7 @@ use super::{Actor, EngineError, Finding, GiveUp, Kind, Recorded};
 use crate::events::repository::NewEvent;
 use crate::events::{Announce, EventType};
 use crate::idempotency::StoredResponse;
+use crate::idempotency::store::ResourceKind;
 use crate::ids::{AccountId, PaymentId};
 use crate::orders::OrderStatus;
 use crate::orders::service as orders;
@@ -118,6 +119,7 @@ pub fn outcome_of(payment: &Payment, answer: Result<Charge, ProviderError>) -> F
 
 impl Kind for Charges {
     const TABLE: Table = Table::Payments;
+    const RESOURCE: ResourceKind = ResourceKind::Payment;
     type Op = Payment;
     type Final = ChargeOutcome;
 

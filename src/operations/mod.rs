@@ -40,6 +40,7 @@ use uuid::Uuid;
 use crate::db::{Pool, PoolRunError};
 use crate::error::ApiError;
 use crate::idempotency::StoredResponse;
+use crate::idempotency::store::ResourceKind;
 use crate::ids::{AccountId, LeaseId};
 use crate::provider::PaymentProvider;
 use leases::Table;
@@ -128,6 +129,8 @@ impl GiveUp {
 pub trait Kind: Send + Sync + 'static {
     /// Its table (for the shared claim, lease, send mark and release).
     const TABLE: Table;
+    /// What a key that starts one names (`idempotency_keys.resource_kind`).
+    const RESOURCE: ResourceKind;
     /// The operation as a driver holds it: its row and what its provider calls need.
     type Op: Clone + Send + Sync + 'static;
     /// Its final outcomes.

@@ -39,7 +39,7 @@ pub async fn create(
             return Ok(Execution::Executed(answer));
         };
         if inserted {
-            keys.remember(request, &answer);
+            keys.remember(request, &answer, keys.expiry_of_claim(order.created_at));
             return Ok(Execution::Executed(answer));
         }
         let now = Utc::now();
@@ -48,7 +48,7 @@ pub async fn create(
         };
         match record.resolve(request, now)? {
             Some(Resolved::Answer(stored)) => {
-                keys.remember(request, &stored);
+                keys.remember(request, &stored, record.expires_at);
                 return Ok(Execution::Replayed(stored));
             }
             Some(Resolved::Operation { .. }) => {
@@ -79,15 +79,18 @@ pub async fn cancel(
         return Ok(replay);
     }
     let mut conn = pool.get().await?;
-    let execution = conn
+    let claimed_at = Utc::now();
+    let (execution, key_expires_at) = conn
         .transaction(async |conn| {
             if let Some(request) = keyed {
                 let resource = (ResourceKind::Order, order_id.as_uuid());
                 if let Claim::Existing(record) =
-                    store::claim(conn, request, resource, keys.retention, Utc::now()).await?
+                    store::claim(conn, request, resource, keys.retention, claimed_at).await?
                 {
                     return match record.resolve(request, Utc::now())? {
-                        Some(Resolved::Answer(stored)) => Ok(Execution::Replayed(stored)),
+                        Some(Resolved::Answer(stored)) => {
+                            Ok((Execution::Replayed(stored), record.expires_at))
+                        }
                         _ => Err(key_keeps_changing()),
                     };
                 }
@@ -118,11 +121,11 @@ pub async fn cancel(
             {
                 return Err(ApiError::Internal(anyhow::anyhow!("the claimed key vanished")));
             }
-            Ok(Execution::Executed(answer))
+            Ok((Execution::Executed(answer), keys.expiry_of_claim(claimed_at)))
         })
         .await?;
     if let Some(request) = keyed {
-        keys.remember(request, execution.response());
+        keys.remember(request, execution.response(), key_expires_at);
     }
     Ok(execution)
 }

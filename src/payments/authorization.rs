@@ -119,6 +119,9 @@ crate::text_enum! {
         InvalidState = "invalid_state",
         /// A capture asked for more than was authorized.
         ExceedsCapturable = "exceeds_capturable",
+        /// The payment changed while the statement waited for its lock: nothing of the
+        /// operation was written; run the statement again.
+        Changed = "changed",
     }
 }
 

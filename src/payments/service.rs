@@ -7,28 +7,22 @@
 //! the outcome is unknown, 202 and a retry (taking the operation over) or the reconciler
 //! finishes it.
 
-use chrono::{DateTime, SubsecRound, Utc};
+use chrono::{DateTime, Utc};
 use diesel_async::AsyncPgConnection;
 use rust_decimal::Decimal;
 
 use super::authorization::{self, Action, ActionStatus, PaymentOperation, StartAction};
-use super::repository::{self, StartOutcome, StartPayment, Started};
+use super::repository::{self, StartOutcome, StartPayment};
 use super::{CaptureMethod, Payment, PaymentMethod, PaymentStatus};
-use crate::clock::after;
 use crate::error::{ApiError, FieldError};
-use crate::idempotency::store::{self, ClaimParameters, ResourceKind};
-use crate::idempotency::{Execution, KeyedRequest, Keys, StoredResponse};
-use crate::ids::{AccountId, LeaseId, OperationId, OrderId, PaymentId};
+use crate::idempotency::{KeyedRequest, Keys, StoredResponse};
+use crate::ids::{AccountId, OperationId, OrderId, PaymentId};
 use crate::money::{Amount, Currency};
 use crate::operations::authorization::{Actions, Held};
 use crate::operations::charge::Charges;
 use crate::operations::leases::Lease;
-use crate::operations::request::{self, Answer, Begin};
-use crate::operations::{DriveMode, Engine, Kind};
-
-/// How often a start statement runs again when what it met changed under it (a key swept or
-/// expired, a payment committed while it waited); more means the database is misbehaving.
-const START_ROUNDS: usize = 3;
+use crate::operations::request::{self, Answer, Round, Start, StartError, Started};
+use crate::operations::{Engine, Kind};
 
 /// A parsed, valid `POST /payments`.
 #[derive(Debug, Clone)]
@@ -56,97 +50,72 @@ pub async fn pay(
     command: &PayCommand,
     request_id: &str,
 ) -> Result<Answer, ApiError> {
-    if let Some(replay) = keys.replay(keyed) {
-        return Ok(Answer::Final(replay));
-    }
-    let begin = {
-        let mut conn = engine.pool.get().await?;
-        start_payment(engine, &mut conn, keys, keyed, command).await?
-    };
-    request::finish::<Charges>(engine, keys, keyed, begin, request_id).await
+    request::run(engine, keys, keyed, &PayStart { keyed, command }, request_id).await
 }
 
-/// Phase 1: the one statement, run again when what it met changed under it.
-async fn start_payment(
-    engine: &Engine,
-    conn: &mut AsyncPgConnection,
-    keys: &Keys,
-    keyed: &KeyedRequest,
-    command: &PayCommand,
-) -> Result<Begin<Charges>, ApiError> {
-    let account_id = keyed.account_id;
-    let key = keyed.key.as_str();
-    for _ in 0..START_ROUNDS {
-        let now = Utc::now().trunc_subsecs(6);
-        let payment_id = PaymentId::generate();
-        let lease = Lease { id: LeaseId::generate(), until: after(now, engine.timing.lease) };
-        let resource = (ResourceKind::Payment, payment_id.as_uuid());
+/// Phase 1 of a payment: `start_payment.sql`, claiming the key with it.
+struct PayStart<'a> {
+    keyed: &'a KeyedRequest,
+    command: &'a PayCommand,
+}
+
+impl Start for PayStart<'_> {
+    type Kind = Charges;
+
+    async fn run(
+        &self,
+        conn: &mut AsyncPgConnection,
+        round: Round<'_>,
+    ) -> Result<Started<Charges>, StartError> {
+        let (keyed, command) = (self.keyed, self.command);
+        let payment_id = PaymentId::from_uuid(round.id);
         let statement = StartPayment {
-            claim: ClaimParameters::new(account_id, Some(keyed), resource, None, now, keys.retention),
+            claim: round.claim,
             order_id: command.order_id,
             amount: command.amount,
             payment_method: command.payment_method.as_str(),
-            lease_until: lease.until,
-            lease_id: lease.id,
+            lease_until: round.lease.until,
+            lease_id: round.lease.id,
             capture_method: command.capture_method,
         };
         let started = match repository::start(conn, statement).await {
             Ok(started) => started,
             // A payment committed while the statement waited for the order's lock; nothing was
             // written. The next round sees it.
-            Err(error) if repository::is_second_active_payment(&error) => continue,
+            Err(error) if repository::is_second_active_payment(&error) => return Ok(Started::Again),
             Err(error) => return Err(error.into()),
         };
-        let refuse = async |conn: &mut AsyncPgConnection, error: ApiError| {
-            store::abandon(conn, account_id, key, payment_id.as_uuid()).await?;
-            Err::<Begin<Charges>, ApiError>(error)
-        };
-        match started.outcome {
+        Ok(match started.outcome {
             StartOutcome::Started => {
                 let total = order_total(&started)?;
-                let payment = new_payment(payment_id, keyed, command, total, now, lease);
-                return Ok(Begin::Drive { op: payment, lease: lease.id, mode: DriveMode::FirstCall });
+                Started::Drive(new_payment(payment_id, keyed, command, total, round.now, round.lease))
             }
             StartOutcome::OrderNotPayable => {
                 let current = started.order.map(|(status, _, _)| status).unwrap_or_default();
-                let answer = not_payable(command.order_id, current);
-                store::complete(conn, account_id, key, payment_id.as_uuid(), &answer).await?;
-                return Ok(Begin::Answered(Execution::Executed(answer)));
+                Started::Answer(not_payable(command.order_id, current))
             }
             StartOutcome::OrderNotFound => {
-                let order_id = command.order_id.to_string();
-                return refuse(conn, ApiError::NotFound { resource: "order", id: order_id }).await;
+                Started::Refuse(ApiError::NotFound { resource: "order", id: command.order_id.to_string() })
             }
-            StartOutcome::PaymentInProgress => {
-                let Some(payment_id) = started.in_flight else { continue };
-                let error = ApiError::PaymentInProgress { order_id: command.order_id, payment_id };
-                return refuse(conn, error).await;
-            }
-            StartOutcome::AmountMismatch => {
-                let total = order_total(&started)?;
-                return refuse(conn, amount_mismatch(&total)).await;
-            }
+            StartOutcome::PaymentInProgress => match started.in_flight {
+                Some(payment_id) => {
+                    Started::Refuse(ApiError::PaymentInProgress { order_id: command.order_id, payment_id })
+                }
+                None => Started::Again,
+            },
+            StartOutcome::AmountMismatch => Started::Refuse(amount_mismatch(&order_total(&started)?)),
             StartOutcome::NothingToPay => {
                 let total = order_total(&started)?;
                 let message = format!("the order's total_amount is {total}: there is nothing to pay");
-                return refuse(conn, ApiError::Validation(vec![FieldError::new("order_id", message)])).await;
+                Started::Refuse(ApiError::Validation(vec![FieldError::new("order_id", message)]))
             }
-            StartOutcome::KeyExists => {
-                if let Some(begin) = request::existing_key::<Charges>(engine, conn, keyed).await? {
-                    return Ok(begin);
-                }
-            }
-        }
+            StartOutcome::KeyExists => Started::ExistingKey,
+        })
     }
-    Err(kept_changing())
-}
-
-fn kept_changing() -> ApiError {
-    ApiError::Unavailable(anyhow::anyhow!("starting an operation kept meeting changes"))
 }
 
 /// The order's total as phase 1 read it.
-fn order_total(started: &Started) -> Result<Amount, ApiError> {
+fn order_total(started: &repository::Started) -> Result<Amount, ApiError> {
     let (_, total, currency) = started
         .order
         .as_ref()
@@ -213,56 +182,45 @@ pub async fn act(
     command: &ActionCommand,
     request_id: &str,
 ) -> Result<Answer, ApiError> {
-    if let Some(replay) = keys.replay(keyed) {
-        return Ok(Answer::Final(replay));
-    }
-    let begin = {
-        let mut conn = engine.pool.get().await?;
-        start_action(engine, &mut conn, keys, keyed, command).await?
-    };
-    request::finish::<Actions>(engine, keys, keyed, begin, request_id).await
+    request::run(engine, keys, keyed, &ActStart { keyed, command }, request_id).await
 }
 
-/// Starts a capture or void in one statement, run again when what it met changed under it.
-async fn start_action(
-    engine: &Engine,
-    conn: &mut AsyncPgConnection,
-    keys: &Keys,
-    keyed: &KeyedRequest,
-    command: &ActionCommand,
-) -> Result<Begin<Actions>, ApiError> {
-    let account_id = keyed.account_id;
-    let key = keyed.key.as_str();
-    for _ in 0..START_ROUNDS {
-        let now = Utc::now().trunc_subsecs(6);
-        let id = OperationId::generate();
-        let lease = Lease { id: LeaseId::generate(), until: after(now, engine.timing.lease) };
-        let resource = (ResourceKind::PaymentOperation, id.as_uuid());
+/// The start of a capture or void: `start_capture_or_void.sql`, claiming the key with it.
+struct ActStart<'a> {
+    keyed: &'a KeyedRequest,
+    command: &'a ActionCommand,
+}
+
+impl Start for ActStart<'_> {
+    type Kind = Actions;
+
+    async fn run(
+        &self,
+        conn: &mut AsyncPgConnection,
+        round: Round<'_>,
+    ) -> Result<Started<Actions>, StartError> {
+        let (keyed, command) = (self.keyed, self.command);
+        let account_id = keyed.account_id;
+        let id = OperationId::from_uuid(round.id);
         let statement = StartAction {
-            claim: ClaimParameters::new(account_id, Some(keyed), resource, None, now, keys.retention),
+            claim: round.claim,
             payment_id: command.payment_id,
             kind: command.action,
             amount: command.amount,
-            lease_until: lease.until,
-            lease_id: lease.id,
+            lease_until: round.lease.until,
+            lease_id: round.lease.id,
         };
         let (outcome, status, authorized) = match authorization::start(conn, statement).await {
             Ok(started) => started,
             // Another capture or void of this payment committed meanwhile: the next round sees it.
-            Err(error) if is_second_action(&error) => continue,
+            Err(error) if is_second_action(&error) => return Ok(Started::Again),
             Err(error) => return Err(error.into()),
         };
-        let refuse = async |conn: &mut AsyncPgConnection, error: ApiError| {
-            store::abandon(conn, account_id, key, id.as_uuid()).await?;
-            Err::<Begin<Actions>, ApiError>(error)
-        };
-        match outcome {
+        Ok(match outcome {
             authorization::StartOutcome::Started => {
                 let Some(payment) = repository::find(conn, account_id, command.payment_id).await? else {
-                    return Err(ApiError::Internal(anyhow::anyhow!(
-                        "a started {} lost its payment",
-                        command.action
-                    )));
+                    let error = anyhow::anyhow!("a started {} lost its payment", command.action);
+                    return Err(ApiError::Internal(error).into());
                 };
                 let operation = PaymentOperation {
                     account_id,
@@ -276,19 +234,18 @@ async fn start_action(
                     },
                     failure_code: None,
                     failure_message: None,
-                    idempotency_key: Some(key.to_owned()),
+                    idempotency_key: Some(keyed.key.as_str().to_owned()),
                     attempts: 0,
-                    lease_until: Some(lease.until),
-                    lease_id: Some(lease.id),
-                    created_at: now,
+                    lease_until: Some(round.lease.until),
+                    lease_id: Some(round.lease.id),
+                    created_at: round.now,
                 };
-                let held = Held { operation, payment };
-                return Ok(Begin::Drive { op: held, lease: lease.id, mode: DriveMode::FirstCall });
+                Started::Drive(Held { operation, payment })
             }
-            authorization::StartOutcome::PaymentNotFound => {
-                let id = command.payment_id.to_string();
-                return refuse(conn, ApiError::NotFound { resource: "payment", id }).await;
-            }
+            authorization::StartOutcome::PaymentNotFound => Started::Refuse(ApiError::NotFound {
+                resource: "payment",
+                id: command.payment_id.to_string(),
+            }),
             authorization::StartOutcome::InvalidState => {
                 // A final answer about the payment's state, stored with the key.
                 let current = status.map(|status| status.to_string()).unwrap_or_default();
@@ -296,33 +253,27 @@ async fn start_action(
                     Action::Capture => "captured",
                     Action::Void => "voided",
                 };
-                let answer = ApiError::InvalidState {
-                    resource: "payment",
-                    id: command.payment_id.as_uuid(),
-                    current,
-                    action,
-                }
-                .to_stored_response();
-                store::complete(conn, account_id, key, id.as_uuid(), &answer).await?;
-                return Ok(Begin::Answered(Execution::Executed(answer)));
+                let id = command.payment_id.as_uuid();
+                Started::Answer(
+                    ApiError::InvalidState { resource: "payment", id, current, action }.to_stored_response(),
+                )
             }
             authorization::StartOutcome::ExceedsCapturable => {
                 let payment = repository::find(conn, account_id, command.payment_id).await?;
                 let capturable_amount = match (payment, authorized) {
                     (Some(payment), Some(amount)) => Amount::from_decimal(amount, payment.currency())
                         .map_err(|e| ApiError::Internal(anyhow::anyhow!("authorized amount: {e}")))?,
-                    _ => return Err(ApiError::Internal(anyhow::anyhow!("a capture without its payment"))),
+                    _ => {
+                        let error = anyhow::anyhow!("a capture without its payment");
+                        return Err(ApiError::Internal(error).into());
+                    }
                 };
-                return refuse(conn, ApiError::CaptureExceedsCapturable { capturable_amount }).await;
+                Started::Refuse(ApiError::CaptureExceedsCapturable { capturable_amount })
             }
-            authorization::StartOutcome::KeyExists => {
-                if let Some(begin) = request::existing_key::<Actions>(engine, conn, keyed).await? {
-                    return Ok(begin);
-                }
-            }
-        }
+            authorization::StartOutcome::Changed => Started::Again,
+            authorization::StartOutcome::KeyExists => Started::ExistingKey,
+        })
     }
-    Err(kept_changing())
 }
 
 /// Whether `error` is the unique index refusing a second capture or void in flight for a payment.

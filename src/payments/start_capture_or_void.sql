@@ -5,6 +5,11 @@
 -- `processing`, leased to this request until $16 and marked as being sent now. Only an
 -- authorized payment (`requires_capture`) can be captured or voided, and a capture takes at most
 -- the authorized amount; one such operation is in flight per payment (a unique index).
+-- The decision is read under the payment's lock (`target`: FOR UPDATE waits for a concurrent
+-- change and reads the row as it committed), but the UPDATE that holds the payment scans it as
+-- the statement's snapshot saw it; so it is guarded by the same state, and when the two disagree
+-- (a change committed while the statement waited) the outcome is 'changed' and nothing of the
+-- operation is written: the caller runs the statement again.
 -- Returns the decision, and the payment's status and capturable amount as they were.
 -- Lock order (docs/architecture.md): the new key row, then the payment, then the operation.
 -- Parameters after the claim's: 13 payment id, 14 kind ('capture' or 'void'), 15 the capture's
@@ -28,6 +33,7 @@
     SET status = 'processing', next_check_at = NULL, updated_at = $11
     FROM decided
     WHERE payments.account_id = $1 AND payments.id = $13 AND decided.outcome = 'started'
+        AND payments.status = 'requires_capture'
     RETURNING payments.amount
 ), started AS (
     INSERT INTO payment_operations (account_id, id, payment_id, kind, status, amount,
@@ -39,6 +45,8 @@
     FROM held
     RETURNING 1
 )
-SELECT decided.outcome, target.status, target.amount
+SELECT CASE WHEN decided.outcome = 'started' AND NOT EXISTS (SELECT 1 FROM held) THEN 'changed'
+        ELSE decided.outcome END,
+    target.status, target.amount
 FROM decided
 LEFT JOIN target ON true

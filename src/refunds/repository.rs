@@ -160,13 +160,20 @@ crate::text_enum! {
         InvalidState = "invalid_state",
         /// The amount is more than what is still refundable (or nothing is).
         ExceedsRefundable = "exceeds_refundable",
+        /// The key started a refund of this payment before (it has since expired): that refund
+        /// is the answer; nothing was started.
+        ExistingRefund = "existing_refund",
+        /// The payment changed while the statement waited for its lock: nothing of the refund
+        /// was written; run the statement again.
+        Changed = "changed",
     }
 }
 
 crate::prepared_statement! {
     /// A refund started (`start_refund.sql` after the key claim).
     pub struct StartRefund<'a>("../idempotency/claim_key.sql", "start_refund.sql")
-        -> (Text, Nullable<Text>, Nullable<Numeric>, Nullable<Numeric>, Nullable<Text>, Nullable<Uuid>)
+        -> (Text, Nullable<Text>, Nullable<Numeric>, Nullable<Numeric>, Nullable<Text>, Nullable<Uuid>,
+            Nullable<Uuid>)
     {
         group claim: ClaimParameters<'a>,
         13 => payment_id: PaymentId as Uuid,
@@ -187,6 +194,8 @@ pub struct Started {
     pub amount: Option<Decimal>,
     pub currency: Option<String>,
     pub order_id: Option<OrderId>,
+    /// For [`StartOutcome::ExistingRefund`]: the refund the key started before.
+    pub earlier: Option<RefundId>,
 }
 
 pub async fn start(conn: &mut AsyncPgConnection, start: StartRefund<'_>) -> QueryResult<Started> {
@@ -197,10 +206,11 @@ pub async fn start(conn: &mut AsyncPgConnection, start: StartRefund<'_>) -> Quer
         Option<Decimal>,
         Option<String>,
         Option<OrderId>,
+        Option<RefundId>,
     );
-    let (outcome, payment_status, refundable, amount, currency, order_id): Row =
+    let (outcome, payment_status, refundable, amount, currency, order_id, earlier): Row =
         start.get_result(conn).await?;
-    Ok(Started { outcome, payment_status, refundable, amount, currency, order_id })
+    Ok(Started { outcome, payment_status, refundable, amount, currency, order_id, earlier })
 }
 
 crate::prepared_statement! {

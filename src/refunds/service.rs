@@ -1,26 +1,19 @@
 //! The request flows of refunds: `POST /refunds` (start, the provider call, settle, through the
 //! provider-operations engine), and reading them.
 
-use chrono::{SubsecRound, Utc};
 use diesel_async::AsyncPgConnection;
 use rust_decimal::Decimal;
 
 use super::repository::{self, StartOutcome, StartRefund};
 use super::{Refund, RefundReason, RefundStatus};
-use crate::clock::after;
 use crate::error::{ApiError, FieldError};
-use crate::idempotency::store::{self, ClaimParameters, ResourceKind};
-use crate::idempotency::{Execution, KeyedRequest, Keys};
-use crate::ids::{AccountId, LeaseId, PaymentId, RefundId};
+use crate::idempotency::{KeyedRequest, Keys};
+use crate::ids::{AccountId, PaymentId, RefundId};
 use crate::money::{Amount, Currency};
-use crate::operations::leases::Lease;
 use crate::operations::refund::{Held, Refunds};
-use crate::operations::request::{self, Answer, Begin};
-use crate::operations::{DriveMode, Engine, Kind};
+use crate::operations::request::{self, Answer, Round, Start, StartError, Started};
+use crate::operations::{Engine, Kind};
 use crate::payments::PaymentStatus;
-
-/// How often the start statement runs again when its key changed under it.
-const START_ROUNDS: usize = 3;
 
 /// A parsed `POST /refunds`. The amount is checked against the payment's currency here, once
 /// the payment is known.
@@ -40,17 +33,11 @@ pub async fn create(
     command: &RefundCommand,
     request_id: &str,
 ) -> Result<Answer, ApiError> {
-    if let Some(replay) = keys.replay(keyed) {
-        return Ok(Answer::Final(replay));
-    }
-    let begin = {
+    if let Some(amount) = command.amount {
         let mut conn = engine.pool.get().await?;
-        if let Some(amount) = command.amount {
-            check_amount(&mut conn, keyed.account_id, command.payment_id, amount).await?;
-        }
-        start(engine, &mut conn, keys, keyed, command).await?
-    };
-    request::finish::<Refunds>(engine, keys, keyed, begin, request_id).await
+        check_amount(&mut conn, keyed.account_id, command.payment_id, amount).await?;
+    }
+    request::run(engine, keys, keyed, &RefundStart { keyed, command }, request_id).await
 }
 
 /// A refund's amount must be positive and no finer than the payment's currency's minor unit
@@ -74,40 +61,33 @@ async fn check_amount(
     Ok(())
 }
 
-async fn start(
-    engine: &Engine,
-    conn: &mut AsyncPgConnection,
-    keys: &Keys,
-    keyed: &KeyedRequest,
-    command: &RefundCommand,
-) -> Result<Begin<Refunds>, ApiError> {
-    let account_id = keyed.account_id;
-    let key = keyed.key.as_str();
-    for _ in 0..START_ROUNDS {
-        let now = Utc::now().trunc_subsecs(6);
-        let id = RefundId::generate();
-        let lease = Lease { id: LeaseId::generate(), until: after(now, engine.timing.lease) };
+/// The start of a refund: `start_refund.sql`, claiming the key and reserving the amount.
+struct RefundStart<'a> {
+    keyed: &'a KeyedRequest,
+    command: &'a RefundCommand,
+}
+
+impl Start for RefundStart<'_> {
+    type Kind = Refunds;
+
+    async fn run(
+        &self,
+        conn: &mut AsyncPgConnection,
+        round: Round<'_>,
+    ) -> Result<Started<Refunds>, StartError> {
+        let (keyed, command) = (self.keyed, self.command);
+        let account_id = keyed.account_id;
+        let id = RefundId::from_uuid(round.id);
         let statement = StartRefund {
-            claim: ClaimParameters::new(
-                account_id,
-                Some(keyed),
-                (ResourceKind::Refund, id.as_uuid()),
-                None,
-                now,
-                keys.retention,
-            ),
+            claim: round.claim,
             payment_id: command.payment_id,
             amount: command.amount,
             reason: command.reason,
-            lease_until: lease.until,
-            lease_id: lease.id,
+            lease_until: round.lease.until,
+            lease_id: round.lease.id,
             payment_must_be: PaymentStatus::Succeeded,
         };
         let started = repository::start(conn, statement).await?;
-        let refuse = async |conn: &mut AsyncPgConnection, error: ApiError| {
-            store::abandon(conn, account_id, key, id.as_uuid()).await?;
-            Err::<Begin<Refunds>, ApiError>(error)
-        };
         let currency = started
             .currency
             .as_deref()
@@ -122,62 +102,57 @@ async fn start(
             Amount::from_decimal(value.max(Decimal::ZERO), currency)
                 .map_err(|e| ApiError::Internal(anyhow::anyhow!("{e}")))
         };
-        match started.outcome {
+        Ok(match started.outcome {
             StartOutcome::Started => {
+                let order_id =
+                    started.order_id.ok_or_else(|| ApiError::Internal(anyhow::anyhow!("no order")))?;
                 let refund = Refund {
                     id,
                     account_id,
                     payment_id: command.payment_id,
-                    order_id: started
-                        .order_id
-                        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("no order")))?,
+                    order_id,
                     status: RefundStatus::Processing,
                     amount: money(started.amount)?,
                     reason: command.reason,
                     provider_refund_id: None,
                     failure_code: None,
                     failure_message: None,
-                    idempotency_key: Some(key.to_owned()),
+                    idempotency_key: Some(keyed.key.as_str().to_owned()),
                     attempts: 0,
-                    lease: Some(lease),
-                    created_at: now,
-                    updated_at: now,
+                    lease: Some(round.lease),
+                    created_at: round.now,
+                    updated_at: round.now,
                 };
-                let Some(held) = <Refunds as Kind>::load(conn, (account_id, id.as_uuid())).await? else {
-                    return Err(ApiError::Internal(anyhow::anyhow!("a started refund vanished")));
+                let Some(held) = <Refunds as Kind>::load(conn, (account_id, round.id)).await? else {
+                    return Err(ApiError::Internal(anyhow::anyhow!("a started refund vanished")).into());
                 };
-                let held = Held { refund, ..held };
-                return Ok(Begin::Drive { op: held, lease: lease.id, mode: DriveMode::FirstCall });
+                Started::Drive(Held { refund, ..held })
             }
-            StartOutcome::PaymentNotFound => {
-                let id = command.payment_id.to_string();
-                return refuse(conn, ApiError::NotFound { resource: "payment", id }).await;
-            }
+            StartOutcome::PaymentNotFound => Started::Refuse(ApiError::NotFound {
+                resource: "payment",
+                id: command.payment_id.to_string(),
+            }),
             StartOutcome::InvalidState => {
                 // A final answer about the payment's state, stored with the key.
                 let current = started.payment_status.map(|status| status.to_string()).unwrap_or_default();
-                let answer = ApiError::InvalidState {
-                    resource: "payment",
-                    id: command.payment_id.as_uuid(),
-                    current,
-                    action: "refunded",
-                }
-                .to_stored_response();
-                store::complete(conn, account_id, key, id.as_uuid(), &answer).await?;
-                return Ok(Begin::Answered(Execution::Executed(answer)));
+                let id = command.payment_id.as_uuid();
+                Started::Answer(
+                    ApiError::InvalidState { resource: "payment", id, current, action: "refunded" }
+                        .to_stored_response(),
+                )
             }
             StartOutcome::ExceedsRefundable => {
                 let refundable_amount = money(started.refundable)?;
-                return refuse(conn, ApiError::RefundExceedsRefundable { refundable_amount }).await;
+                Started::Refuse(ApiError::RefundExceedsRefundable { refundable_amount })
             }
-            StartOutcome::KeyExists => {
-                if let Some(begin) = request::existing_key::<Refunds>(engine, conn, keyed).await? {
-                    return Ok(begin);
-                }
-            }
-        }
+            StartOutcome::ExistingRefund => match started.earlier {
+                Some(earlier) => Started::Resume(earlier.as_uuid()),
+                None => Started::Again,
+            },
+            StartOutcome::Changed => Started::Again,
+            StartOutcome::KeyExists => Started::ExistingKey,
+        })
     }
-    Err(ApiError::Unavailable(anyhow::anyhow!("starting a refund kept meeting changes")))
 }
 
 /// `GET /refunds/{id}`

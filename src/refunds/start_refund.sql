@@ -7,7 +7,16 @@
 -- from over-refunding: the payment's row is locked and its amounts read as they are now (the
 -- lock waits for, and then sees, any refund that reserved before), and a CHECK constraint
 -- backs it (refunded + refunding <= captured).
--- Returns the decision, the payment's status, what was refundable, and the refund's amount.
+-- The decision is read under the payment's lock (`target`: FOR UPDATE waits for a concurrent
+-- change, a capture settling or another refund reserving, and reads the row as it committed);
+-- the reservation's UPDATE scans the row as the statement's snapshot saw it, so it is guarded by
+-- the same bound (succeeded, and refundable covers the amount: the CHECK can never be the one
+-- that refuses), and when the two disagree (a change committed while the statement waited) the
+-- outcome is 'changed' and nothing of the refund is written: the caller runs it again.
+-- A key names at most one refund of a payment, for ever: a key used again past its lifetime
+-- (a retry a day later) finds the refund it started, 'existing_refund', and starts nothing.
+-- Returns the decision, the payment's status, what was refundable, the refund's amount, and
+-- the refund the key started before.
 -- Lock order (docs/architecture.md): the new key row, then the payment, then the refund.
 -- Parameters after the claim's: 13 payment id, 14 amount (NULL: all that is refundable),
 -- 15 reason, 16 lease until (also the reconciler's first check), 17 lease id, 18 whether the
@@ -19,10 +28,15 @@
     FROM payments
     WHERE account_id = $1 AND id = $13 AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM claimed))
     FOR UPDATE
+), earlier AS (
+    SELECT id FROM refunds
+    WHERE $2::text IS NOT NULL AND account_id = $1 AND payment_id = $13 AND idempotency_key = $2
+    LIMIT 1
 ), decided AS (
     SELECT CASE
         WHEN $2::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM claimed) THEN 'key_exists'
         WHEN NOT EXISTS (SELECT 1 FROM target) THEN 'payment_not_found'
+        WHEN (SELECT id FROM earlier) IS NOT NULL THEN 'existing_refund'
         WHEN (SELECT status FROM target) <> $18 THEN 'invalid_state'
         WHEN coalesce($14, (SELECT refundable FROM target)) <= 0
             OR coalesce($14, 0) > (SELECT refundable FROM target) THEN 'exceeds_refundable'
@@ -34,6 +48,9 @@
     SET amount_refunding = amount_refunding + decided.amount
     FROM decided
     WHERE payments.account_id = $1 AND payments.id = $13 AND decided.outcome = 'started'
+        AND payments.status = $18
+        AND payments.amount_captured - payments.amount_refunded - payments.amount_refunding
+            >= decided.amount
     RETURNING payments.id
 ), started AS (
     INSERT INTO refunds (account_id, id, payment_id, order_id, status, amount, currency, reason,
@@ -44,7 +61,9 @@
     FROM target, decided, reserved
     RETURNING 1
 )
-SELECT decided.outcome, target.status, target.refundable, decided.amount, target.currency,
-    target.order_id
+SELECT CASE WHEN decided.outcome = 'started' AND NOT EXISTS (SELECT 1 FROM reserved) THEN 'changed'
+        ELSE decided.outcome END,
+    target.status, target.refundable, decided.amount, target.currency, target.order_id,
+    (SELECT id FROM earlier)
 FROM decided
 LEFT JOIN target ON true

@@ -12,7 +12,8 @@
 //! | `orderpay_refunds_settled_total` | counter | `status`: succeeded, failed |
 //! | `orderpay_events_total` | counter | `type`: events written to the outbox |
 //! | `orderpay_outbox_lag_seconds` | gauge | `relay` (webhooks, nats): age of the oldest event the relay has not handed on |
-//! | `orderpay_late_charges_total` | counter | `result`: refunded, voided (charges that landed after their payment was given up on) |
+//! | `orderpay_late_charges_total` | counter | `result`: refunded (a system refund succeeded), refund_failed (one failed; another starts once it is surely not carried out), voided (charges that landed after their payment was given up on) |
+//! | `orderpay_guard_violations_total` | counter | `constraint`: a money CHECK constraint refused what a statement's own guard let through (a bug in the guard; the request is answered by the guard on its next round) |
 //! | `orderpay_reconciler_passes_total` | counter | |
 //! | `orderpay_reconciler_payments_total` | counter | `result`: settled, redriven, rescheduled, stuck, gave_up, error |
 //! | `orderpay_provider_webhooks_total` | counter | `result`: applied (moved an operation), duplicate (an event already received), stale (nothing to move: the operation had settled, or the event reports no final state), unknown (no operation of ours), rejected (refused: signature, size, body) |
@@ -94,6 +95,11 @@ pub const DESCRIBED: &[(&str, Kind, &str)] = &[
         Kind::Counter,
         "Charges that landed after their payment was given up on, refunded or voided by the system",
     ),
+    (
+        "orderpay_guard_violations_total",
+        Kind::Counter,
+        "Money constraints that refused what a statement's own guard let through (a guard's bug)",
+    ),
     ("orderpay_reconciler_passes_total", Kind::Counter, "Reconciler passes run"),
     ("orderpay_reconciler_payments_total", Kind::Counter, "Payments handled by the reconciler, by result"),
     ("orderpay_provider_webhooks_total", Kind::Counter, "Provider webhook deliveries, by what they did"),
@@ -149,6 +155,10 @@ pub fn payment_settled(status: &'static str) {
 
 /// `result`: refunded (a charge that landed after its payment was given up on, refunded by the
 /// system), voided (a late authorization).
+pub fn guard_violation(constraint: &'static str) {
+    counter!("orderpay_guard_violations_total", "constraint" => constraint).increment(1);
+}
+
 pub fn late_charge(result: &'static str) {
     counter!("orderpay_late_charges_total", "result" => result).increment(1);
 }

@@ -450,3 +450,60 @@ async fn a_key_is_bound_to_the_canonical_route_not_the_typed_one() {
     assert_eq!(lower.status(), 200);
     assert_eq!(lower.headers()["idempotent-replayed"], "true");
 }
+
+/// Two requests with one key never get two different final answers. The first pays an order
+/// that is authorized (not payable): its start statement commits the claim with the refusal it
+/// answers next; it is held between the two. Meanwhile the authorization is voided (the order is
+/// payable again) and a retry with the same key arrives. Before, the retry cleared the claim as
+/// "never started" and ran again: it charged the order (201) while the first answered 409. Now
+/// the retry waits for the live claimer (409 `idempotency-key-in-use`), then replays its answer.
+#[tokio::test]
+async fn a_retry_never_runs_again_beside_a_claimer_about_to_store_its_answer() {
+    let app = spawn_app().await;
+    let (order_id, authorization) = app.authorized_order("25.00", "pm_card_ok").await;
+    let key = new_key();
+    let mut held = orderpay::hooks::pause("start.before_answer");
+    let first = {
+        let (app, order_id, key) = (&app, order_id.clone(), key.clone());
+        async move { app.pay(&order_id, "pm_card_ok", &key).await }
+    };
+    let retry = async {
+        held.reached().await;
+        let voided = app.void(authorization["id"].as_str().unwrap(), &new_key()).await;
+        assert_eq!(voided.status(), 200, "the order is payable again");
+        let retry = app.pay(&order_id, "pm_card_ok", &key).await;
+        assert_problem(retry, 409, "idempotency-key-in-use").await;
+        held.release();
+    };
+    let (first, ()) = tokio::join!(first, retry);
+    let first = assert_problem(first, 409, "invalid-state").await;
+    let replay = app.pay(&order_id, "pm_card_ok", &key).await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(assert_problem(replay, 409, "invalid-state").await, first);
+    assert_eq!(app.provider.charges().await.len(), 1, "only the voided authorization: nothing charged");
+}
+
+/// The in-memory copy of a final answer lives as long as its key, not as long as the key's
+/// lifetime counted from when the answer was known: a payment answered 600 ms after its key was
+/// claimed (the provider is slow), keys living 1 s. At 1.2 s the key has expired: a retry is a
+/// new request (the order is paid: 409), never a replay from memory that no other instance
+/// would give.
+#[tokio::test]
+async fn a_remembered_answer_expires_with_its_key() {
+    let app = spawn_app_with(|settings, _| {
+        settings.api.idempotency_retention = Duration::from_secs(1);
+        settings.provider.timeout = Duration::from_secs(2);
+    })
+    .await;
+    let order_id = order_id(&app).await;
+    app.provider.set_faults(json!({"latency_ms": 600})).await;
+    let key = new_key();
+    let claimed = std::time::Instant::now();
+    assert_eq!(app.pay(&order_id, "pm_card_ok", &key).await.status(), 201);
+    app.provider.set_faults(json!({})).await;
+    tokio::time::sleep(Duration::from_millis(1200).saturating_sub(claimed.elapsed())).await;
+    let retry = app.pay(&order_id, "pm_card_ok", &key).await;
+    assert!(retry.headers().get("idempotent-replayed").is_none(), "not replayed from memory");
+    assert_problem(retry, 409, "invalid-state").await;
+    assert_eq!(app.provider.charges().await.len(), 1);
+}

@@ -386,3 +386,77 @@ async fn two_reconcilers_and_a_retry_racing_on_one_refund_apply_one_transition_w
     let replay = json(app.refund(payment["id"].as_str().unwrap(), None, &key).await).await;
     assert_eq!(replay["status"], "succeeded");
 }
+
+/// Refunds racing the capture of an authorization: one capture of 40.00 of a 100.00
+/// authorization and seven refunds of 40.00 at once, each with its own key, fifteen times. The
+/// refund's start statement is the bound (it reads what is captured under the payment's lock):
+/// each refund answers 201, 409 `invalid-state` (the capture still in flight) or 422
+/// `refund-exceeds-refundable` (what was captured is known and taken), never a 500, and what is
+/// refunded never exceeds what was captured, on either side.
+#[tokio::test]
+async fn refunds_racing_a_capture_answer_409_or_422_never_500() {
+    let app = spawn_app().await;
+    for trial in 0..15 {
+        let (_, payment) = app.authorized_order("100.00", "pm_card_ok").await;
+        let payment_id = payment["id"].as_str().unwrap().to_owned();
+        let capture_key = new_key();
+        let capture = app.capture(&payment_id, Some("40.00"), &capture_key);
+        let refunds = (0..7).map(|_| {
+            let payment_id = payment_id.clone();
+            let app = &app;
+            async move { app.refund(&payment_id, Some("40.00"), &new_key()).await }
+        });
+        let (captured, refunded) = tokio::join!(capture, futures::future::join_all(refunds));
+        assert_eq!(captured.status(), 200, "trial {trial}: the capture succeeds");
+        let mut succeeded = 0;
+        for answer in refunded {
+            let status = answer.status().as_u16();
+            let body = json(answer).await;
+            match status {
+                201 => succeeded += 1,
+                409 => assert_eq!(body["type"], "invalid-state", "{body}"),
+                422 => assert_eq!(body["type"], "refund-exceeds-refundable", "{body}"),
+                other => panic!("trial {trial}: a refund answered {other}: {body}"),
+            }
+        }
+        assert!(succeeded <= 1, "trial {trial}: 40.00 captured, {succeeded} refunds of 40.00");
+        let charge = app.provider_charge(&payment_id).await;
+        assert_eq!(charge["amount_captured"], "40.00");
+        assert_eq!(charge["amount_refunded"], if succeeded == 1 { "40.00" } else { "0.00" });
+    }
+}
+
+/// A refund retried with its key after the key expired answers the refund that key started,
+/// never a second refund: the refund row keeps the client's key. Keys live 1 s here; the
+/// refund is still in flight (the provider says pending) when its key expires, and the retry
+/// with the same key resumes it (202, the same refund), then replays its final answer once it
+/// settled. One refund at the provider.
+#[tokio::test]
+async fn a_refund_retried_past_its_keys_lifetime_answers_that_refund_not_a_second_one() {
+    let app = spawn_app_with(|settings, mock| {
+        settings.api.idempotency_retention = Duration::from_secs(1);
+        mock.settle_after = Duration::from_millis(1500);
+    })
+    .await;
+    let (_, payment) = app.paid_order("30.00", "pm_refund_pending").await;
+    let payment_id = payment["id"].as_str().unwrap();
+    let key = new_key();
+    let accepted = app.refund(payment_id, Some("10.00"), &key).await;
+    assert_eq!(accepted.status(), 202);
+    let refund_id = json(accepted).await["id"].as_str().unwrap().to_owned();
+
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let again = app.refund(payment_id, Some("10.00"), &key).await;
+    assert_eq!(again.status(), 202, "still in flight at the provider");
+    assert_eq!(json(again).await["id"], refund_id.as_str(), "the same refund");
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(app.reconcile_once().await.settled, 1);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let settled = app.refund(payment_id, Some("10.00"), &key).await;
+    assert_eq!(settled.status(), 201);
+    assert_eq!(settled.headers()["idempotent-replayed"], "true");
+    assert_eq!(json(settled).await["id"], refund_id.as_str());
+    assert_eq!(app.provider.refunds().await.len(), 1, "one refund at the provider");
+    assert_eq!(app.get_payment(payment_id).await["amount_refunded"], "10.00");
+}

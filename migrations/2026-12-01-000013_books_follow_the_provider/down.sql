@@ -1,0 +1,1 @@
+ALTER TABLE payments DROP CONSTRAINT payments_captured_within_amount;
