@@ -104,15 +104,26 @@ impl PassReport {
 /// Operations of one batch driven at the same time.
 const CONCURRENCY: usize = 8;
 
-/// One pass over the due operations of every kind, and the due authorizations.
+/// One pass over the due operations of every kind, and the due authorizations. Each part runs
+/// whatever another met: a database error ends one operation's check (or, for a claim, that
+/// part's batch), counted in `errors`, never the pass.
 pub async fn run_pass(engine: &Engine, config: &ReconcilerConfig) -> Result<PassReport, EngineError> {
-    let mut report = pass_over::<Charges>(engine, config).await?;
-    report.add(pass_over::<Actions>(engine, config).await?);
-    report.add(pass_over::<Refunds>(engine, config).await?);
-    report.add(watch_authorizations(engine, config).await?);
-    report.add(late_charge::watch_due(engine, config).await?);
+    let mut report = PassReport::default();
+    report.add(part("payments", pass_over::<Charges>(engine, config).await));
+    report.add(part("captures and voids", pass_over::<Actions>(engine, config).await));
+    report.add(part("refunds", pass_over::<Refunds>(engine, config).await));
+    report.add(part("authorizations", watch_authorizations(engine, config).await));
+    report.add(part("late charges", late_charge::watch_due(engine, config).await));
     crate::telemetry::metrics::reconciler_pass(&report.results());
     Ok(report)
+}
+
+/// What one part of a pass did; a part that failed as a whole (its claim) counts one error.
+fn part(what: &str, done: Result<PassReport, EngineError>) -> PassReport {
+    done.unwrap_or_else(|error| {
+        tracing::warn!(part = what, error = %error, "a reconciler part failed; the pass goes on");
+        PassReport { errors: 1, ..PassReport::default() }
+    })
 }
 
 /// Leases the due operations of one kind and drives them, `CONCURRENCY` at a time.
@@ -122,21 +133,30 @@ async fn pass_over<K: Kind>(engine: &Engine, config: &ReconcilerConfig) -> Resul
     let rounds = (config.batch_size.max(1) as u32).div_ceil(CONCURRENCY as u32);
     let lease = Lease { id: LeaseId::generate(), until: after(now, config.claim_for.saturating_mul(rounds)) };
     let mut claimed = Vec::new();
+    let mut unreadable = 0;
     {
         let mut conn = engine.pool.get().await?;
         for leased in
             leases::lease(&mut conn, K::TABLE, LeaseTarget::Due { limit: config.batch_size }, lease, now)
                 .await?
         {
-            match K::load(&mut conn, (leased.account_id, leased.id)).await? {
-                Some(op) => claimed.push((op, leased.attempts)),
-                None => {
+            // An operation that cannot be read (a row this version cannot make sense of) waits
+            // for its lease to run out and a person; the rest of the batch goes on.
+            match K::load(&mut conn, (leased.account_id, leased.id)).await {
+                Ok(Some(op)) => claimed.push((op, leased.attempts)),
+                Ok(None) => {
                     tracing::error!(id = %leased.id, kind = K::TABLE.label(), "a leased operation vanished")
+                }
+                Err(error) => {
+                    unreadable += 1;
+                    tracing::error!(id = %leased.id, kind = K::TABLE.label(), error = %error,
+                        "a leased operation cannot be read; left for a later pass");
                 }
             }
         }
     }
-    let mut report = PassReport { claimed: claimed.len(), ..PassReport::default() };
+    let mut report =
+        PassReport { claimed: claimed.len() + unreadable, errors: unreadable, ..PassReport::default() };
     let limit = Arc::new(Semaphore::new(CONCURRENCY));
     let mut tasks = JoinSet::new();
     for (op, attempts) in claimed {
@@ -244,6 +264,14 @@ async fn watch_authorizations(engine: &Engine, config: &ReconcilerConfig) -> Res
     };
     let mut report = PassReport { claimed: due.len(), ..PassReport::default() };
     for payment in due {
+        let payment = match payment {
+            Ok(payment) => payment,
+            Err(error) => {
+                report.errors += 1;
+                tracing::error!(error = %error, "a watched authorization cannot be read; left for a later pass");
+                continue;
+            }
+        };
         match authorization::watch(engine, &payment, config.backoff_cap).await {
             Ok(Watched::Ended) => report.settled += 1,
             Ok(Watched::StillAuthorized) => report.rescheduled += 1,

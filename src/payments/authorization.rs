@@ -128,7 +128,7 @@ crate::text_enum! {
 crate::prepared_statement! {
     /// A capture or a void started (`start_capture_or_void.sql` after the key claim).
     pub struct StartAction<'a>("../idempotency/claim_key.sql", "start_capture_or_void.sql")
-        -> (Text, Nullable<Text>, Nullable<Numeric>)
+        -> (Text, Nullable<Text>, Nullable<Numeric>, Nullable<Text>)
     {
         group claim: ClaimParameters<'a>,
         13 => payment_id: PaymentId as Uuid,
@@ -139,12 +139,12 @@ crate::prepared_statement! {
     }
 }
 
-/// What the start statement decided, with the payment's status and authorized amount as they
-/// were.
+/// What the start statement decided, with the payment's status, authorized amount and failure
+/// code as they were.
 pub async fn start(
     conn: &mut AsyncPgConnection,
     start: StartAction<'_>,
-) -> QueryResult<(StartOutcome, Option<PaymentStatus>, Option<Decimal>)> {
+) -> QueryResult<(StartOutcome, Option<PaymentStatus>, Option<Decimal>, Option<String>)> {
     start.get_result(conn).await
 }
 

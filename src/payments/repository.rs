@@ -376,13 +376,14 @@ pub async fn settle(conn: &mut AsyncPgConnection, settle: SettlePayment<'_>) -> 
 
 /// The reconciler's watch on authorizations: up to `limit` `requires_capture` payments due for
 /// a look, skipping rows another reconciler is claiming, hidden from the others until
-/// `claimed_until`.
+/// `claimed_until`. Each row is read on its own: one this version cannot make sense of is an
+/// error for that payment, not for the batch.
 pub async fn watch(
     conn: &mut AsyncPgConnection,
     now: DateTime<Utc>,
     limit: i64,
     claimed_until: DateTime<Utc>,
-) -> QueryResult<Vec<Payment>> {
+) -> QueryResult<Vec<QueryResult<Payment>>> {
     let rows: Vec<PaymentRow> = diesel::sql_query(
         "UPDATE payments SET next_check_at = $3 \
          WHERE (account_id, id) IN ( \
@@ -396,7 +397,7 @@ pub async fn watch(
     .bind::<Timestamptz, _>(claimed_until)
     .load(conn)
     .await?;
-    rows.into_iter().map(PaymentRow::into_payment).collect()
+    Ok(rows.into_iter().map(PaymentRow::into_payment).collect())
 }
 
 /// Schedules the next look at an authorization that is still waiting for a capture.

@@ -13,6 +13,7 @@ use rust_decimal::Decimal;
 
 use super::authorization::{self, Action, ActionStatus, PaymentOperation, StartAction};
 use super::repository::{self, StartOutcome, StartPayment};
+use super::representation::AUTHORIZATION_EXPIRED;
 use super::{CaptureMethod, Payment, PaymentMethod, PaymentStatus};
 use crate::error::{ApiError, FieldError};
 use crate::idempotency::{KeyedRequest, Keys, StoredResponse};
@@ -210,7 +211,7 @@ impl Start for ActStart<'_> {
             lease_until: round.lease.until,
             lease_id: round.lease.id,
         };
-        let (outcome, status, authorized) = match authorization::start(conn, statement).await {
+        let (outcome, status, authorized, failure_code) = match authorization::start(conn, statement).await {
             Ok(started) => started,
             // Another capture or void of this payment committed meanwhile: the next round sees it.
             Err(error) if is_second_action(&error) => return Ok(Started::Again),
@@ -246,6 +247,15 @@ impl Start for ActStart<'_> {
                 resource: "payment",
                 id: command.payment_id.to_string(),
             }),
+            // An authorization that expired answers the same whoever noticed first: the reconciler
+            // (the payment is `canceled` already) or this capture's own provider call.
+            authorization::StartOutcome::InvalidState
+                if status == Some(PaymentStatus::Canceled)
+                    && failure_code.as_deref() == Some(AUTHORIZATION_EXPIRED) =>
+            {
+                let expired = ApiError::AuthorizationExpired { payment_id: command.payment_id };
+                Started::Answer(expired.to_stored_response())
+            }
             authorization::StartOutcome::InvalidState => {
                 // A final answer about the payment's state, stored with the key.
                 let current = status.map(|status| status.to_string()).unwrap_or_default();

@@ -10,13 +10,14 @@
 -- the statement's snapshot saw it; so it is guarded by the same state, and when the two disagree
 -- (a change committed while the statement waited) the outcome is 'changed' and nothing of the
 -- operation is written: the caller runs the statement again.
--- Returns the decision, and the payment's status and capturable amount as they were.
+-- Returns the decision, and the payment's status, capturable amount and failure code as they
+-- were (a payment canceled because its authorization expired answers 402, whoever noticed).
 -- Lock order (docs/architecture.md): the new key row, then the payment, then the operation.
 -- Parameters after the claim's: 13 payment id, 14 kind ('capture' or 'void'), 15 the capture's
 -- amount (NULL: all that is capturable; always NULL for a void), 16 lease until (also the
 -- reconciler's first check), 17 lease id.
 , target AS (
-    SELECT status, amount
+    SELECT status, amount, failure_code
     FROM payments
     WHERE account_id = $1 AND id = $13 AND EXISTS (SELECT 1 FROM claimed)
     FOR UPDATE
@@ -47,6 +48,6 @@
 )
 SELECT CASE WHEN decided.outcome = 'started' AND NOT EXISTS (SELECT 1 FROM held) THEN 'changed'
         ELSE decided.outcome END,
-    target.status, target.amount
+    target.status, target.amount, target.failure_code
 FROM decided
 LEFT JOIN target ON true

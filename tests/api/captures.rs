@@ -173,6 +173,26 @@ async fn the_reconciler_cancels_authorizations_the_provider_let_go() {
     assert_eq!(app.reconcile_once().await.claimed, 0, "nothing left to watch");
 }
 
+/// A capture after the authorization expired answers 402 `authorization-expired` whoever
+/// noticed the expiry first: here the reconciler did (the payment is `canceled` already), and the
+/// capture answers as it would had its own provider call found it (before: 409 `invalid-state`).
+#[tokio::test]
+async fn a_capture_after_the_reconciler_saw_the_expiry_answers_402_authorization_expired() {
+    let app = spawn_app_with(|_, mock| mock.auth_ttl = Duration::from_millis(300)).await;
+    let (_, payment) = app.authorized_order("30.00", "pm_card_ok").await;
+    let payment_id = payment["id"].as_str().unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(app.reconcile_once().await.settled, 1, "the reconciler records the expiry");
+    let key = new_key();
+    assert_problem(app.capture(payment_id, None, &key).await, 402, "authorization-expired").await;
+    let replay = app.capture(payment_id, None, &key).await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_problem(replay, 402, "authorization-expired").await;
+    // A void is refused the same way: there is nothing left to let go.
+    assert_problem(app.void(payment_id, &new_key()).await, 402, "authorization-expired").await;
+    assert_eq!(app.provider_charge(payment_id).await["status"], "canceled");
+}
+
 #[tokio::test]
 async fn a_declined_capture_leaves_the_authorization_waiting() {
     let app = spawn_app().await;

@@ -507,3 +507,37 @@ async fn a_remembered_answer_expires_with_its_key() {
     assert_problem(retry, 409, "invalid-state").await;
     assert_eq!(app.provider.charges().await.len(), 1);
 }
+
+/// One database error ends one operation's check, not the whole pass: of two payments and a
+/// refund waiting for the reconciler, one payment's row cannot be read (its currency is one this
+/// version does not know). The pass settles the other payment and the refund, counts one error,
+/// and the unreadable payment is left for a later pass. Before, the pass failed as a whole and
+/// nothing settled.
+#[tokio::test]
+async fn one_unreadable_operation_ends_its_own_check_not_the_pass() {
+    let app = spawn_app().await;
+    let (_, paid) = app.paid_order("20.00", "pm_card_ok").await;
+    app.provider.set_faults(json!({"error_rate": 1.0})).await;
+    let mut waiting = Vec::new();
+    for _ in 0..2 {
+        let order_id = app.create_order().await["id"].as_str().unwrap().to_owned();
+        let accepted = app.pay(&order_id, "pm_card_ok", &new_key()).await;
+        assert_eq!(accepted.status(), 202);
+        waiting.push(json(accepted).await["id"].as_str().unwrap().to_owned());
+    }
+    let refund = app.refund(paid["id"].as_str().unwrap(), Some("5.00"), &new_key()).await;
+    assert_eq!(refund.status(), 202);
+    app.provider.set_faults(json!({})).await;
+    app.execute(&format!("UPDATE payments SET currency = 'XXX' WHERE id = '{}'", waiting[0])).await;
+
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!((pass.claimed, pass.settled, pass.errors), (3, 2, 1), "{pass:?}");
+    assert_eq!(app.get_payment(&waiting[1]).await["status"], "succeeded");
+    assert_eq!(app.get_payment(paid["id"].as_str().unwrap()).await["amount_refunded"], "5.00");
+    let unread = format!(
+        "SELECT count(*) AS count FROM payments WHERE id = '{}' AND status = 'processing'",
+        waiting[0]
+    );
+    assert_eq!(app.count(&unread).await, 1, "left for a later pass");
+}
