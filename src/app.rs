@@ -29,12 +29,13 @@ use crate::telemetry::Observability;
 /// The provider-operations engine on `pool`: the one way every part of the process (request
 /// workers, the reconciler, `orderpay reconcile`) builds it.
 pub fn engine(settings: &Settings, pool: Pool, provider: Arc<dyn PaymentProvider>) -> Engine {
-    Engine { pool, provider, timing: settings.timing }
+    Engine { pool, provider, timing: settings.timing, reconciler: settings.reconciler }
 }
 
 /// The provider client for `settings`.
 pub fn provider(settings: &crate::config::ProviderConfig) -> anyhow::Result<Arc<dyn PaymentProvider>> {
-    Ok(Arc::new(HttpProvider::new(&settings.url, settings.timeout, settings.api_key.clone())?))
+    let client = HttpProvider::new(&settings.url, settings.timeout, settings.api_key.clone())?;
+    Ok(Arc::new(crate::provider::coalesce::Coalescing::new(client)))
 }
 
 /// Connections of the webhook delivery worker's own pool: one for its claims, one for its

@@ -8,7 +8,7 @@
 //! `ORDERPAY_PROVIDER_TIMEOUT_MS`, `ORDERPAY_PAYMENT_LEASE_MS`, `ORDERPAY_RECONCILE_INTERVAL_MS`,
 //! `ORDERPAY_RECONCILE_BATCH_SIZE`, `ORDERPAY_RECONCILE_MAX_ATTEMPTS`,
 //! `ORDERPAY_RECONCILE_BACKOFF_BASE_MS`, `ORDERPAY_RECONCILE_BACKOFF_CAP_MS`,
-//! `ORDERPAY_GIVE_UP_MARGIN_MS`, `ORDERPAY_LATE_CHARGE_WATCH_SECS`,
+//! `ORDERPAY_GIVE_UP_MARGIN_MS`, `ORDERPAY_LATE_CHARGE_WATCH_SECS`, `ORDERPAY_LATE_REFUND_WATCH_SECS`,
 //! `ORDERPAY_EVENT_RETENTION_DAYS`, `ORDERPAY_RELAY_INTERVAL_MS`, `ORDERPAY_RELAY_BATCH_SIZE`,
 //! `ORDERPAY_SHUTDOWN_GRACE_SECS`, `ORDERPAY_AUTH_CACHE_SECS`, `ORDERPAY_REPLAY_CACHE_BYTES`,
 //! `ORDERPAY_RATE_LIMIT_PER_SEC`, `ORDERPAY_RATE_LIMIT_BURST`, `ORDERPAY_CLIENT_TIMEOUT_MS`,
@@ -170,6 +170,11 @@ pub struct ReconcileArgs {
     /// refunded by the system).
     #[arg(long, env = "ORDERPAY_LATE_CHARGE_WATCH_SECS", default_value_t = 86_400)]
     pub late_charge_watch_secs: u64,
+
+    /// How long a refund given up on is watched for the provider carrying it out late (then
+    /// recorded as succeeded after all).
+    #[arg(long, env = "ORDERPAY_LATE_REFUND_WATCH_SECS", default_value_t = 86_400)]
+    pub late_refund_watch_secs: u64,
 }
 
 impl ReconcileArgs {
@@ -191,6 +196,7 @@ impl ReconcileArgs {
             claim_for: claim_for(provider.timeout),
             quiet_before_give_up: provider.timeout + Duration::from_millis(self.give_up_margin_ms),
             late_charge_watch: Duration::from_secs(self.late_charge_watch_secs),
+            late_refund_watch: Duration::from_secs(self.late_refund_watch_secs),
         })
     }
 }

@@ -64,6 +64,7 @@ impl EngineArgs {
             pool: db::background_pool(&self.database.config(), 2),
             provider: app::provider(&provider_config)?,
             timing,
+            reconciler: config,
         };
         Ok((engine, config))
     }

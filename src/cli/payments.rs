@@ -138,9 +138,11 @@ pub async fn run(command: PaymentsCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// What is in flight on a payment, and whether it is stuck: `charge (stuck)`, `-`.
+/// What is in flight on a payment, and whether it is stuck: `charge (stuck)`, `-`, or a late
+/// charge left unrefunded.
 fn in_flight(view: &PaymentView) -> String {
     match view.operating.in_flight {
+        None if view.operating.stuck => "late charge unrefunded (stuck)".to_owned(),
         None => "-".to_owned(),
         Some(what) if view.operating.stuck => format!("{} (stuck)", what.as_str()),
         Some(what) => what.as_str().to_owned(),
@@ -188,6 +190,9 @@ fn payment_fields(view: &PaymentView) -> Vec<(&'static str, String)> {
 
 fn fields(report: &Report) -> Vec<(&'static str, String)> {
     let mut fields = payment_fields(&report.payment);
+    if let Some(late_charge) = &report.payment.operating.late_charge {
+        fields.push(("late charge", late_charge.describe()));
+    }
     fields.insert(3, ("order status", or_dash(report.order_status.as_ref().map(|status| status.as_str()))));
     fields.push(("provider", report.provider.describe()));
     fields

@@ -216,6 +216,8 @@ diesel::table! {
         answer_body -> Nullable<Bytea>,
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
+        late_watch_until -> Nullable<Timestamptz>,
+        absent_since -> Nullable<Timestamptz>,
     }
 }
 

@@ -308,6 +308,7 @@ mod tests {
             declared::<crate::payments::authorization::SettleAction<'static>>(),
             declared::<crate::refunds::repository::StartRefund<'static>>(),
             declared::<crate::refunds::repository::SettleRefund<'static>>(),
+            declared::<crate::refunds::repository::CorrectRefund<'static>>(),
         ]
     }
 

@@ -56,12 +56,14 @@ pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
         for table in Table::ALL {
             counts.push((table, leases::count_waiting(&mut conn, table, Utc::now()).await.ok()?));
         }
-        Some(counts)
+        let unrefunded = crate::payments::repository::count_late_charges_unrefunded(&mut conn).await.ok()?;
+        Some((counts, unrefunded))
     };
-    if let Ok(Some(counts)) = tokio::time::timeout(Duration::from_secs(1), waiting).await {
+    if let Ok(Some((counts, unrefunded))) = tokio::time::timeout(Duration::from_secs(1), waiting).await {
         for (table, count) in counts {
             metrics::operations_waiting(table.label(), count);
         }
+        metrics::late_charges_unrefunded(unrefunded);
     }
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")

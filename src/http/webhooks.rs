@@ -47,7 +47,7 @@ pub async fn receive(
             return Err(refused);
         }
     };
-    let received = webhooks::receive(&state.pool, &event).await.map_err(|error| {
+    let received = webhooks::receive(&state.engine, &event).await.map_err(|error| {
         // Whatever failed, nothing was committed: the provider retries on anything but a 2xx,
         // and 503 with Retry-After says so.
         match ApiError::from(error) {

@@ -59,8 +59,15 @@ pub struct Held {
 /// Captures and voids as provider operations.
 pub struct Actions;
 
-/// What the provider's view of the charge says about a capture or void of it.
-pub(super) fn charge_state(action: Action, charge: Charge) -> Finding<ActionOutcome> {
+/// What the provider's view of the charge says about a capture or void of it. What was captured
+/// is the provider's figure, never the request's; one that is not an amount of the payment's
+/// currency, or more than was authorized, is never recorded: it needs a person.
+pub(super) fn charge_state(action: Action, payment: &Payment, charge: Charge) -> Finding<ActionOutcome> {
+    if let Some(disagreement) = captured_disagreement(payment, &charge) {
+        return Finding::Unknown {
+            reason: format!("charge {} {disagreement}; it needs a person", charge.id),
+        };
+    }
     match charge.status {
         ChargeStatus::Succeeded => Finding::Final(ActionOutcome::Captured { amount: charge.amount_captured }),
         ChargeStatus::Canceled { reason } => Finding::Final(ActionOutcome::Canceled { reason }),
@@ -70,6 +77,27 @@ pub(super) fn charge_state(action: Action, charge: Charge) -> Finding<ActionOutc
             reason: format!("the charge of a {action} is {:?} at the provider", charge.status),
         },
     }
+}
+
+/// How the provider's charge behind an authorization disagrees with the payment, if it does:
+/// another currency or authorized amount, or a capture that is not an amount of the currency (finer
+/// than its minor unit), nothing, or more than was authorized.
+pub fn captured_disagreement(payment: &Payment, charge: &Charge) -> Option<String> {
+    let authorized = payment.amount.value();
+    if charge.currency != payment.currency().code() {
+        return Some(format!("is in {}, the payment in {}", charge.currency, payment.currency()));
+    }
+    if charge.amount != authorized {
+        return Some(format!("is of {}, the authorization of {authorized}", charge.amount));
+    }
+    let captured = charge.amount_captured;
+    let exact =
+        Amount::from_decimal(captured, payment.currency()).is_ok_and(|amount| amount.value() == captured);
+    let within = captured > Decimal::ZERO && captured <= authorized;
+    if charge.status == ChargeStatus::Succeeded && !(exact && within) {
+        return Some(format!("captured {captured} of an authorization of {authorized}"));
+    }
+    None
 }
 
 impl Kind for Actions {
@@ -129,7 +157,7 @@ impl Kind for Actions {
             }
         };
         match answer {
-            Ok(charge) => charge_state(held.operation.kind, charge),
+            Ok(charge) => charge_state(held.operation.kind, &held.payment, charge),
             Err(ProviderError::Refused { code, .. }) if code == AUTHORIZATION_EXPIRED => {
                 Finding::Final(ActionOutcome::Canceled { reason: code })
             }
@@ -152,7 +180,7 @@ impl Kind for Actions {
             return Finding::Unknown { reason: "the payment has no charge at the provider".into() };
         };
         match provider.get_charge(charge_id, request_id).await {
-            Ok(Some(charge)) => charge_state(held.operation.kind, charge),
+            Ok(Some(charge)) => charge_state(held.operation.kind, &held.payment, charge),
             Ok(None) => Finding::Unknown { reason: format!("the provider does not know charge {charge_id}") },
             Err(error) => Finding::Unknown { reason: error.to_string() },
         }
@@ -204,8 +232,10 @@ pub async fn settle_on(
     let (status, failure, refusal, order_status) = match &outcome {
         ActionOutcome::Captured { amount } => {
             payment.status = PaymentStatus::Succeeded;
-            payment.amount_captured =
-                Amount::from_decimal(*amount, payment.currency()).unwrap_or(payment.amount);
+            // `charge_state` let through only an exact amount within the authorization.
+            payment.amount_captured = Amount::from_decimal(*amount, payment.currency()).map_err(|error| {
+                EngineError::Inconsistent(format!("the captured amount {amount}: {error}"))
+            })?;
             match action {
                 Action::Capture => (ActionStatus::Succeeded, None, None, Some(OrderStatus::Paid)),
                 Action::Void => {
@@ -258,6 +288,10 @@ pub async fn settle_on(
             (ActionStatus::Failed, Some((GAVE_UP_CODE.to_owned(), reason)), Some(refusal), None)
         }
     };
+    let give_up_quiet = match &outcome {
+        ActionOutcome::GaveUp(give_up) => Some(give_up.quiet),
+        _ => None,
+    };
     let answer = action_response(&payment, refusal);
     let (failure_code, failure_message) = match &failure {
         Some((code, message)) => (Some(code.as_str()), Some(message.as_str())),
@@ -291,10 +325,8 @@ pub async fn settle_on(
         payment_failure_message: payment.failure_message.as_deref(),
         payment_next_check_at: payment.next_check_at,
         order_status,
-        quiet_for_ms: match outcome {
-            ActionOutcome::GaveUp(give_up) => Some(give_up.quiet_for_ms()),
-            _ => None,
-        },
+        quiet_since: give_up_quiet.map(|quiet| quiet.since),
+        quiet_lease: give_up_quiet.map(|quiet| quiet.lease),
     };
     let (applied, moved) = authorization::settle(conn, statement).await?;
     Announce::new(event.as_ref(), order_event.as_ref()).count_written(applied == 1, moved == 1);
@@ -342,11 +374,18 @@ pub async fn watch(
     recheck: std::time::Duration,
 ) -> Result<Watched, EngineError> {
     let now = Utc::now().trunc_subsecs(6);
-    let Some(charge_id) = payment.provider_charge_id.as_deref() else {
-        return Ok(Watched::Unknown);
+    // An authorization recorded without the provider's id (resolved by hand) is found by its
+    // downstream key; one the provider does not know is not looked at again: a person decides.
+    let found = match payment.provider_charge_id.as_deref() {
+        Some(charge_id) => engine.provider.get_charge(charge_id, None).await,
+        None => engine.provider.find_charge(&payment.downstream_key(), None).await,
     };
-    let found = engine.provider.get_charge(charge_id, None).await;
     let mut conn = engine.pool.get().await?;
+    if let Ok(None) = found {
+        tracing::error!(payment_id = %payment.id, "the provider knows no charge for an authorization; no longer watched, it needs a person");
+        payments::watch_again(&mut conn, payment, None).await?;
+        return Ok(Watched::Unknown);
+    }
     match found {
         Ok(Some(charge)) => {
             if end_on(&mut conn, payment, &charge, Actor::Reconciler).await?.is_some() {
@@ -354,11 +393,11 @@ pub async fn watch(
             }
             // Still authorized: look again when it ends, or after `recheck` if that has passed.
             let next = payment.authorization_expires_at.filter(|at| *at > now).unwrap_or(after(now, recheck));
-            payments::watch_again(&mut conn, payment, next).await?;
+            payments::watch_again(&mut conn, payment, Some(next)).await?;
             Ok(Watched::StillAuthorized)
         }
         Ok(None) | Err(_) => {
-            payments::watch_again(&mut conn, payment, after(now, recheck)).await?;
+            payments::watch_again(&mut conn, payment, Some(after(now, recheck))).await?;
             Ok(Watched::Unknown)
         }
     }
@@ -377,6 +416,11 @@ pub async fn end_on(
     actor: Actor,
 ) -> Result<Option<bool>, EngineError> {
     let now = Utc::now().trunc_subsecs(6);
+    if let Some(disagreement) = captured_disagreement(payment, charge) {
+        tracing::error!(payment_id = %payment.id, charge_id = %charge.id, %disagreement,
+            "an authorization's charge disagrees with the payment; not recorded, it needs a person");
+        return Ok(None);
+    }
     let (status, amount_captured, failure_code, failure_message, order_status) = match &charge.status {
         ChargeStatus::Canceled { reason } => {
             let message = format!("the authorization ended at the provider ({reason})");
@@ -393,10 +437,12 @@ pub async fn end_on(
         }
         _ => return Ok(None),
     };
+    let amount_captured = Amount::from_decimal(amount_captured, payment.currency()).map_err(|error| {
+        EngineError::Inconsistent(format!("the captured amount {amount_captured}: {error}"))
+    })?;
     let ended_payment = Payment {
         status,
-        amount_captured: Amount::from_decimal(amount_captured, payment.currency())
-            .unwrap_or(payment.amount_captured),
+        amount_captured,
         failure_code: failure_code.clone(),
         failure_message: failure_message.clone(),
         next_check_at: None,
@@ -417,7 +463,7 @@ pub async fn end_on(
         payment_id: payment.id,
         order_id: payment.order_id,
         status,
-        amount_captured,
+        amount_captured: amount_captured.value(),
         failure_code: failure_code.as_deref(),
         failure_message: failure_message.as_deref(),
         now,

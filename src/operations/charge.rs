@@ -57,8 +57,13 @@ pub enum ResolvedTo {
     Authorized { expires_at: Option<DateTime<Utc>> },
     /// Failed. As after a give-up, the payment is watched for `late_watch` (first looked at after
     /// `first_look`) for a charge at the provider, which the system refunds: a failed payment
-    /// never keeps money.
-    Failed { first_look: std::time::Duration, late_watch: std::time::Duration },
+    /// never keeps money. Unless forced, only if its last send is quiet, as a give-up
+    /// (`quiet`): an operator never fails a payment whose send could still land.
+    Failed {
+        first_look: std::time::Duration,
+        late_watch: std::time::Duration,
+        quiet: Option<super::SendQuiet>,
+    },
 }
 
 /// The payment's charge as a provider operation.
@@ -81,6 +86,13 @@ pub fn charge_request(payment: &Payment, request_id: Option<&str>) -> ChargeRequ
 pub fn outcome_of(payment: &Payment, answer: Result<Charge, ProviderError>) -> Finding<ChargeOutcome> {
     let manual = payment.capture_method == CaptureMethod::Manual;
     let unknown = |reason: String| Finding::Unknown { reason };
+    if let Ok(charge) = &answer
+        && let Some(disagreement) = disagreement(payment, charge)
+    {
+        // Never recorded on a guess: the reconciler keeps asking, and past its attempts the
+        // payment is stuck for a person to look at.
+        return unknown(format!("charge {} {disagreement}; it needs a person", charge.id));
+    }
     match answer {
         Ok(Charge { id, status: ChargeStatus::Succeeded, .. }) => {
             Finding::Final(ChargeOutcome::Captured { charge_id: id })
@@ -115,6 +127,27 @@ pub fn outcome_of(payment: &Payment, answer: Result<Charge, ProviderError>) -> F
         // Refusals answer captures, cancels and refunds, never a charge request.
         Err(error @ ProviderError::Refused { .. }) => unknown(error.to_string()),
     }
+}
+
+/// How the provider's charge for `payment`'s key disagrees with the payment, if it does: another
+/// currency, another amount, or a capture (of an automatic charge) of anything but all of it.
+/// Amounts are compared exactly, so one finer than the currency's minor unit disagrees too.
+pub fn disagreement(payment: &Payment, charge: &Charge) -> Option<String> {
+    let ours = payment.amount.value();
+    if charge.currency != payment.currency().code() {
+        return Some(format!("is in {}, the payment in {}", charge.currency, payment.currency()));
+    }
+    if charge.amount != ours {
+        return Some(format!("is of {}, the payment of {ours}", charge.amount));
+    }
+    let captured = charge.amount_captured;
+    if charge.status == ChargeStatus::Succeeded
+        && payment.capture_method == CaptureMethod::Automatic
+        && captured != ours
+    {
+        return Some(format!("captured {captured} of {ours}"));
+    }
+    None
 }
 
 impl Kind for Charges {
@@ -189,7 +222,7 @@ pub async fn settle_on(
 ) -> Result<Option<Recorded>, EngineError> {
     let now = Utc::now().trunc_subsecs(6);
     let mut settled = Payment { next_check_at: None, lease: None, updated_at: now, ..payment.clone() };
-    let (mut quiet_for_ms, mut late_watch_until, mut reason) = (None, None, None);
+    let (mut quiet, mut late_watch_until, mut reason) = (None, None, None);
     let order_status = match outcome {
         ChargeOutcome::Captured { charge_id } => captured(&mut settled, Some(charge_id)),
         ChargeOutcome::Authorized { charge_id, expires_at } => {
@@ -216,7 +249,7 @@ pub async fn settle_on(
                 give_up.attempts
             ));
             // A charge sent late could still land: look for one until the watch ends.
-            quiet_for_ms = Some(give_up.quiet_for_ms());
+            quiet = Some(give_up.quiet);
             settled.next_check_at = Some(crate::clock::after(now, give_up.quiet_for));
             late_watch_until = Some(crate::clock::after(now, give_up.late_watch));
             None
@@ -228,7 +261,8 @@ pub async fn settle_on(
                 ResolvedTo::Authorized { expires_at } => {
                     authorized(&mut settled, resolution.charge_id, expires_at, now)
                 }
-                ResolvedTo::Failed { first_look, late_watch } => {
+                ResolvedTo::Failed { first_look, late_watch, quiet: guard } => {
+                    quiet = guard;
                     settled.status = PaymentStatus::Failed;
                     settled.provider_charge_id = resolution.charge_id.or(settled.provider_charge_id.take());
                     settled.failure_code = Some(RESOLVED_FAILED_CODE.to_owned());
@@ -276,7 +310,8 @@ pub async fn settle_on(
         authorization_expires_at: settled.authorization_expires_at,
         next_check_at: settled.next_check_at,
         order_status,
-        quiet_for_ms,
+        quiet_since: quiet.map(|quiet: super::SendQuiet| quiet.since),
+        quiet_lease: quiet.map(|quiet| quiet.lease),
         late_watch_until,
     };
     let (applied, moved) = repository::settle(conn, statement).await?;

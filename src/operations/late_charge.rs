@@ -12,7 +12,18 @@
 //!
 //! A payment an operator failed by hand (`orderpay payments resolve --as failed`) is watched the
 //! same way, and a charge the provider holds for it is taken back through the same
-//! [`take_back`], at once when the operator forced the failure over it.
+//! [`take_back`], at once when the operator forced the failure over it. So is a payment that
+//! failed by a decline when the provider's webhook reports a charge for it anyway: the watch's
+//! lookup, not the webhook, is what records it.
+//!
+//! Once the charge is recorded, the watch stops looking for it; what is left is to see it
+//! refunded ([`follow_up`]): a system refund that fails for certain (declined), or that was given
+//! up on and then found absent by the late-refund watch (`operations::late_refund`, which runs
+//! first), brings the payment back here, and another system refund starts, with the reconciler's
+//! backoff between them and at most `ORDERPAY_RECONCILE_MAX_ATTEMPTS` of them. Two system
+//! refunds are never both alive: one starts only while the payment reserves no refund and the
+//! previous one is known not carried out. A late charge left unrefunded after that waits for a
+//! person (`orderpay payments list --stuck`, the `orderpay_late_charges_unrefunded` gauge).
 
 use chrono::{SubsecRound, Utc};
 
@@ -23,8 +34,9 @@ use super::{Actor, DriveMode, Engine, EngineError, Finding, Kind, drive, leases}
 use crate::clock::after;
 use crate::idempotency::store::{ClaimParameters, ResourceKind};
 use crate::ids::{LeaseId, RefundId};
+use crate::orders::repository as orders;
 use crate::payments::repository as payments;
-use crate::payments::{Payment, PaymentStatus};
+use crate::payments::{GAVE_UP_CODE, Payment, PaymentStatus};
 use crate::provider::{CancelRequest, Charge, ChargeStatus};
 use crate::refunds::RefundStatus;
 use crate::refunds::repository::{self as refunds, StartOutcome, StartRefund};
@@ -37,8 +49,21 @@ pub async fn watch_due(engine: &Engine, config: &ReconcilerConfig) -> Result<Pas
         payments::watch_late(&mut conn, now, config.batch_size, after(now, config.claim_for)).await?
     };
     let mut report = PassReport { claimed: due.len(), ..PassReport::default() };
-    for (payment, watch_until) in due {
-        match look(engine, config, &payment, watch_until).await {
+    for watched in due {
+        let (payment, watch_until, late_charge) = match watched {
+            Ok(watched) => watched,
+            Err(error) => {
+                report.errors += 1;
+                tracing::error!(error = %error, "a watched payment cannot be read; left for a later pass");
+                continue;
+            }
+        };
+        let looked = match late_charge {
+            // The charge is recorded: see it refunded, never look for it again.
+            Some(late_charge) => follow_up(engine, config, &payment, late_charge).await,
+            None => look(engine, config, &payment, watch_until).await,
+        };
+        match looked {
             Ok(true) => report.settled += 1,
             Ok(false) => report.rescheduled += 1,
             Err(error) => {
@@ -158,7 +183,6 @@ async fn refund_late_charge(
 ) -> Result<TakenBack, EngineError> {
     use diesel_async::AsyncConnection;
     let now = Utc::now().trunc_subsecs(6);
-    let refund_id = RefundId::generate();
     let lease = Lease { id: LeaseId::generate(), until: after(now, config.claim_for) };
     let mut conn = engine.pool.get().await?;
     let started = conn
@@ -169,35 +193,64 @@ async fn refund_late_charge(
             {
                 return Ok(None);
             }
-            let statement = StartRefund {
-                claim: ClaimParameters::new(
-                    payment.account_id,
-                    None,
-                    (ResourceKind::Refund, refund_id.as_uuid()),
-                    None,
-                    now,
-                    std::time::Duration::ZERO,
-                ),
-                payment_id: payment.id,
-                amount: None,
-                reason: None,
-                lease_until: lease.until,
-                lease_id: lease.id,
-                payment_must_be: PaymentStatus::Failed,
-            };
-            Ok(Some(refunds::start(conn, statement).await?))
+            Ok(Some(start_system_refund(conn, payment, lease, now).await?))
         })
         .await?;
+    drop(conn);
     let Some(started) = started else { return Ok(TakenBack::AlreadyRecorded) };
-    if started.outcome != StartOutcome::Started {
-        tracing::error!(payment_id = %payment.id, outcome = %started.outcome,
-            "a late charge could not be refunded; it needs a person");
-        let reason = format!("the refund could not start ({}); it needs a person", started.outcome);
-        return Ok(TakenBack::Refused { reason });
-    }
     tracing::warn!(payment_id = %payment.id, charge_id = %charge.id, amount = %charge.amount_captured,
         why, "refunding a charge the provider holds for a failed payment");
-    crate::telemetry::metrics::late_charge("refunded");
+    drive_system_refund(engine, payment, started, lease).await
+}
+
+/// Starts a system refund of all that is left of a failed payment's late charge (`start_refund.sql`
+/// with no key), inside the caller's transaction. `Err(reason)` when it could not start.
+async fn start_system_refund(
+    conn: &mut diesel_async::AsyncPgConnection,
+    payment: &Payment,
+    lease: Lease,
+    now: chrono::DateTime<Utc>,
+) -> Result<Result<RefundId, String>, EngineError> {
+    let refund_id = RefundId::generate();
+    let statement = StartRefund {
+        claim: ClaimParameters::new(
+            payment.account_id,
+            None,
+            (ResourceKind::Refund, refund_id.as_uuid()),
+            None,
+            now,
+            std::time::Duration::ZERO,
+        ),
+        payment_id: payment.id,
+        amount: None,
+        reason: None,
+        lease_until: lease.until,
+        lease_id: lease.id,
+        payment_must_be: PaymentStatus::Failed,
+    };
+    let started = refunds::start(conn, statement).await?;
+    if started.outcome != StartOutcome::Started {
+        return Ok(Err(format!("the refund could not start ({}); it needs a person", started.outcome)));
+    }
+    Ok(Ok(refund_id))
+}
+
+/// Sends a system refund that just started and records what the provider said (or leaves it for
+/// the reconciler's refund pass).
+async fn drive_system_refund(
+    engine: &Engine,
+    payment: &Payment,
+    started: Result<RefundId, String>,
+    lease: Lease,
+) -> Result<TakenBack, EngineError> {
+    let refund_id = match started {
+        Ok(refund_id) => refund_id,
+        Err(reason) => {
+            tracing::error!(payment_id = %payment.id, %reason, "a late charge could not be refunded");
+            return Ok(TakenBack::Refused { reason });
+        }
+    };
+    let mut conn = engine.pool.get().await?;
     let Some(held) = <Refunds as Kind>::load(&mut conn, (payment.account_id, refund_id.as_uuid())).await?
     else {
         return Err(EngineError::Vanished(format!("refund {refund_id}")));
@@ -218,6 +271,89 @@ async fn refund_late_charge(
         .await?
         .map_or(RefundStatus::Processing, |refund| refund.status);
     Ok(TakenBack::Refunded { refund_id, status })
+}
+
+/// What the follow-up of a recorded late charge decided, under the payment's lock.
+enum Next {
+    /// Nothing left to refund: the watch is over.
+    Done,
+    /// Not now; looked at again at this time, or (`None`) when a system refund settles or the
+    /// late-refund watch concludes on one.
+    Wait(Option<chrono::DateTime<Utc>>, &'static str),
+    /// The system refunds ran out: a person decides.
+    NeedsPerson(i64),
+    /// Another system refund started.
+    Started(Result<RefundId, String>),
+}
+
+/// Sees a recorded late charge refunded: starts another system refund when the previous one is
+/// certainly not carried out, with backoff and up to the attempt limit (see the module doc).
+/// Returns whether it started one.
+async fn follow_up(
+    engine: &Engine,
+    config: &ReconcilerConfig,
+    payment: &Payment,
+    late_charge: rust_decimal::Decimal,
+) -> Result<bool, EngineError> {
+    use diesel_async::AsyncConnection;
+    let now = Utc::now().trunc_subsecs(6);
+    let lease = Lease { id: LeaseId::generate(), until: after(now, config.claim_for) };
+    let mut conn = engine.pool.get().await?;
+    let next = conn
+        .transaction::<_, EngineError, _>(async |conn| {
+            let vanished = || EngineError::Vanished(format!("payment {}", payment.id));
+            orders::lock(conn, payment.account_id, payment.order_id).await?.ok_or_else(vanished)?;
+            let money =
+                payments::lock_amounts(conn, payment.account_id, payment.id).await?.ok_or_else(vanished)?;
+            let next = if money.amount_refunding > rust_decimal::Decimal::ZERO {
+                Next::Wait(None, "a system refund is in flight")
+            } else if late_charge - money.amount_refunded <= rust_decimal::Decimal::ZERO {
+                Next::Done
+            } else {
+                let system = refunds::system_refunds(conn, payment.account_id, payment.id).await?;
+                let latest = system.latest.as_ref();
+                let unconfirmed = latest.is_some_and(|latest| {
+                    latest.status == RefundStatus::Failed
+                        && latest.failure_code.as_deref() == Some(GAVE_UP_CODE)
+                        && latest.absent_since.is_none()
+                });
+                let due = latest.map(|latest| after(latest.updated_at, config.backoff(system.count as i32)));
+                if unconfirmed {
+                    Next::Wait(None, "the last system refund was given up on and may still be carried out")
+                } else if system.count >= i64::from(config.max_attempts) {
+                    Next::NeedsPerson(system.count)
+                } else if let Some(due) = due.filter(|due| *due > now) {
+                    Next::Wait(Some(due), "backing off between system refunds")
+                } else {
+                    Next::Started(start_system_refund(conn, payment, lease, now).await?)
+                }
+            };
+            let next_check = match next {
+                Next::Wait(at, _) => at,
+                _ => None,
+            };
+            payments::watch_late_again(conn, payment, next_check).await?;
+            Ok(next)
+        })
+        .await?;
+    drop(conn);
+    match next {
+        Next::Done => Ok(false),
+        Next::Wait(_, why) => {
+            tracing::info!(payment_id = %payment.id, why, "a late charge's refund waits");
+            Ok(false)
+        }
+        Next::NeedsPerson(refunds) => {
+            tracing::error!(payment_id = %payment.id, refunds,
+                "a late charge is still not refunded after the system's last refund; it needs a person");
+            Ok(false)
+        }
+        Next::Started(started) => {
+            tracing::warn!(payment_id = %payment.id, "refunding a late charge again: the last refund was not carried out");
+            drive_system_refund(engine, payment, started, lease).await?;
+            Ok(true)
+        }
+    }
 }
 
 /// Leaves the system's refund for the reconciler's refund pass.

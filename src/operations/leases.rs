@@ -78,6 +78,9 @@ pub struct Leased {
     /// Checks made, this one included when the reconciler claimed it.
     #[diesel(sql_type = Int4)]
     pub attempts: i32,
+    /// The database's clock when the lease was taken (before any lookup under it).
+    #[diesel(sql_type = Timestamptz)]
+    pub leased_at: DateTime<Utc>,
 }
 
 const IN_FLIGHT: &str = "status = 'processing' AND answer_status IS NULL";
@@ -106,7 +109,7 @@ pub async fn lease(
                AND CASE WHEN $5::uuid IS NULL THEN next_check_at <= $4 \
                         ELSE account_id = $5 AND id = $6 END \
              ORDER BY next_check_at LIMIT $7 FOR UPDATE SKIP LOCKED) \
-         RETURNING account_id, id, attempts",
+         RETURNING account_id, id, attempts, clock_timestamp() AS leased_at",
         table = table.name()
     ))
     .bind::<Timestamptz, _>(lease.until)

@@ -23,6 +23,7 @@
 pub mod authorization;
 pub mod charge;
 pub mod late_charge;
+pub mod late_refund;
 pub mod leases;
 pub mod operator;
 pub mod reconciler;
@@ -33,6 +34,8 @@ pub mod webhooks;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 
 use diesel_async::AsyncPgConnection;
 use uuid::Uuid;
@@ -51,6 +54,9 @@ pub struct Engine {
     pub pool: Pool,
     pub provider: Arc<dyn PaymentProvider>,
     pub timing: Timing,
+    /// The reconciler's rules (backoff, attempts, the give-up's quiet period, the watches), which
+    /// the other drivers follow too when they start a watch.
+    pub reconciler: reconciler::ReconcilerConfig,
 }
 
 /// The engine's clock settings.
@@ -107,20 +113,36 @@ pub struct Recorded {
 }
 
 /// The reconciler gives up on an operation the provider never received, after `attempts`
-/// checks: only once its last send has been quiet for `quiet_for` (the provider timeout and a
-/// margin: a send still in flight could yet land), ordered against every send by the database.
-/// A payment given up on is then watched for `late_watch`, in case a charge lands anyway.
+/// checks, on a lookup that found nothing: only if that lookup could not miss a send still in
+/// flight ([`SendQuiet`]). A payment or refund given up on is then watched for `late_watch`, in
+/// case the provider acts anyway; the first look comes `quiet_for` later.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GiveUp {
     pub attempts: i32,
     pub quiet_for: Duration,
     pub late_watch: Duration,
+    pub quiet: SendQuiet,
 }
 
-impl GiveUp {
-    /// The quiet period as the settle statements take it.
-    pub fn quiet_for_ms(&self) -> i64 {
-        i64::try_from(self.quiet_for.as_millis()).unwrap_or(i64::MAX)
+/// The guard of every settle that concludes "the provider never received it" (a give-up, an
+/// operator's failure without `--force`): it applies only if the operation's last send
+/// (`last_send_at`, noted under the lease before every send, at the database's clock) is older
+/// than `since`, and only while `lease` still holds the operation. `since` is the database's
+/// clock when the lease was taken, before the lookup that found nothing, less the provider
+/// timeout and a margin: a send that could still land when the lookup asked holds it back. (A
+/// clock read at the settle would let a slow lookup pass: it may have asked while the send was
+/// in flight.) Under the lease nobody sends meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendQuiet {
+    pub since: DateTime<Utc>,
+    pub lease: LeaseId,
+}
+
+impl SendQuiet {
+    /// For a lookup made under `lease`, taken at `leased_at` (the database's clock), with
+    /// `quiet_for` the provider timeout and the give-up's margin.
+    pub fn new(leased_at: DateTime<Utc>, quiet_for: Duration, lease: LeaseId) -> Self {
+        SendQuiet { since: crate::clock::before(leased_at, quiet_for), lease }
     }
 }
 
@@ -162,6 +184,12 @@ pub trait Kind: Send + Sync + 'static {
     /// The final outcome of an operation the reconciler gives up on: the provider never
     /// received it.
     fn gave_up(op: &Self::Op, give_up: GiveUp) -> Self::Final;
+
+    /// How long one given up on is watched for the provider acting on it late (a charge: the
+    /// late-charge watch; a refund: the late-refund watch).
+    fn late_watch(config: &reconciler::ReconcilerConfig) -> Duration {
+        config.late_charge_watch
+    }
 
     /// Applies a final outcome in one statement, guarded by the operation being in flight, and
     /// returns the final answer (someone else's, if they settled it first). `None`: a give-up
@@ -240,6 +268,13 @@ pub enum EngineError {
     Pool(#[from] PoolRunError),
     #[error("{0} vanished")]
     Vanished(String),
+    /// What the engine was about to record contradicts what it checked (a bug).
+    #[error("inconsistent: {0}")]
+    Inconsistent(String),
+    /// A provider webhook could not be verified: the provider could not be asked. Nothing was
+    /// recorded; the provider delivers the event again.
+    #[error("the provider could not be asked to verify: {0}")]
+    Unverified(String),
 }
 
 /// The engine could not record what it learned: the database is away (503) or a row vanished
@@ -250,6 +285,8 @@ impl From<EngineError> for ApiError {
             EngineError::Database(error) => error.into(),
             EngineError::Pool(error) => error.into(),
             vanished @ EngineError::Vanished(_) => ApiError::Internal(vanished.into()),
+            inconsistent @ EngineError::Inconsistent(_) => ApiError::Internal(inconsistent.into()),
+            unverified @ EngineError::Unverified(_) => ApiError::Unavailable(unverified.into()),
         }
     }
 }

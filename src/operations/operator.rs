@@ -17,7 +17,9 @@
 //! checks or more. Its last check found the outcome still unknown (one final or never received
 //! would have settled it or been given up on), so every later check only looks, at the backoff
 //! cap, and counts it as `stuck` in `orderpay_reconciler_payments_total`: it stays `processing`
-//! until the provider settles it or an operator resolves it.
+//! until the provider settles it or an operator resolves it. A failed payment is stuck too when
+//! a charge landed for it and the system's refunds of it ran out (`late_charge.needs_person`):
+//! the customer holds a charge for a payment we told them failed, and only a person can act.
 
 use std::time::Duration;
 
@@ -29,7 +31,7 @@ use super::charge::{ChargeOutcome, Charges, Resolution, ResolvedTo};
 use super::late_charge::{self, TakenBack};
 use super::leases::{self, Lease, LeaseTarget};
 use super::reconciler::ReconcilerConfig;
-use super::{Actor, Engine, EngineError, Kind};
+use super::{Actor, Engine, EngineError, Kind, SendQuiet};
 use crate::clock::after;
 use crate::ids::{AccountId, LeaseId, OperationId, PaymentId};
 use crate::money::Amount;
@@ -80,8 +82,54 @@ pub struct Operating {
     pub last_error: Option<String>,
     /// Until when a live driver (a request, a retry, the reconciler) holds it.
     pub lease_until: Option<DateTime<Utc>>,
-    /// Past the reconciler's last attempt with the outcome still unknown (see the module doc).
+    /// Past the reconciler's last attempt with the outcome still unknown, or a late charge left
+    /// unrefunded (see the module doc).
     pub stuck: bool,
+    /// A charge that landed after the payment failed, and how far its refund got.
+    pub late_charge: Option<LateChargeView>,
+}
+
+/// A late charge as an operator sees it, in the payment's currency.
+#[derive(Debug, Clone, Serialize)]
+pub struct LateChargeView {
+    pub amount: String,
+    pub refunded: String,
+    /// Reserved by a system refund in flight.
+    pub refunding: String,
+    /// What the customer still paid for a payment we told them failed.
+    pub unrefunded: String,
+    /// Nothing will try again: the system's refunds ran out (or could not start). A person
+    /// refunds it at the provider, or decides otherwise.
+    pub needs_person: bool,
+}
+
+impl LateChargeView {
+    fn new(payment: &Payment, late: &payments::LateCharge) -> Self {
+        let money = |value: rust_decimal::Decimal| {
+            Amount::from_decimal(value, payment.currency())
+                .map_or_else(|_| value.to_string(), |a| a.to_string())
+        };
+        LateChargeView {
+            amount: money(late.amount),
+            refunded: money(late.refunded),
+            refunding: money(late.refunding),
+            unrefunded: money(late.amount - late.refunded),
+            needs_person: late.needs_person,
+        }
+    }
+
+    /// One line for people.
+    pub fn describe(&self) -> String {
+        if self.unrefunded.parse::<rust_decimal::Decimal>().is_ok_and(|left| left.is_zero()) {
+            return format!("{} landed after the payment failed; refunded by the system", self.amount);
+        }
+        let state = if self.needs_person {
+            "the system's refunds ran out: it needs a person (refund it at the provider)"
+        } else {
+            "the system is refunding it"
+        };
+        format!("{} landed after the payment failed; {} not refunded: {state}", self.amount, self.unrefunded)
+    }
 }
 
 /// A resource as the API renders it and what an operator needs beside it, in one JSON object.
@@ -109,7 +157,7 @@ impl Serialize for PaymentView {
 
 impl PaymentView {
     fn new(inspected: Inspected, max_attempts: i32, now: DateTime<Utc>) -> Self {
-        let Inspected { payment, charge_in_flight, action } = inspected;
+        let Inspected { payment, charge_in_flight, action, late_charge } = inspected;
         let held = |until: Option<DateTime<Utc>>| until.filter(|until| *until > now);
         let mut operating = Operating {
             account_id: payment.account_id,
@@ -120,6 +168,7 @@ impl PaymentView {
             last_error: None,
             lease_until: None,
             stuck: false,
+            late_charge: late_charge.as_ref().map(|late| LateChargeView::new(&payment, late)),
         };
         if charge_in_flight {
             operating.in_flight = Some(match payment.capture_method {
@@ -139,7 +188,8 @@ impl PaymentView {
             operating.last_error = action.last_error;
             operating.lease_until = held(action.lease_until);
         }
-        operating.stuck = operating.in_flight.is_some() && operating.attempts >= max_attempts;
+        operating.stuck = (operating.in_flight.is_some() && operating.attempts >= max_attempts)
+            || late_charge.is_some_and(|late| late.needs_person);
         PaymentView { payment, operating }
     }
 }
@@ -169,7 +219,7 @@ pub async fn list(
         account: filter.account,
         status: filter.status,
         created_before: filter.older_than.map(|age| crate::clock::before(now, age)),
-        attempts_at_least: filter.stuck.then_some(max_attempts),
+        stuck_after: filter.stuck.then_some(max_attempts),
         limit: filter.limit,
     };
     let found = payments::inspect(conn, &inspect).await?;
@@ -374,7 +424,7 @@ async fn inspect_one(conn: &mut AsyncPgConnection, id: PaymentId) -> diesel::Que
         account: Some(account),
         status: None,
         created_before: None,
-        attempts_at_least: None,
+        stuck_after: None,
         limit: 1,
     };
     Ok(payments::inspect(conn, &inspect).await?.pop())
@@ -447,8 +497,11 @@ pub enum Refusal {
     Disagrees { to: &'static str, objection: String, consequence: &'static str },
     #[error("payment {id} was settled meanwhile (as {status}); nothing changed")]
     SettledMeanwhile { id: PaymentId, status: PaymentStatus },
-    #[error("payment {0} is still in flight after its settle; nothing changed")]
-    NotApplied(PaymentId),
+    #[error(
+        "payment {0}'s last send to the provider could still land (it is not yet quiet for the \
+         provider timeout and the give-up margin); nothing changed. Try again later, or --force"
+    )]
+    SendMayLand(PaymentId),
     #[error(transparent)]
     Engine(#[from] EngineError),
 }
@@ -529,7 +582,11 @@ fn judge(payment: &Payment, lookup: &Lookup, to: Target, config: &ReconcilerConf
     }
     if to == Target::Failed {
         // As after a give-up, a charge landing later is refunded by the late-charge watch.
-        judged.to = ResolvedTo::Failed { first_look: config.claim_for, late_watch: config.late_charge_watch };
+        judged.to = ResolvedTo::Failed {
+            first_look: config.claim_for,
+            late_watch: config.late_charge_watch,
+            quiet: None,
+        };
     } else if judged.objection.is_some() && payment.capture_method == CaptureMethod::Manual {
         judged.to =
             ResolvedTo::Authorized { expires_at: charge.and_then(|charge| charge.authorization_expires_at) };
@@ -566,24 +623,17 @@ pub async fn resolve(
     refuse_unless_forced(request, &first)?;
 
     let lease = Lease { id: LeaseId::generate(), until: after(Utc::now(), config.claim_for) };
-    let payment = take_lease(engine, &before, lease).await?;
+    let (payment, leased_at) = take_lease(engine, &before, lease).await?;
     let lookup = look_up(engine, &payment).await;
-    let judged = judge(&payment, &lookup, request.to, config);
+    let mut judged = judge(&payment, &lookup, request.to, config);
+    if let ResolvedTo::Failed { quiet, .. } = &mut judged.to
+        && !request.force
+    {
+        // A send that could still land holds the failure back, as it holds a give-up back.
+        *quiet = Some(SendQuiet::new(leased_at, config.quiet_before_give_up, lease.id));
+    }
     if let Err(refusal) = refuse_unless_forced(request, &judged) {
-        // Let go, for the next check the reconciler had planned.
-        let mut conn = engine.pool.get().await?;
-        let next_check = before.next_check_at.unwrap_or_else(Utc::now);
-        let last_error = before.last_error.as_deref().unwrap_or_default();
-        leases::release(
-            &mut conn,
-            Charges::TABLE,
-            Charges::id(&payment),
-            lease.id,
-            next_check,
-            last_error,
-            Utc::now(),
-        )
-        .await?;
+        release(engine, &before, lease.id).await?;
         return Err(refusal);
     }
     let outcome = ChargeOutcome::Resolved(Resolution {
@@ -603,8 +653,12 @@ pub async fn resolve(
         Some(_) => {
             return Err(Refusal::SettledMeanwhile { id: request.payment_id, status: settled.payment.status });
         }
-        // Only a give-up is ever held back.
-        None => return Err(Refusal::NotApplied(request.payment_id)),
+        // Held back: a send may still land at the provider (only a failure without --force is
+        // guarded, as a give-up is). Nothing changed.
+        None => {
+            release(engine, &before, lease.id).await?;
+            return Err(Refusal::SendMayLand(request.payment_id));
+        }
     }
     tracing::warn!(payment_id = %request.payment_id, status = %settled.payment.status, reason,
         forced = judged.objection.is_some(), "an operator resolved a payment");
@@ -628,6 +682,25 @@ pub async fn resolve(
         forced_over: judged.objection,
         taken_back,
     })
+}
+
+/// Lets go of a resolution's lease on a payment left in flight, for the next check the
+/// reconciler had planned.
+async fn release(engine: &Engine, before: &Payment, lease: LeaseId) -> Result<(), Refusal> {
+    let mut conn = engine.pool.get().await?;
+    let next_check = before.next_check_at.unwrap_or_else(Utc::now);
+    let last_error = before.last_error.as_deref().unwrap_or_default();
+    leases::release(
+        &mut conn,
+        Charges::TABLE,
+        Charges::id(before),
+        lease,
+        next_check,
+        last_error,
+        Utc::now(),
+    )
+    .await?;
+    Ok(())
 }
 
 fn refuse_unless_forced(request: &Resolve, judged: &Judged) -> Result<(), Refusal> {
@@ -658,7 +731,13 @@ async fn charge_in_flight(engine: &Engine, id: PaymentId) -> Result<Payment, Ref
 
 /// Leases `payment` to the resolution, as a retry takes an abandoned operation over; returns it
 /// as it is now.
-async fn take_lease(engine: &Engine, payment: &Payment, lease: Lease) -> Result<Payment, Refusal> {
+/// Takes `payment`'s lease: the payment as it is now, and when (the database's clock) the lease
+/// was taken.
+async fn take_lease(
+    engine: &Engine,
+    payment: &Payment,
+    lease: Lease,
+) -> Result<(Payment, DateTime<Utc>), Refusal> {
     let mut conn = engine.pool.get().await?;
     let (account_id, id) = Charges::id(payment);
     let taken =
@@ -674,7 +753,8 @@ async fn take_lease(engine: &Engine, payment: &Payment, lease: Lease) -> Result<
         let until = current.lease.map_or_else(Utc::now, |lease| lease.until);
         return Err(Refusal::Held { id: payment.id, until });
     }
-    Ok(current)
+    let leased_at = taken.first().map_or_else(Utc::now, |leased| leased.leased_at);
+    Ok((current, leased_at))
 }
 
 #[cfg(test)]
@@ -692,6 +772,7 @@ mod tests {
             claim_for: Duration::from_secs(15),
             quiet_before_give_up: Duration::from_secs(10),
             late_charge_watch: Duration::from_secs(86_400),
+            late_refund_watch: Duration::from_secs(86_400),
         }
     }
 
@@ -732,8 +813,11 @@ mod tests {
     #[test]
     fn failed_needs_the_provider_to_hold_no_money_and_forced_takes_it_back() {
         let automatic = payment(CaptureMethod::Automatic);
-        let watched =
-            ResolvedTo::Failed { first_look: config().claim_for, late_watch: config().late_charge_watch };
+        let watched = ResolvedTo::Failed {
+            first_look: config().claim_for,
+            late_watch: config().late_charge_watch,
+            quiet: None,
+        };
         for lookup in
             [Ok(None), charge(declined()), charge(ChargeStatus::Canceled { reason: "requested".into() })]
         {

@@ -28,7 +28,9 @@ use super::authorization::{self, Actions, Watched};
 use super::charge::Charges;
 use super::leases::{self, Lease, LeaseTarget};
 use super::refund::Refunds;
-use super::{Actor, DriveMode, Engine, EngineError, Finding, GiveUp, Kind, drive, late_charge};
+use super::{
+    Actor, DriveMode, Engine, EngineError, Finding, GiveUp, Kind, SendQuiet, drive, late_charge, late_refund,
+};
 use crate::background::{Shutdown, every};
 use crate::clock::after;
 use crate::ids::LeaseId;
@@ -50,6 +52,8 @@ pub struct ReconcilerConfig {
     pub quiet_before_give_up: Duration,
     /// How long a payment given up on is watched for a charge that lands late.
     pub late_charge_watch: Duration,
+    /// How long a refund given up on is watched for the provider carrying it out late.
+    pub late_refund_watch: Duration,
 }
 
 impl ReconcilerConfig {
@@ -113,6 +117,9 @@ pub async fn run_pass(engine: &Engine, config: &ReconcilerConfig) -> Result<Pass
     report.add(part("captures and voids", pass_over::<Actions>(engine, config).await));
     report.add(part("refunds", pass_over::<Refunds>(engine, config).await));
     report.add(part("authorizations", watch_authorizations(engine, config).await));
+    // The late-refund watch first: a late charge's refund given up on is found carried out, or
+    // known absent, before the late-charge watch decides whether to start another.
+    report.add(part("late refunds", late_refund::watch_due(engine, config).await));
     report.add(part("late charges", late_charge::watch_due(engine, config).await));
     crate::telemetry::metrics::reconciler_pass(&report.results());
     Ok(report)
@@ -143,7 +150,7 @@ async fn pass_over<K: Kind>(engine: &Engine, config: &ReconcilerConfig) -> Resul
             // An operation that cannot be read (a row this version cannot make sense of) waits
             // for its lease to run out and a person; the rest of the batch goes on.
             match K::load(&mut conn, (leased.account_id, leased.id)).await {
-                Ok(Some(op)) => claimed.push((op, leased.attempts)),
+                Ok(Some(op)) => claimed.push((op, leased.attempts, leased.leased_at)),
                 Ok(None) => {
                     tracing::error!(id = %leased.id, kind = K::TABLE.label(), "a leased operation vanished")
                 }
@@ -159,12 +166,13 @@ async fn pass_over<K: Kind>(engine: &Engine, config: &ReconcilerConfig) -> Resul
         PassReport { claimed: claimed.len() + unreadable, errors: unreadable, ..PassReport::default() };
     let limit = Arc::new(Semaphore::new(CONCURRENCY));
     let mut tasks = JoinSet::new();
-    for (op, attempts) in claimed {
+    for (op, attempts, leased_at) in claimed {
         let (engine, config, limit) = (engine.clone(), *config, limit.clone());
         tasks.spawn(async move {
             let _permit = limit.acquire_owned().await;
             let mut one = PassReport::default();
-            if let Err(error) = reconcile::<K>(&engine, &config, &op, lease.id, attempts, &mut one).await {
+            let claim = Claim { lease: lease.id, attempts, leased_at };
+            if let Err(error) = reconcile::<K>(&engine, &config, &op, claim, &mut one).await {
                 one.errors += 1;
                 let (_, id) = K::id(&op);
                 tracing::warn!(%id, kind = K::TABLE.label(), error = %error, "reconciling an operation failed; retried later");
@@ -184,12 +192,20 @@ async fn pass_over<K: Kind>(engine: &Engine, config: &ReconcilerConfig) -> Resul
     Ok(report)
 }
 
+/// The reconciler's hold on one operation: its lease, the checks made, and when (the database's
+/// clock) it was taken.
+#[derive(Debug, Clone, Copy)]
+struct Claim {
+    lease: LeaseId,
+    attempts: i32,
+    leased_at: chrono::DateTime<Utc>,
+}
+
 async fn reconcile<K: Kind>(
     engine: &Engine,
     config: &ReconcilerConfig,
     op: &K::Op,
-    lease: LeaseId,
-    attempts: i32,
+    Claim { lease, attempts, leased_at }: Claim,
     report: &mut PassReport,
 ) -> Result<(), EngineError> {
     let (_, id) = K::id(op);
@@ -206,7 +222,8 @@ async fn reconcile<K: Kind>(
             let give_up = GiveUp {
                 attempts,
                 quiet_for: config.quiet_before_give_up,
-                late_watch: config.late_charge_watch,
+                late_watch: K::late_watch(config),
+                quiet: SendQuiet::new(leased_at, config.quiet_before_give_up, lease),
             };
             (K::gave_up(op, give_up), true)
         }
@@ -234,6 +251,9 @@ async fn reconcile<K: Kind>(
             return Ok(());
         }
     };
+    if giving_up {
+        crate::hooks::point("reconciler.before_give_up").await;
+    }
     let Some(recorded) = K::settle(&engine.pool, op, outcome, Actor::Reconciler).await? else {
         // A send may still be in flight: the give-up waits until it has been quiet long enough.
         tracing::warn!(%id, kind = K::TABLE.label(), "a give-up held back: a send may still be in flight");
@@ -323,6 +343,7 @@ mod tests {
             claim_for: Duration::from_secs(30),
             quiet_before_give_up: Duration::from_secs(10),
             late_charge_watch: Duration::from_secs(86_400),
+            late_refund_watch: Duration::from_secs(86_400),
         };
         let waits: Vec<u64> = (1..=8).map(|attempt| config.backoff(attempt).as_secs()).collect();
         assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60]);

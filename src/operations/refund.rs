@@ -121,6 +121,10 @@ impl Kind for Refunds {
         RefundOutcome::GaveUp(give_up)
     }
 
+    fn late_watch(config: &super::reconciler::ReconcilerConfig) -> std::time::Duration {
+        config.late_refund_watch
+    }
+
     async fn settle_on(
         conn: &mut AsyncPgConnection,
         held: &Held,
@@ -151,7 +155,8 @@ pub async fn settle_on(
 ) -> Result<Option<Recorded>, EngineError> {
     let now = Utc::now().trunc_subsecs(6);
     let mut settled = Refund { lease: None, updated_at: now, ..refund.clone() };
-    let mut quiet_for_ms = None;
+    let system = refund.idempotency_key.is_none();
+    let (mut quiet, mut late_watch_until, mut next_check_at, mut follow_up_at) = (None, None, None, None);
     match outcome {
         RefundOutcome::Succeeded { refund_id } => {
             settled.status = RefundStatus::Succeeded;
@@ -161,6 +166,8 @@ pub async fn settle_on(
             settled.status = RefundStatus::Failed;
             settled.failure_code = Some(code);
             settled.failure_message = Some(message);
+            // Certainly not carried out: the system's refund of a late charge starts again.
+            follow_up_at = system.then_some(now);
         }
         RefundOutcome::GaveUp(give_up) => {
             settled.status = RefundStatus::Failed;
@@ -169,7 +176,12 @@ pub async fn settle_on(
                 "the provider never received the refund after {} attempts; nothing moved",
                 give_up.attempts
             ));
-            quiet_for_ms = Some(give_up.quiet_for_ms());
+            quiet = Some(give_up.quiet);
+            // A refund sent late could still be carried out: the late-refund watch looks for it
+            // (`operations::late_refund`), and only once it is found absent does the system start
+            // another refund of a late charge.
+            late_watch_until = Some(crate::clock::after(now, give_up.late_watch));
+            next_check_at = Some(crate::clock::after(now, give_up.quiet_for));
         }
     }
     let answer = final_response(&settled);
@@ -180,7 +192,6 @@ pub async fn settle_on(
     };
     let event = NewEvent::new(event_type, refund_json(&settled));
     let (account_id, order_id) = (refund.account_id, refund.order_id);
-    let system = refund.idempotency_key.is_none();
     // A client's refund moves the order (the statement picks which of the two it becomes); the
     // system's refund of a late charge leaves the order alone and tells of the payment instead.
     let (partially, fully) = if system || settled.status != RefundStatus::Succeeded {
@@ -222,10 +233,14 @@ pub async fn settle_on(
         answer_status: answer.status as i16,
         answer_body: &answer.body,
         moves_order: !system,
-        quiet_for_ms,
+        quiet_since: quiet.map(|quiet: super::SendQuiet| quiet.since),
+        quiet_lease: quiet.map(|quiet| quiet.lease),
         order_event_id: EventId::generate(),
         order_partially_refunded: partially.as_deref(),
         order_refunded: fully.as_deref(),
+        late_watch_until,
+        next_check_at,
+        follow_up_at,
     };
     let (applied, order_status) = repository::settle(conn, statement).await?;
     Announce::new(Some(&event), late_charge_event.as_ref()).count_written(applied == 1, applied == 1);
@@ -241,6 +256,10 @@ pub async fn settle_on(
         tracing::info!(refund_id = %refund.id, status = %settled.status, order_status = ?order_status,
             actor = actor.as_str(), "refund settled");
         crate::telemetry::metrics::refund_settled(settled.status.as_str());
+        if system {
+            let succeeded = settled.status == RefundStatus::Succeeded;
+            crate::telemetry::metrics::late_charge(if succeeded { "refunded" } else { "refund_failed" });
+        }
         return Ok(Some(Recorded { answer, applied: true }));
     }
     // Someone settled it first: theirs is the answer. Or a give-up was held back.

@@ -32,18 +32,18 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::authorization::{self, Actions, Held as HeldAction, charge_state};
-use super::charge::{self, Charges};
+use super::charge::{self, ChargeOutcome, Charges};
+use super::late_refund::{self, Corrected, Correction};
 use super::leases::{self, Table};
-use super::refund::{self, Refunds};
-use super::{Actor, EngineError, Finding, Kind, Recorded};
-use crate::db::Pool;
+use super::refund::{self, Held, Refunds};
+use super::{Actor, Engine, EngineError, Finding, Kind, Recorded};
 use crate::db::schema::provider_webhooks;
 use crate::ids::AccountId;
 use crate::payments::authorization as actions;
 use crate::payments::repository as payments;
-use crate::payments::{PaymentStatus, payment_of_downstream_key};
+use crate::payments::{CaptureMethod, Payment, PaymentStatus, payment_of_downstream_key};
 use crate::provider::wire::{ChargeBody, RefundBody, event_type};
-use crate::provider::{Charge, ChargeStatus, Refund as ProviderRefund};
+use crate::provider::{Charge, ChargeStatus, Refund as ProviderRefund, RefundStatus as ProviderRefundStatus};
 use crate::refunds::repository as refunds;
 use crate::refunds::{RefundStatus, refund_of_downstream_key};
 
@@ -144,6 +144,9 @@ pub enum Received {
     Stale,
     /// Not about an operation of ours (or a type we do not act on): ignored.
     Unknown,
+    /// Its object disagreed with the operation it names (another charge, currency or amount):
+    /// the provider was asked, and what it said (if anything) was applied instead.
+    Mismatch,
 }
 
 impl Received {
@@ -154,6 +157,7 @@ impl Received {
             Received::Duplicate => "duplicate",
             Received::Stale => "stale",
             Received::Unknown => "unknown",
+            Received::Mismatch => "mismatch",
         }
     }
 }
@@ -167,22 +171,101 @@ struct Subject {
     id: Uuid,
 }
 
-/// Applies a verified event (see the module doc), once per event id. Returns what it did once
-/// committed; an error (the database away) rolls everything back, the event's row included, so
-/// the provider's retry applies it.
-pub async fn receive(pool: &Pool, event: &Event) -> Result<Received, EngineError> {
-    let mut conn = pool.get().await?;
+/// What to ask the provider to verify an event: by our own downstream key, never by anything
+/// the event names. The reconciler's own lookups (reads only: nothing is ever created or changed
+/// at the provider by a verification).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Verify {
+    /// The charge made for a payment's downstream key.
+    Charge(String),
+    /// The refund made for a refund's downstream key.
+    Refund(String),
+}
+
+/// The provider's answer to a verification.
+#[derive(Debug, Clone)]
+enum Verified {
+    Charge(Charge),
+    Refund(ProviderRefund),
+    /// It holds nothing for our key.
+    Absent,
+}
+
+/// Where applying an event stands.
+enum Step {
+    Done(Received, Option<Subject>),
+    /// Its word alone does not move money: ask the provider, then apply what it says. `why` is
+    /// how the event's object disagreed with ours, when it did.
+    Verify {
+        what: Verify,
+        why: Option<String>,
+    },
+}
+
+/// Why an event's transaction was rolled back.
+enum Abort {
+    Verify { what: Verify, why: Option<String> },
+    Engine(EngineError),
+}
+
+impl From<diesel::result::Error> for Abort {
+    fn from(error: diesel::result::Error) -> Self {
+        Abort::Engine(error.into())
+    }
+}
+
+impl From<EngineError> for Abort {
+    fn from(error: EngineError) -> Self {
+        Abort::Engine(error)
+    }
+}
+
+/// Applies a verified event (see the module doc), once per event id. An event that moves money
+/// beyond what its operation expects, or whose object disagrees with the operation, is applied on
+/// the provider's word instead: the transaction rolls back, the provider is asked (one lookup per
+/// operation in flight, shared with the reconciler's), and the event is applied again with the
+/// provider's answer. Returns what it did once committed; an error (the database away, the
+/// provider not answering a verification) rolls everything back, the event's row included, so the
+/// provider's retry applies it.
+pub async fn receive(engine: &Engine, event: &Event) -> Result<Received, EngineError> {
     let received_at = Utc::now().trunc_subsecs(6);
-    let (received, subject) = conn
-        .transaction(async |conn| {
-            if !record(conn, event, received_at).await? {
-                return Ok::<_, EngineError>((Received::Duplicate, None));
+    let (mut verified, mut mismatch) = (None, None);
+    let (received, subject, moved) = loop {
+        // The connection goes back to the pool before a verification asks the provider.
+        let done = engine
+            .pool
+            .get()
+            .await?
+            .transaction(async |conn| {
+                if !record(conn, event, received_at).await? {
+                    return Ok::<_, Abort>((Received::Duplicate, None, false));
+                }
+                let (received, subject) = match apply(conn, engine, event, verified.as_ref()).await? {
+                    Step::Done(received, subject) => (received, subject),
+                    Step::Verify { what, why } => return Err(Abort::Verify { what, why }),
+                };
+                let moved = received == Received::Applied;
+                let received = if mismatch.is_some() { Received::Mismatch } else { received };
+                note(conn, &event.id, received, subject).await?;
+                Ok((received, subject, moved))
+            })
+            .await;
+        match done {
+            Ok(done) => break done,
+            Err(Abort::Verify { what, why }) if verified.is_none() => {
+                if let Some(why) = &why {
+                    tracing::warn!(event_id = %event.id, event_type = %event.kind, object_id = event.object_id(),
+                        disagreement = %why, "a provider webhook disagrees with our operation; asking the provider");
+                }
+                mismatch = why;
+                verified = Some(verify(engine, &what).await?);
             }
-            let (received, subject) = apply(conn, event).await?;
-            note(conn, &event.id, received, subject).await?;
-            Ok((received, subject))
-        })
-        .await?;
+            Err(Abort::Verify { what, .. }) => {
+                return Err(EngineError::Inconsistent(format!("{what:?} asked twice for one event")));
+            }
+            Err(Abort::Engine(error)) => return Err(error),
+        }
+    };
     // Logged and counted once committed. (A settle that applied has logged and counted its own
     // transition already, inside the transaction: on the rare commit that fails after it, that
     // line and count stand for a transition the provider's retry then applies.)
@@ -193,7 +276,8 @@ pub async fn receive(pool: &Pool, event: &Event) -> Result<Received, EngineError
     });
     match received {
         Received::Applied => {
-            tracing::info!(%event_id, %event_type, object_id, %account_id, %subject, "provider webhook applied")
+            tracing::info!(%event_id, %event_type, object_id, %account_id, %subject, verified = verified.is_some(),
+                "provider webhook applied")
         }
         Received::Duplicate => {
             tracing::info!(%event_id, %event_type, object_id, "provider webhook received before; nothing changed")
@@ -203,9 +287,28 @@ pub async fn receive(pool: &Pool, event: &Event) -> Result<Received, EngineError
         Received::Unknown => {
             tracing::warn!(%event_id, %event_type, object_id, "provider webhook about nothing of ours; ignored")
         }
+        Received::Mismatch => tracing::error!(%event_id, %event_type, object_id, %account_id, %subject,
+            event = ?event.object, provider = ?verified, moved,
+            "provider webhook disagreed with our operation; the provider's own word was applied instead of it"),
     }
     crate::telemetry::metrics::provider_webhook(received.as_str());
     Ok(received)
+}
+
+/// Asks the provider what it holds for our key (a read: the reconciler's own lookup).
+async fn verify(engine: &Engine, what: &Verify) -> Result<Verified, EngineError> {
+    let provider = engine.provider.as_ref();
+    let unverified = |error: crate::provider::ProviderError| EngineError::Unverified(error.to_string());
+    Ok(match what {
+        Verify::Charge(key) => match provider.find_charge(key, None).await.map_err(unverified)? {
+            Some(charge) => Verified::Charge(charge),
+            None => Verified::Absent,
+        },
+        Verify::Refund(key) => match provider.find_refund(key, None).await.map_err(unverified)? {
+            Some(refund) => Verified::Refund(refund),
+            None => Verified::Absent,
+        },
+    })
 }
 
 /// Inserts the event's row; false when it is there already (another delivery of the event; one
@@ -262,66 +365,106 @@ async fn note(
     Ok(())
 }
 
-type Applied = (Received, Option<Subject>);
-
-async fn apply(conn: &mut AsyncPgConnection, event: &Event) -> Result<Applied, EngineError> {
+async fn apply(
+    conn: &mut AsyncPgConnection,
+    engine: &Engine,
+    event: &Event,
+    verified: Option<&Verified>,
+) -> Result<Step, EngineError> {
     match &event.object {
-        Object::Charge { body, charge } => apply_charge(conn, body, charge).await,
-        Object::Refund { body, refund } => apply_refund(conn, body, refund).await,
-        Object::Other { .. } => Ok((Received::Unknown, None)),
+        Object::Charge { body, charge } => apply_charge(conn, engine, body, charge, verified).await,
+        Object::Refund { body, refund } => apply_refund(conn, body, refund, verified).await,
+        Object::Other { .. } => Ok(Step::Done(Received::Unknown, None)),
     }
 }
 
 /// `None`: a settle that changed nothing (only a give-up is ever held back, and webhooks bring
 /// outcomes, never give-ups).
-fn settled(recorded: Option<Recorded>, subject: Subject) -> Applied {
+fn settled(recorded: Option<Recorded>, subject: Subject) -> Step {
     let received =
         if recorded.is_some_and(|recorded| recorded.applied) { Received::Applied } else { Received::Stale };
-    (received, Some(subject))
+    Step::Done(received, Some(subject))
+}
+
+/// How an event's charge disagrees with the payment it names, if it does: another charge than
+/// the one we hold, another currency or amount, an automatic charge captured for anything but
+/// all of it.
+fn charge_disagreement(payment: &Payment, charge: &Charge) -> Option<String> {
+    if let Some(known) = payment.provider_charge_id.as_deref().filter(|known| *known != charge.id) {
+        return Some(format!("names charge {}, the payment's is {known}", charge.id));
+    }
+    match payment.capture_method {
+        CaptureMethod::Automatic => charge::disagreement(payment, charge),
+        CaptureMethod::Manual => authorization::captured_disagreement(payment, charge),
+    }
 }
 
 /// A charge event (`charge.succeeded`, `.failed`, `.captured`, `.canceled`): what the charge's
 /// state means for whichever of the payment's operations is in flight. The charge's state is the
-/// event (a snapshot of the charge when it happened), whatever its type says.
+/// event (a snapshot of the charge when it happened), whatever its type says. Applied on its word
+/// only when it matches the payment and moves no money beyond what the operation expects: a
+/// charge or authorization in flight that succeeded or was declined. An end of an authorization
+/// (canceled, expired, captured), a capture's amount, or anything that disagrees is applied as the
+/// provider's lookup (`verified`) says.
 async fn apply_charge(
     conn: &mut AsyncPgConnection,
+    engine: &Engine,
     body: &ChargeBody,
-    charge: &Charge,
-) -> Result<Applied, EngineError> {
+    event_charge: &Charge,
+    verified: Option<&Verified>,
+) -> Result<Step, EngineError> {
     let Some(payment_id) = payment_of_downstream_key(&body.idempotency_key) else {
-        return Ok((Received::Unknown, None));
+        return Ok(Step::Done(Received::Unknown, None));
     };
     let Some(account_id) = payments::account_of(conn, payment_id).await? else {
-        return Ok((Received::Unknown, None));
+        return Ok(Step::Done(Received::Unknown, None));
     };
     let id = (account_id, payment_id.as_uuid());
     let Some(payment) = <Charges as Kind>::load(conn, id).await? else {
-        return Ok((Received::Unknown, None));
+        return Ok(Step::Done(Received::Unknown, None));
     };
     let subject = Subject { account_id, kind: "payment", id: payment_id.as_uuid() };
-    if payment.provider_charge_id.as_deref().is_some_and(|known| known != charge.id) {
-        tracing::error!(%payment_id, known = ?payment.provider_charge_id, event_charge = %charge.id,
-            "a webhook names another charge for this payment's key; ignored, check it at the provider");
-        return Ok((Received::Stale, Some(subject)));
+    let verify = Verify::Charge(payment.downstream_key());
+    let charge = match verified {
+        Some(Verified::Charge(charge)) => charge,
+        Some(Verified::Refund(_) | Verified::Absent) => {
+            return Ok(Step::Done(Received::Stale, Some(subject)));
+        }
+        None => event_charge,
+    };
+    let trusted = verified.is_some();
+    if let Some(why) = charge_disagreement(&payment, charge) {
+        if !trusted {
+            return Ok(Step::Verify { what: verify, why: Some(why) });
+        }
+        // The provider's own charge for our key disagrees with the payment: not recorded on a
+        // guess; the reconciler's look finds the same and the payment waits for a person.
+        tracing::error!(%payment_id, disagreement = %why, "the provider's charge disagrees with the payment");
+        return Ok(Step::Done(Received::Stale, Some(subject)));
     }
+    let ask = Step::Verify { what: verify, why: None };
     // The payment's own charge (or authorization) in flight: it has no answer yet.
     let charge_in_flight = leases::standing(conn, Table::Payments, id)
         .await?
         .is_some_and(|standing| standing.answer().is_none());
     if charge_in_flight {
         return match charge::outcome_of(&payment, Ok(charge.clone())) {
+            // An authorization that ended before it was recorded releases it: asked first.
+            Finding::Final(ChargeOutcome::Canceled { .. }) if !trusted => Ok(ask),
             Finding::Final(outcome) => Ok(settled(
                 <Charges as Kind>::settle_on(conn, &payment, outcome, Actor::Webhook).await?,
                 subject,
             )),
             // Pending (or a state that is no outcome for this payment): nothing to record.
-            Finding::Unknown { .. } | Finding::NotReceived => Ok((Received::Stale, Some(subject))),
+            Finding::Unknown { .. } | Finding::NotReceived => Ok(Step::Done(Received::Stale, Some(subject))),
         };
     }
-    // A capture or void in flight: the charge's state is its outcome too.
+    // A capture or void in flight: the charge's state is its outcome too, asked first (a capture
+    // sets what is taken, a void releases the authorization).
     if let Some(operation) = actions::in_flight(conn, account_id, payment.id).await? {
         let subject = Subject { account_id, kind: operation.kind.as_str(), id: operation.id.as_uuid() };
-        return match charge_state(operation.kind, charge.clone()) {
+        return match charge_state(operation.kind, &payment, charge.clone()) {
+            Finding::Final(_) if !trusted => Ok(ask),
             Finding::Final(outcome) => {
                 let held = HeldAction { operation, payment };
                 Ok(settled(
@@ -330,53 +473,119 @@ async fn apply_charge(
                 ))
             }
             // Still authorized (the capture or void has not happened yet), or not final.
-            Finding::Unknown { .. } | Finding::NotReceived => Ok((Received::Stale, Some(subject))),
+            Finding::Unknown { .. } | Finding::NotReceived => Ok(Step::Done(Received::Stale, Some(subject))),
         };
     }
     // An authorization that ended with nothing of ours in flight: it expired (or was voided or
-    // captured at the provider directly).
+    // captured at the provider directly). Asked first.
     if payment.status == PaymentStatus::RequiresCapture {
+        let ends = matches!(charge.status, ChargeStatus::Canceled { .. } | ChargeStatus::Succeeded);
+        if ends && !trusted {
+            return Ok(ask);
+        }
         let ended = authorization::end_on(conn, &payment, charge, Actor::Webhook).await?;
         let received = if ended == Some(true) { Received::Applied } else { Received::Stale };
-        return Ok((received, Some(subject)));
+        return Ok(Step::Done(received, Some(subject)));
     }
     if payment.status == PaymentStatus::Failed && charge.status == ChargeStatus::Succeeded {
         // Money taken for a payment we failed (a charge that landed after the reconciler gave
-        // up): final states absorb; the late-charge watch refunds it (`operations::late_charge`),
-        // brought forward to its next pass rather than its backoff's (the refund needs a
-        // provider call, which never runs inside this transaction).
-        let watched = payments::watch_late_now(conn, account_id, payment_id, Utc::now()).await?;
+        // up, or after a decline): final states absorb; the late-charge watch looks the charge up
+        // and refunds it (`operations::late_charge`), brought forward to its next pass (the
+        // lookup and the refund are provider calls, which never run inside this transaction).
+        let watch = engine.reconciler.late_charge_watch;
+        let watched = payments::watch_late_now(conn, account_id, payment_id, Utc::now(), watch).await?;
         tracing::warn!(%payment_id, charge_id = %charge.id, watched,
-            "the provider reports a succeeded charge for a failed payment; the late-charge watch refunds it on its next pass");
+            "the provider reports a succeeded charge for a failed payment; the late-charge watch looks it up on its next pass");
     }
-    Ok((Received::Stale, Some(subject)))
+    Ok(Step::Done(Received::Stale, Some(subject)))
 }
 
-/// A refund event (`refund.succeeded`, `refund.failed`): the refund in flight settles.
+/// A refund event (`refund.succeeded`, `refund.failed`): the refund in flight settles on the
+/// event's word when it matches the refund; a settled refund is corrected (carried out after a
+/// give-up, or reversed) only as the provider's lookup says.
 async fn apply_refund(
     conn: &mut AsyncPgConnection,
     body: &RefundBody,
-    refund: &ProviderRefund,
-) -> Result<Applied, EngineError> {
+    event_refund: &ProviderRefund,
+    verified: Option<&Verified>,
+) -> Result<Step, EngineError> {
     let Some(refund_id) = refund_of_downstream_key(&body.idempotency_key) else {
-        return Ok((Received::Unknown, None));
+        return Ok(Step::Done(Received::Unknown, None));
     };
     let Some(account_id) = refunds::account_of(conn, refund_id).await? else {
-        return Ok((Received::Unknown, None));
+        return Ok(Step::Done(Received::Unknown, None));
     };
     let Some(held) = <Refunds as Kind>::load(conn, (account_id, refund_id.as_uuid())).await? else {
-        return Ok((Received::Unknown, None));
+        return Ok(Step::Done(Received::Unknown, None));
     };
     let subject = Subject { account_id, kind: "refund", id: refund_id.as_uuid() };
-    if held.refund.status != RefundStatus::Processing {
-        return Ok((Received::Stale, Some(subject)));
-    }
-    match refund::outcome_of(Ok(refund.clone())) {
-        Finding::Final(outcome) => {
-            Ok(settled(<Refunds as Kind>::settle_on(conn, &held, outcome, Actor::Webhook).await?, subject))
+    let verify = Verify::Refund(held.refund.downstream_key());
+    let refund = match verified {
+        Some(Verified::Refund(refund)) => refund,
+        Some(Verified::Charge(_) | Verified::Absent) => {
+            return Ok(Step::Done(Received::Stale, Some(subject)));
         }
-        Finding::Unknown { .. } | Finding::NotReceived => Ok((Received::Stale, Some(subject))),
+        None => event_refund,
+    };
+    let trusted = verified.is_some();
+    if let Some(why) = refund_disagreement(&held, refund) {
+        if !trusted {
+            return Ok(Step::Verify { what: verify, why: Some(why) });
+        }
+        tracing::error!(%refund_id, disagreement = %why, "the provider's refund disagrees with ours");
+        return Ok(Step::Done(Received::Stale, Some(subject)));
     }
+    let ask = Step::Verify { what: verify, why: None };
+    let correction = match (held.refund.status, &refund.status) {
+        (RefundStatus::Processing, _) => {
+            return match refund::outcome_of(Ok(refund.clone())) {
+                Finding::Final(outcome) => Ok(settled(
+                    <Refunds as Kind>::settle_on(conn, &held, outcome, Actor::Webhook).await?,
+                    subject,
+                )),
+                Finding::Unknown { .. } | Finding::NotReceived => {
+                    Ok(Step::Done(Received::Stale, Some(subject)))
+                }
+            };
+        }
+        (RefundStatus::Failed, ProviderRefundStatus::Succeeded) => {
+            Correction::CarriedOut { provider_refund_id: refund.id.clone() }
+        }
+        (RefundStatus::Succeeded, ProviderRefundStatus::Failed { code, message }) => {
+            Correction::Reversed { code: code.clone(), message: message.clone() }
+        }
+        // A refund we gave up on, reported failed: the late-refund watch's lookup on its way
+        // (which may have seen it succeed before this) must not be applied; it looks again.
+        (RefundStatus::Failed, ProviderRefundStatus::Failed { .. }) => {
+            refunds::look_again(conn, &held.refund, Utc::now()).await?;
+            return Ok(Step::Done(Received::Stale, Some(subject)));
+        }
+        _ => return Ok(Step::Done(Received::Stale, Some(subject))),
+    };
+    if !trusted {
+        return Ok(ask);
+    }
+    let received = match late_refund::correct(conn, &held.refund, correction, Actor::Webhook, None).await? {
+        Corrected::Applied => Received::Applied,
+        Corrected::Stale | Corrected::DoesNotFitYet => Received::Stale,
+    };
+    Ok(Step::Done(received, Some(subject)))
+}
+
+/// How an event's refund disagrees with ours, if it does: another refund than the one we hold,
+/// another currency or amount.
+fn refund_disagreement(held: &Held, refund: &ProviderRefund) -> Option<String> {
+    let ours = &held.refund;
+    if let Some(known) = ours.provider_refund_id.as_deref().filter(|known| *known != refund.id) {
+        return Some(format!("names refund {}, ours is {known}", refund.id));
+    }
+    if refund.currency != ours.amount.currency().code() {
+        return Some(format!("is in {}, ours in {}", refund.currency, ours.amount.currency()));
+    }
+    if refund.amount != ours.amount.value() {
+        return Some(format!("is of {}, ours of {}", refund.amount, ours.amount));
+    }
+    None
 }
 
 #[cfg(test)]

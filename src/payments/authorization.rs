@@ -170,7 +170,8 @@ crate::prepared_statement! {
         16 => payment_failure_message: Option<&'a str> as Nullable<Text>,
         17 => payment_next_check_at: Option<DateTime<Utc>> as Nullable<Timestamptz>,
         18 => order_status: Option<crate::orders::OrderStatus> as Nullable<Text>,
-        19 => quiet_for_ms: Option<i64> as Nullable<BigInt>,
+        19 => quiet_since: Option<DateTime<Utc>> as Nullable<Timestamptz>,
+        20 => quiet_lease: Option<LeaseId> as Nullable<Uuid>,
     }
 }
 

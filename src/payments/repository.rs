@@ -164,10 +164,23 @@ pub struct Inspect {
     pub account: Option<AccountId>,
     pub status: Option<PaymentStatus>,
     pub created_before: Option<DateTime<Utc>>,
-    /// Only `processing` payments whose operation in flight (the charge or authorization, or a
-    /// capture or void) has had at least this many checks.
-    pub attempts_at_least: Option<i32>,
+    /// Only payments that need a person: `processing` ones whose operation in flight (the charge
+    /// or authorization, or a capture or void) has had at least this many checks, and failed ones
+    /// whose late charge is left unrefunded ([`late_charge_unrefunded`]).
+    pub stuck_after: Option<i32>,
     pub limit: i64,
+}
+
+/// A charge that landed after its payment failed, as it stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LateCharge {
+    pub amount: Decimal,
+    /// Given back by the system's refunds, and still reserved by one in flight.
+    pub refunded: Decimal,
+    pub refunding: Decimal,
+    /// Not refunded, and nothing will try again: a person must decide (see
+    /// [`late_charge_unrefunded`]).
+    pub needs_person: bool,
 }
 
 /// A payment with what is in flight on it, as an operator sees it.
@@ -178,6 +191,39 @@ pub struct Inspected {
     pub charge_in_flight: bool,
     /// The capture or void in flight on it, if any (at most one).
     pub action: Option<ActionInFlight>,
+    /// A charge that landed after it failed, if one did.
+    pub late_charge: Option<LateCharge>,
+}
+
+diesel::alias!(crate::db::schema::refunds as system_refund: SystemRefund);
+
+/// A failed payment whose late charge is not refunded and that nothing will try again: no system
+/// refund reserves it, none given up on is still watched, and the follow-up has no look
+/// scheduled (it ran out of attempts, or could not start a refund). Such money is ours only by
+/// mistake: `orderpay payments list --stuck` lists it and `orderpay_late_charges_unrefunded`
+/// counts it.
+#[diesel::dsl::auto_type]
+pub fn late_charge_unrefunded() -> _ {
+    let failed: PaymentStatus = PaymentStatus::Failed;
+    let nothing: Decimal = Decimal::ZERO;
+    let watched = system_refund
+        .filter(system_refund.field(crate::db::schema::refunds::account_id).eq(payments::account_id))
+        .filter(system_refund.field(crate::db::schema::refunds::payment_id).eq(payments::id))
+        .filter(system_refund.field(crate::db::schema::refunds::idempotency_key).is_null())
+        .filter(system_refund.field(crate::db::schema::refunds::next_check_at).is_not_null());
+    payments::status
+        .eq(failed)
+        .and(payments::late_charge_amount.is_not_null())
+        .and(payments::amount_refunded.nullable().lt(payments::late_charge_amount))
+        .and(payments::amount_refunding.eq(nothing))
+        .and(payments::next_check_at.is_null())
+        .and(diesel::dsl::not(diesel::dsl::exists(watched)))
+}
+
+/// How many failed payments hold a late charge that waits for a person (the
+/// `orderpay_late_charges_unrefunded` gauge).
+pub async fn count_late_charges_unrefunded(conn: &mut AsyncPgConnection) -> QueryResult<i64> {
+    payments::table.filter(late_charge_unrefunded()).count().get_result(conn).await
 }
 
 /// A capture or void in flight, as the reconciler sees it.
@@ -203,6 +249,7 @@ pub async fn inspect(conn: &mut AsyncPgConnection, filter: &Inspect) -> QueryRes
         .left_join(actions::table.on(in_flight))
         .select((
             PaymentRow::as_select(),
+            (payments::late_charge_amount, payments::amount_refunding, late_charge_unrefunded()),
             payments::answer_status.is_null(),
             (
                 actions::id,
@@ -227,18 +274,25 @@ pub async fn inspect(conn: &mut AsyncPgConnection, filter: &Inspect) -> QueryRes
     if let Some(before) = filter.created_before {
         query = query.filter(payments::created_at.lt(before));
     }
-    if let Some(attempts) = filter.attempts_at_least {
+    if let Some(attempts) = filter.stuck_after {
         let charge = payments::answer_status.is_null().and(payments::attempts.ge(attempts));
         let action = actions::attempts.nullable().ge(attempts);
-        query = query.filter(payments::status.eq(PaymentStatus::Processing).and(charge.or(action)));
+        let in_flight_too_long = payments::status.eq(PaymentStatus::Processing).and(charge.or(action));
+        query = query.filter(in_flight_too_long.nullable().or(late_charge_unrefunded().nullable()));
     }
-    let rows: Vec<(PaymentRow, bool, Option<ActionInFlight>)> =
-        query.order(payments::id.desc()).limit(filter.limit).load(conn).await?;
+    type Row = (PaymentRow, (Option<Decimal>, Decimal, Option<bool>), bool, Option<ActionInFlight>);
+    let rows: Vec<Row> = query.order(payments::id.desc()).limit(filter.limit).load(conn).await?;
     rows.into_iter()
-        .map(|(row, unanswered, action)| {
+        .map(|(row, (late_charge, refunding, needs_person), unanswered, action)| {
             let payment = row.into_payment()?;
             let charge_in_flight = unanswered && payment.status == PaymentStatus::Processing;
-            Ok(Inspected { payment, charge_in_flight, action })
+            let late_charge = late_charge.map(|amount| LateCharge {
+                amount,
+                refunded: payment.amount_refunded.value(),
+                refunding,
+                needs_person: needs_person.unwrap_or(false),
+            });
+            Ok(Inspected { payment, charge_in_flight, action, late_charge })
         })
         .collect()
 }
@@ -364,8 +418,9 @@ crate::prepared_statement! {
         14 => authorization_expires_at: Option<DateTime<Utc>> as Nullable<Timestamptz>,
         15 => next_check_at: Option<DateTime<Utc>> as Nullable<Timestamptz>,
         16 => order_status: Option<crate::orders::OrderStatus> as Nullable<Text>,
-        17 => quiet_for_ms: Option<i64> as Nullable<BigInt>,
+        17 => quiet_since: Option<DateTime<Utc>> as Nullable<Timestamptz>,
         18 => late_watch_until: Option<DateTime<Utc>> as Nullable<Timestamptz>,
+        19 => quiet_lease: Option<LeaseId> as Nullable<Uuid>,
     }
 }
 
@@ -400,37 +455,45 @@ pub async fn watch(
     Ok(rows.into_iter().map(PaymentRow::into_payment).collect())
 }
 
-/// Schedules the next look at an authorization that is still waiting for a capture.
+/// Schedules the next look at an authorization that is still waiting for a capture (`None`: no
+/// more looks).
 pub async fn watch_again(
     conn: &mut AsyncPgConnection,
     payment: &Payment,
-    next_check_at: DateTime<Utc>,
+    next_check_at: Option<DateTime<Utc>>,
 ) -> QueryResult<()> {
     diesel::update(payments::table)
         .filter(payments::account_id.eq(payment.account_id))
         .filter(payments::id.eq(payment.id))
         .filter(payments::status.eq(PaymentStatus::RequiresCapture))
-        .set(payments::next_check_at.eq(Some(next_check_at)))
+        .set(payments::next_check_at.eq(next_check_at))
         .execute(conn)
         .await?;
     Ok(())
 }
 
+/// A payment given up on, due for a look by the late-charge watch: the payment, until when it
+/// is watched, and the late charge recorded on it (then the look is the refund's follow-up).
+pub type WatchedLate = (Payment, DateTime<Utc>, Option<Decimal>);
+
 /// The reconciler's watch on payments it gave up on: up to `limit` due for a look for a charge
-/// that landed late, skipping rows another reconciler is claiming, hidden from the others until
-/// `claimed_until`. Each look counts an attempt (the watch's backoff).
+/// that landed late (or, once one is recorded, for the follow-up of its refund), skipping rows
+/// another reconciler is claiming, hidden from the others until `claimed_until`. Each look counts
+/// an attempt (the watch's backoff). Each row is read on its own.
 pub async fn watch_late(
     conn: &mut AsyncPgConnection,
     now: DateTime<Utc>,
     limit: i64,
     claimed_until: DateTime<Utc>,
-) -> QueryResult<Vec<(Payment, DateTime<Utc>)>> {
+) -> QueryResult<Vec<QueryResult<WatchedLate>>> {
     #[derive(QueryableByName)]
     struct Watched {
         #[diesel(embed)]
         payment: PaymentRow,
         #[diesel(sql_type = Timestamptz)]
         late_watch_until: DateTime<Utc>,
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Numeric>)]
+        late_charge_amount: Option<Decimal>,
     }
     let rows: Vec<Watched> = diesel::sql_query(
         "UPDATE payments SET next_check_at = $3, attempts = attempts + 1 \
@@ -445,23 +508,37 @@ pub async fn watch_late(
     .bind::<Timestamptz, _>(claimed_until)
     .load(conn)
     .await?;
-    rows.into_iter().map(|row| Ok((row.payment.into_payment()?, row.late_watch_until))).collect()
+    Ok(rows
+        .into_iter()
+        .map(|row| Ok((row.payment.into_payment()?, row.late_watch_until, row.late_charge_amount)))
+        .collect())
 }
 
-/// Brings the late-charge watch of a failed payment forward to `now`, when the provider says it
-/// holds a charge for it (its webhook): the refund then starts on the reconciler's next pass,
-/// not after the watch's backoff. Returns whether the payment is watched.
+/// Brings the late-charge watch of a failed payment forward to `now`, when the provider's
+/// webhook says it holds a charge for it: the watch's lookup (never the webhook) then records and
+/// refunds it on the reconciler's next pass. A payment that failed by a decline is not watched
+/// yet: the watch starts now, for `watch`. Once a late charge is recorded the watch never starts
+/// again (its refund has a follow-up of its own). Returns whether the payment is watched.
 pub async fn watch_late_now(
     conn: &mut AsyncPgConnection,
     account_id: AccountId,
     id: PaymentId,
     now: DateTime<Utc>,
+    watch: std::time::Duration,
 ) -> QueryResult<bool> {
+    let failed_without_late_charge = payments::account_id
+        .eq(account_id)
+        .and(payments::id.eq(id))
+        .and(payments::status.eq(PaymentStatus::Failed))
+        .and(payments::late_charge_amount.is_null());
+    diesel::update(payments::table)
+        .filter(failed_without_late_charge)
+        .filter(payments::late_watch_until.is_null())
+        .set(payments::late_watch_until.eq(Some(crate::clock::after(now, watch))))
+        .execute(conn)
+        .await?;
     let moved = diesel::update(payments::table)
-        .filter(payments::account_id.eq(account_id))
-        .filter(payments::id.eq(id))
-        .filter(payments::status.eq(PaymentStatus::Failed))
-        .filter(payments::late_watch_until.is_not_null())
+        .filter(failed_without_late_charge)
         .set(payments::next_check_at.eq(now))
         .execute(conn)
         .await?;
@@ -555,4 +632,59 @@ pub async fn end_authorization(
     end: EndAuthorization<'_>,
 ) -> QueryResult<(i64, i64)> {
     end.get_result(conn).await
+}
+
+/// A payment's money as read under its row lock, for a transaction that decides from it.
+#[derive(Debug, Clone, Copy)]
+pub struct LockedAmounts {
+    pub status: PaymentStatus,
+    pub amount_captured: Decimal,
+    pub amount_refunded: Decimal,
+    pub amount_refunding: Decimal,
+    /// A charge that landed after the payment failed (refunded by the system).
+    pub late_charge_amount: Option<Decimal>,
+}
+
+/// Locks a payment (`FOR UPDATE`: after its order, in the lock order) and reads its money.
+pub async fn lock_amounts(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    id: PaymentId,
+) -> QueryResult<Option<LockedAmounts>> {
+    let row: Option<(PaymentStatus, Decimal, Decimal, Decimal, Option<Decimal>)> = payments::table
+        .find((account_id, id))
+        .select((
+            payments::status,
+            payments::amount_captured,
+            payments::amount_refunded,
+            payments::amount_refunding,
+            payments::late_charge_amount,
+        ))
+        .for_update()
+        .first(conn)
+        .await
+        .optional()?;
+    Ok(row.map(|(status, amount_captured, amount_refunded, amount_refunding, late_charge_amount)| {
+        LockedAmounts { status, amount_captured, amount_refunded, amount_refunding, late_charge_amount }
+    }))
+}
+
+/// Brings the look at a failed payment's late charge forward to `at` (its system refund failed
+/// for certain, or was found absent or reversed: the follow-up may start another).
+pub async fn follow_up_late_charge(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    id: PaymentId,
+    at: DateTime<Utc>,
+) -> QueryResult<()> {
+    diesel::update(payments::table)
+        .filter(payments::account_id.eq(account_id))
+        .filter(payments::id.eq(id))
+        .filter(payments::status.eq(PaymentStatus::Failed))
+        .filter(payments::late_charge_amount.is_not_null())
+        .filter(payments::late_watch_until.is_not_null())
+        .set(payments::next_check_at.eq(Some(at)))
+        .execute(conn)
+        .await?;
+    Ok(())
 }

@@ -11,8 +11,8 @@
 -- 12 answer body, 13 the payment's new status, 14 the amount captured (NULL: unchanged),
 -- 15 the payment's failure code, 16 its failure message, 17 its next check (the authorization's
 -- watch, when it is authorized again), 18 the order's new status (NULL: unchanged), 19 for a
--- give-up, how long the last send must have been quiet (milliseconds; NULL otherwise: see
--- settle_payment.sql); 91-93 the payment's event when it moves to `succeeded` or `canceled`,
+-- give-up, the time its last send must be older than and 20 the lease it is made under (NULL
+-- otherwise: see settle_payment.sql); 91-93 the payment's event when it moves to `succeeded` or `canceled`,
 -- 94-96 the order's when it is paid (NULL otherwise; see events::Announce).
 WITH locked_order AS (
     SELECT id FROM orders WHERE account_id = $1 AND id = $3 FOR UPDATE
@@ -25,8 +25,8 @@ WITH locked_order AS (
     SET status = $5, failure_code = $6, failure_message = $7, next_check_at = NULL,
         lease_until = NULL, lease_id = NULL, updated_at = $8, answer_status = $11, answer_body = $12
     WHERE account_id = $1 AND id = $2 AND status = 'processing'
-        AND ($19::bigint IS NULL OR last_send_at IS NULL
-            OR last_send_at < clock_timestamp() - $19 * interval '1 millisecond')
+        AND ($19::timestamptz IS NULL
+            OR ((last_send_at IS NULL OR last_send_at < $19) AND lease_id = $20))
         AND EXISTS (SELECT 1 FROM locked_payment)
     RETURNING account_id, id, payment_id, kind, status
 ), moved_payment AS (

@@ -12,15 +12,19 @@
 -- 6 failure code, 7 failure message, 8 now, 9 actor, 10 event detail, 11 answer status,
 -- 12 answer body, 13 amount captured, 14 authorization expires at, 15 next check (the
 -- authorization's watch, or the late-charge watch of a payment given up on), 16 the order's new
--- status (NULL: unchanged), 17 for a give-up, how long the last send must have been quiet (in
--- milliseconds, at the database's clock; NULL otherwise), 18 until when a payment given up on
--- is watched for a charge that lands late (NULL otherwise); 91-93 the payment's event (id,
--- type, the payment's JSON after the change), 94-96 the order's event when the order moves to a
--- state that has one (NULL otherwise): see events::Announce.
+-- status (NULL: unchanged), 17 for a give-up (or an operator's failure without --force), the
+-- time its last send must be older than (NULL otherwise), 18 until when a payment given up on
+-- is watched for a charge that lands late (NULL otherwise), 19 the lease the give-up is made
+-- under; 91-93 the payment's event (id, type, the payment's JSON after the change), 94-96 the
+-- order's event when the order moves to a state that has one (NULL otherwise): see
+-- events::Announce.
 -- The events go in with the change (the transactional outbox): none when nothing changed.
--- The give-up guard orders a give-up against every send: a send marks `last_send_at` under its
--- lease before it leaves, so a send that may still be in flight holds the give-up back, and a
--- send that would start after the give-up finds the payment settled and does not leave.
+-- The give-up guard orders a give-up against every send (operations::SendQuiet): a send marks
+-- `last_send_at` under its lease before it leaves, so a send that could still land when the
+-- give-up's lookup asked (the database's clock when its lease was taken, less the provider
+-- timeout and a margin: $17) holds the give-up back, and a send that would start after the
+-- give-up finds the payment settled and does not leave. The give-up applies only while its
+-- lease holds the payment: nobody sent under it.
 WITH locked_order AS (
     SELECT id FROM orders WHERE account_id = $1 AND id = $3 FOR UPDATE
 ), settled AS (
@@ -30,8 +34,8 @@ WITH locked_order AS (
         late_watch_until = $18, lease_until = NULL, lease_id = NULL, updated_at = $8,
         answer_status = $11, answer_body = $12
     WHERE account_id = $1 AND id = $2 AND status = 'processing' AND answer_status IS NULL
-        AND ($17::bigint IS NULL OR last_send_at IS NULL
-            OR last_send_at < clock_timestamp() - $17 * interval '1 millisecond')
+        AND ($17::timestamptz IS NULL
+            OR ((last_send_at IS NULL OR last_send_at < $17) AND lease_id = $19))
         AND EXISTS (SELECT 1 FROM locked_order)
     RETURNING account_id, id, order_id, status
 ), logged AS (

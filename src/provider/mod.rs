@@ -7,6 +7,7 @@
 //! idempotency key, so a re-driven call is the same operation at the provider, never a second one.
 
 pub mod client;
+pub mod coalesce;
 pub mod mock;
 pub mod wire;
 
@@ -70,6 +71,8 @@ pub struct RefundRequest {
 pub struct Charge {
     pub id: String,
     pub status: ChargeStatus,
+    /// The charge's currency, as the provider spells it (ISO 4217).
+    pub currency: String,
     /// The amount charged or authorized.
     pub amount: Decimal,
     /// How much of it was captured (zero until captured).
@@ -115,6 +118,7 @@ pub(crate) fn charge_for_tests(status: ChargeStatus) -> Charge {
     Charge {
         id: "ch_1".into(),
         status,
+        currency: "USD".into(),
         amount: Decimal::TEN,
         amount_captured: Decimal::TEN,
         amount_refunded: Decimal::ZERO,
@@ -128,6 +132,8 @@ pub struct Refund {
     pub id: String,
     pub charge_id: String,
     pub status: RefundStatus,
+    /// The refund's currency (its charge's), as the provider spells it.
+    pub currency: String,
     pub amount: Decimal,
 }
 

@@ -214,6 +214,7 @@ impl ChargeBody {
         Ok(Charge {
             id: self.id.clone(),
             status,
+            currency: self.currency.clone(),
             amount: money("amount", &self.amount)?,
             amount_captured: money("amount_captured", &self.amount_captured)?,
             amount_refunded: money("amount_refunded", &self.amount_refunded)?,
@@ -238,6 +239,7 @@ impl RefundBody {
             id: self.id.clone(),
             charge_id: self.charge.clone(),
             status,
+            currency: self.currency.clone(),
             amount: money("amount", &self.amount)?,
         })
     }

@@ -20,7 +20,7 @@ use crate::operations::leases::Lease;
 use crate::orders::OrderStatus;
 use crate::payments::PaymentStatus;
 
-#[derive(Queryable, Selectable)]
+#[derive(Queryable, QueryableByName, Selectable)]
 #[diesel(table_name = refunds)]
 #[diesel(check_for_backend(diesel::pg::Pg))]
 struct RefundRow {
@@ -231,10 +231,14 @@ crate::prepared_statement! {
         12 => answer_status: i16 as Int2,
         13 => answer_body: &'a [u8] as Bytea,
         14 => moves_order: bool as Bool,
-        15 => quiet_for_ms: Option<i64> as Nullable<BigInt>,
+        15 => quiet_since: Option<DateTime<Utc>> as Nullable<Timestamptz>,
         16 => order_event_id: EventId as Uuid,
         17 => order_partially_refunded: Option<&'a [u8]> as Nullable<Bytea>,
         18 => order_refunded: Option<&'a [u8]> as Nullable<Bytea>,
+        19 => late_watch_until: Option<DateTime<Utc>> as Nullable<Timestamptz>,
+        20 => next_check_at: Option<DateTime<Utc>> as Nullable<Timestamptz>,
+        21 => follow_up_at: Option<DateTime<Utc>> as Nullable<Timestamptz>,
+        22 => quiet_lease: Option<LeaseId> as Nullable<Uuid>,
     }
 }
 
@@ -244,4 +248,193 @@ pub async fn settle(
     settle: SettleRefund<'_>,
 ) -> QueryResult<(i64, Option<OrderStatus>)> {
     settle.get_result(conn).await
+}
+
+/// A refund given up on, due for a look by the late-refund watch.
+#[derive(Debug, Clone)]
+pub struct Watched {
+    pub refund: Refund,
+    /// Until when it is watched.
+    pub watch_until: DateTime<Utc>,
+    /// Looks made, this one included (the watch's backoff).
+    pub attempts: i32,
+}
+
+/// The late-refund watch's claim: up to `limit` refunds given up on that are due for a look,
+/// skipping rows another reconciler is claiming, hidden from the others until `claimed_until`.
+/// Each look counts an attempt. Each row is read on its own: one this version cannot make
+/// sense of is an error for that refund, not for the batch.
+pub async fn watch_late(
+    conn: &mut AsyncPgConnection,
+    now: DateTime<Utc>,
+    limit: i64,
+    claimed_until: DateTime<Utc>,
+) -> QueryResult<Vec<QueryResult<Watched>>> {
+    #[derive(QueryableByName)]
+    struct Row {
+        #[diesel(embed)]
+        refund: RefundRow,
+        #[diesel(sql_type = diesel::sql_types::Timestamptz)]
+        late_watch_until: DateTime<Utc>,
+    }
+    let rows: Vec<Row> = diesel::sql_query(
+        "UPDATE refunds SET next_check_at = $3, attempts = attempts + 1 \
+         WHERE (account_id, id) IN ( \
+             SELECT account_id, id FROM refunds \
+             WHERE status = 'failed' AND next_check_at <= $1 \
+             ORDER BY next_check_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+         RETURNING *",
+    )
+    .bind::<diesel::sql_types::Timestamptz, _>(now)
+    .bind::<diesel::sql_types::BigInt, _>(limit)
+    .bind::<diesel::sql_types::Timestamptz, _>(claimed_until)
+    .load(conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            let attempts = row.refund.attempts;
+            Ok(Watched { refund: row.refund.into_refund()?, watch_until: row.late_watch_until, attempts })
+        })
+        .collect())
+}
+
+/// Schedules the late-refund watch's next look at a refund given up on (`None`: the watch
+/// ends). Guarded by the refund still being failed.
+pub async fn watch_late_again(
+    conn: &mut AsyncPgConnection,
+    refund: &Refund,
+    next_check_at: Option<DateTime<Utc>>,
+) -> QueryResult<()> {
+    diesel::update(refunds::table)
+        .filter(refunds::account_id.eq(refund.account_id))
+        .filter(refunds::id.eq(refund.id))
+        .filter(refunds::status.eq(RefundStatus::Failed))
+        .set(refunds::next_check_at.eq(next_check_at))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Brings the late-refund watch's next look at a refund given up on forward to `now` (a provider
+/// webhook reports it failed: a lookup on its way may be stale). Returns whether it is watched.
+pub async fn look_again(
+    conn: &mut AsyncPgConnection,
+    refund: &Refund,
+    now: DateTime<Utc>,
+) -> QueryResult<bool> {
+    let moved = diesel::update(refunds::table)
+        .filter(refunds::account_id.eq(refund.account_id))
+        .filter(refunds::id.eq(refund.id))
+        .filter(refunds::status.eq(RefundStatus::Failed))
+        .filter(refunds::late_watch_until.is_not_null())
+        .set(refunds::next_check_at.eq(Some(now)))
+        .execute(conn)
+        .await?;
+    Ok(moved == 1)
+}
+
+/// Notes that the late-refund watch found the provider holding no refund for a refund given up
+/// on (or a failed one): it is known not carried out so far. Returns whether this is the first
+/// time (then the system may start another refund of a late charge).
+pub async fn note_absent(
+    conn: &mut AsyncPgConnection,
+    refund: &Refund,
+    now: DateTime<Utc>,
+) -> QueryResult<bool> {
+    let noted = diesel::update(refunds::table)
+        .filter(refunds::account_id.eq(refund.account_id))
+        .filter(refunds::id.eq(refund.id))
+        .filter(refunds::status.eq(RefundStatus::Failed))
+        .filter(refunds::absent_since.is_null())
+        .set(refunds::absent_since.eq(Some(now)))
+        .execute(conn)
+        .await?;
+    Ok(noted == 1)
+}
+
+/// What the system's refunds of a failed payment's late charge say about starting another:
+/// how many there were, and the latest one.
+#[derive(Debug, Clone, Default)]
+pub struct SystemRefunds {
+    pub count: i64,
+    pub latest: Option<LatestSystemRefund>,
+}
+
+#[derive(Debug, Clone)]
+pub struct LatestSystemRefund {
+    pub id: RefundId,
+    pub status: RefundStatus,
+    pub failure_code: Option<String>,
+    /// Still watched for the provider carrying it out late.
+    pub watched: bool,
+    /// When the late-refund watch found the provider holding no refund for it.
+    pub absent_since: Option<DateTime<Utc>>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// The system's refunds (no client key) of a payment.
+pub async fn system_refunds(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    payment_id: PaymentId,
+) -> QueryResult<SystemRefunds> {
+    type Row =
+        (RefundId, RefundStatus, Option<String>, Option<DateTime<Utc>>, Option<DateTime<Utc>>, DateTime<Utc>);
+    let rows: Vec<Row> = refunds::table
+        .filter(refunds::account_id.eq(account_id))
+        .filter(refunds::payment_id.eq(payment_id))
+        .filter(refunds::idempotency_key.is_null())
+        .order(refunds::id.desc())
+        .select((
+            refunds::id,
+            refunds::status,
+            refunds::failure_code,
+            refunds::next_check_at,
+            refunds::absent_since,
+            refunds::updated_at,
+        ))
+        .load(conn)
+        .await?;
+    let latest =
+        <[_]>::first(&rows).map(|(id, status, failure_code, next_check_at, absent_since, updated_at)| {
+            LatestSystemRefund {
+                id: *id,
+                status: *status,
+                failure_code: failure_code.clone(),
+                watched: *status == RefundStatus::Failed && next_check_at.is_some(),
+                absent_since: *absent_since,
+                updated_at: *updated_at,
+            }
+        });
+    Ok(SystemRefunds { count: rows.len() as i64, latest })
+}
+
+crate::prepared_statement! {
+    /// A settled refund corrected to what the provider confirmed (`correct_refund.sql`).
+    pub struct CorrectRefund<'a>("correct_refund.sql") -> BigInt {
+        group announce: crate::events::Announce<'a>,
+        1 => account_id: AccountId as Uuid,
+        2 => refund_id: RefundId as Uuid,
+        3 => payment_id: PaymentId as Uuid,
+        4 => order_id: OrderId as Uuid,
+        5 => from: RefundStatus as Text,
+        6 => to: RefundStatus as Text,
+        7 => provider_refund_id: Option<&'a str> as Nullable<Text>,
+        8 => failure_code: Option<&'a str> as Nullable<Text>,
+        9 => failure_message: Option<&'a str> as Nullable<Text>,
+        10 => now: DateTime<Utc> as Timestamptz,
+        11 => actor: &'a str as Text,
+        12 => detail: &'a str as Text,
+        13 => refunded_by: Decimal as Numeric,
+        14 => order_status: Option<OrderStatus> as Nullable<Text>,
+        15 => follow_up_at: Option<DateTime<Utc>> as Nullable<Timestamptz>,
+        16 => watched_until: Option<DateTime<Utc>> as Nullable<Timestamptz>,
+    }
+}
+
+/// Runs the correction (inside the transaction that locked the order and the payment). Returns
+/// whether it applied.
+pub async fn correct(conn: &mut AsyncPgConnection, correct: CorrectRefund<'_>) -> QueryResult<bool> {
+    Ok(correct.get_result::<i64>(conn).await? == 1)
 }

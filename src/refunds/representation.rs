@@ -53,6 +53,19 @@ pub fn refund_json(refund: &Refund) -> Vec<u8> {
     serde_json::to_vec(&RefundResource::from(refund)).unwrap_or_default()
 }
 
+/// The refund as JSON for the event of a correction (a refund given up on found carried out
+/// late, or one reversed): the refund as GET returns it, with `"correction": true`.
+pub fn correction_json(refund: &Refund) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct Corrected<'a> {
+        #[serde(flatten)]
+        refund: RefundResource<'a>,
+        correction: bool,
+    }
+    serde_json::to_vec(&Corrected { refund: RefundResource::from(refund), correction: true })
+        .unwrap_or_default()
+}
+
 pub fn location(id: Uuid) -> String {
     format!("/refunds/{id}")
 }

@@ -8,12 +8,15 @@
 -- Lock order (docs/architecture.md): the order, then the payment, then the refund.
 -- Parameters: 1 account, 2 refund id, 3 order id, 4 payment id, 5 new status, 6 provider refund
 -- id, 7 failure code, 8 failure message, 9 now, 10 actor, 11 event detail, 12 answer status,
--- 13 answer body, 14 whether the order moves, 15 for a give-up, how long the last send must have
--- been quiet (milliseconds; NULL otherwise: see settle_payment.sql), 16 the order's event id,
+-- 13 answer body, 14 whether the order moves, 15 for a give-up, the time its last send must be
+-- older than (NULL otherwise: see settle_payment.sql), 16 the order's event id,
 -- 17 and 18 the order's JSON after the change as `partially_refunded` and as `refunded` (the
 -- statement knows which); 91-93 the refund's event, 94-96 the payment's
 -- `payment.late_charge_refunded` when a system refund succeeds (NULL otherwise; see
--- events::Announce).
+-- events::Announce); 19 for a give-up, until when the refund is watched for the provider
+-- carrying it out late, and 20 its first look (NULL otherwise); 21 when a system refund failed
+-- for certain (declined), when its payment's late charge is looked at again (the follow-up that
+-- starts another refund; NULL otherwise), 22 for a give-up, the lease it is made under.
 WITH locked_order AS (
     SELECT id FROM orders WHERE account_id = $1 AND id = $3 FOR UPDATE
 ), locked_payment AS (
@@ -23,11 +26,11 @@ WITH locked_order AS (
 ), settled AS (
     UPDATE refunds
     SET status = $5, provider_refund_id = $6, failure_code = $7, failure_message = $8,
-        next_check_at = NULL, lease_until = NULL, lease_id = NULL, updated_at = $9,
-        answer_status = $12, answer_body = $13
+        next_check_at = $20, late_watch_until = $19, lease_until = NULL, lease_id = NULL,
+        updated_at = $9, answer_status = $12, answer_body = $13
     WHERE account_id = $1 AND id = $2 AND status = 'processing'
-        AND ($15::bigint IS NULL OR last_send_at IS NULL
-            OR last_send_at < clock_timestamp() - $15 * interval '1 millisecond')
+        AND ($15::timestamptz IS NULL
+            OR ((last_send_at IS NULL OR last_send_at < $15) AND lease_id = $22))
         AND EXISTS (SELECT 1 FROM locked_payment)
     RETURNING account_id, id, payment_id, amount, status
 ), paid_back AS (
@@ -35,7 +38,8 @@ WITH locked_order AS (
     SET amount_refunding = payments.amount_refunding - settled.amount,
         amount_refunded = payments.amount_refunded
             + CASE WHEN settled.status = 'succeeded' THEN settled.amount ELSE 0 END,
-        updated_at = CASE WHEN settled.status = 'succeeded' THEN $9 ELSE payments.updated_at END
+        updated_at = CASE WHEN settled.status = 'succeeded' THEN $9 ELSE payments.updated_at END,
+        next_check_at = coalesce($21, payments.next_check_at)
     FROM settled
     WHERE payments.account_id = settled.account_id AND payments.id = settled.payment_id
     RETURNING payments.amount_refunded, payments.amount_captured

@@ -10,9 +10,11 @@
 //! | `orderpay_idempotency_keys_swept_total` | counter | |
 //! | `orderpay_payments_settled_total` | counter | `status`: succeeded, requires_capture, failed, canceled |
 //! | `orderpay_refunds_settled_total` | counter | `status`: succeeded, failed |
+//! | `orderpay_refunds_corrected_total` | counter | `to`: succeeded (a refund given up on that the provider carried out), failed (a refund the provider reversed) |
 //! | `orderpay_events_total` | counter | `type`: events written to the outbox |
 //! | `orderpay_outbox_lag_seconds` | gauge | `relay` (webhooks, nats): age of the oldest event the relay has not handed on |
 //! | `orderpay_late_charges_total` | counter | `result`: refunded (a system refund succeeded), refund_failed (one failed; another starts once it is surely not carried out), voided (charges that landed after their payment was given up on) |
+//! | `orderpay_late_charges_unrefunded` | gauge | failed payments holding a charge that landed late which the system's refunds did not give back and nothing will try again: each needs a person (read at scrape) |
 //! | `orderpay_guard_violations_total` | counter | `constraint`: a money CHECK constraint refused what a statement's own guard let through (a bug in the guard; the request is answered by the guard on its next round) |
 //! | `orderpay_reconciler_passes_total` | counter | |
 //! | `orderpay_reconciler_payments_total` | counter | `result`: settled, redriven, rescheduled, stuck, gave_up, error |
@@ -89,11 +91,21 @@ pub const DESCRIBED: &[(&str, Kind, &str)] = &[
     ),
     ("orderpay_payments_settled_total", Kind::Counter, "Payments whose charge or authorization settled"),
     ("orderpay_refunds_settled_total", Kind::Counter, "Refunds moved to a final status"),
+    (
+        "orderpay_refunds_corrected_total",
+        Kind::Counter,
+        "Settled refunds corrected to what the provider confirmed: carried out late, or reversed",
+    ),
     ("orderpay_events_total", Kind::Counter, "Events written to the outbox, by type"),
     (
         "orderpay_late_charges_total",
         Kind::Counter,
         "Charges that landed after their payment was given up on, refunded or voided by the system",
+    ),
+    (
+        "orderpay_late_charges_unrefunded",
+        Kind::Gauge,
+        "Failed payments holding a late charge that nothing will refund any more: each needs a person",
     ),
     (
         "orderpay_guard_violations_total",
@@ -155,6 +167,14 @@ pub fn payment_settled(status: &'static str) {
 
 /// `result`: refunded (a charge that landed after its payment was given up on, refunded by the
 /// system), voided (a late authorization).
+pub fn late_charges_unrefunded(count: i64) {
+    gauge!("orderpay_late_charges_unrefunded").set(count as f64);
+}
+
+pub fn refund_corrected(to: &'static str) {
+    counter!("orderpay_refunds_corrected_total", "to" => to).increment(1);
+}
+
 pub fn guard_violation(constraint: &'static str) {
     counter!("orderpay_guard_violations_total", "constraint" => constraint).increment(1);
 }

@@ -226,6 +226,7 @@ async fn spawn_app_on(
             // The provider timeout (1 s) and a 100 ms margin.
             quiet_before_give_up: Duration::from_millis(1100),
             late_charge_watch: Duration::from_secs(60),
+            late_refund_watch: Duration::from_secs(60),
         },
         shutdown_grace: Duration::from_secs(5),
         event_retention: Duration::from_secs(30 * 86_400),
@@ -462,6 +463,7 @@ impl TestApp {
                 millis(reconciler.quiet_before_give_up.saturating_sub(provider.timeout)),
             ),
             ("ORDERPAY_LATE_CHARGE_WATCH_SECS", reconciler.late_charge_watch.as_secs().to_string()),
+            ("ORDERPAY_LATE_REFUND_WATCH_SECS", reconciler.late_refund_watch.as_secs().to_string()),
         ];
         vars.extend(env.iter().map(|(name, value)| (*name, (*value).to_owned())));
         let vars: Vec<(String, String)> =

@@ -95,7 +95,7 @@ async fn a_charge_that_lands_after_the_give_up_is_refunded_by_the_system() {
     app.provider.set_faults(json!({})).await;
 
     // The lost charge request reaches the provider after all.
-    land_late_charge(&app, &order, &payment_id).await;
+    app.land_late_charge(&order, &payment_id, "pm_card_ok").await;
 
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let pass = app.reconcile_once().await;
@@ -164,7 +164,7 @@ async fn a_webhook_reporting_a_late_charge_brings_its_refund_forward() {
     .await;
     assert_eq!(app.reconcile_once().await.claimed, 0, "the watch's next look is an hour away");
 
-    land_late_charge(&app, &order, &payment_id).await;
+    app.land_late_charge(&order, &payment_id, "pm_card_ok").await;
     let heard = "SELECT count(*) AS count FROM provider_webhooks WHERE event_type = 'charge.succeeded'";
     wait_until("the provider's webhook is heard", Duration::from_secs(5), async || {
         app.count(heard).await == 1
@@ -177,22 +177,6 @@ async fn a_webhook_reporting_a_late_charge_brings_its_refund_forward() {
     assert_eq!(refunds.len(), 1, "refunded once: {refunds:?}");
     assert_eq!(refunds[0]["amount"], order["total_amount"]);
     assert_eq!(app.get_payment(&payment_id).await["status"], "failed");
-}
-
-/// The charge request of a given-up payment reaches the provider after all.
-async fn land_late_charge(app: &TestApp, order: &serde_json::Value, payment_id: &str) {
-    let late = app
-        .client
-        .post(format!("{}/v1/charges", app.provider.address))
-        .header("Idempotency-Key", format!("orderpay_pay_{payment_id}"))
-        .json(&json!({
-            "amount": order["total_amount"], "currency": "USD", "payment_method": "pm_card_ok",
-            "reference": payment_id, "capture": true,
-        }))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(late.status(), 201, "{}", late.text().await.unwrap());
 }
 
 /// No charge of zero ever reaches the provider: an order whose total is zero is refused.

@@ -7,6 +7,7 @@ mod process;
 mod proxy;
 
 mod abuse;
+mod books;
 // chaos.rs includes failover.rs: its tests are named chaos::failover::…, so that `make chaos`
 // runs them and `make test` does not.
 mod captures;

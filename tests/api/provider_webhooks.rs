@@ -30,7 +30,7 @@ async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, check: impl Fn
 
 /// An app whose mock provider sends it signed webhooks, the reconciler idle (60 s), pending
 /// charges and refunds settling after [`SETTLE`].
-async fn app_hearing_the_provider() -> TestApp {
+pub(crate) async fn app_hearing_the_provider() -> TestApp {
     spawn_app_with(|settings, mock| {
         provider_webhooks_on(settings);
         settings.reconciler.interval = Duration::from_secs(60);
@@ -39,13 +39,13 @@ async fn app_hearing_the_provider() -> TestApp {
     .await
 }
 
-fn secret(app: &TestApp) -> Secret {
+pub(crate) fn secret(app: &TestApp) -> Secret {
     app.settings.api.provider_webhook_secrets[0].clone()
 }
 
 /// One delivery, as the provider sends it.
 #[derive(Clone)]
-struct Delivery {
+pub(crate) struct Delivery {
     id: String,
     timestamp: String,
     signature: String,
@@ -53,7 +53,7 @@ struct Delivery {
 }
 
 /// A new event about `object` (a charge or refund as the provider's GET returns it).
-fn event(kind: &str, object: &Value) -> Value {
+pub(crate) fn event(kind: &str, object: &Value) -> Value {
     json!({
         "id": format!("evt_{}", Uuid::now_v7().simple()),
         "type": kind,
@@ -70,11 +70,11 @@ fn signed_at(secret: &Secret, event: &Value, timestamp: i64) -> Delivery {
     Delivery { id, timestamp: timestamp.to_string(), signature, body }
 }
 
-fn signed(secret: &Secret, event: &Value) -> Delivery {
+pub(crate) fn signed(secret: &Secret, event: &Value) -> Delivery {
     signed_at(secret, event, Utc::now().timestamp())
 }
 
-async fn deliver(app: &TestApp, delivery: &Delivery) -> Response {
+pub(crate) async fn deliver(app: &TestApp, delivery: &Delivery) -> Response {
     app.client
         .post(app.url("/provider/webhooks"))
         .header("content-type", "application/json")
@@ -88,14 +88,14 @@ async fn deliver(app: &TestApp, delivery: &Delivery) -> Response {
 }
 
 /// Delivers and returns what the event did (`applied`, `duplicate`, `stale`, `unknown`).
-async fn deliver_ok(app: &TestApp, delivery: &Delivery) -> String {
+pub(crate) async fn deliver_ok(app: &TestApp, delivery: &Delivery) -> String {
     let response = deliver(app, delivery).await;
     assert_eq!(response.status(), 200);
     json(response).await["result"].as_str().unwrap().to_owned()
 }
 
 /// The charge of `payment_id` as the provider's GET returns it.
-async fn provider_charge(app: &TestApp, payment_id: &str) -> Value {
+pub(crate) async fn provider_charge(app: &TestApp, payment_id: &str) -> Value {
     let url = format!("{}/v1/charges?idempotency_key=orderpay_pay_{payment_id}", app.provider.address);
     let response = app.client.get(url).send().await.unwrap();
     assert_eq!(response.status(), 200);
@@ -105,7 +105,7 @@ async fn provider_charge(app: &TestApp, payment_id: &str) -> Value {
 /// `orderpay_provider_webhooks_total{result}` as `/metrics` shows it (0 before the first). The
 /// recorder is the process's: without nextest, tests running beside this one count there too,
 /// so callers compare with lower bounds.
-async fn webhooks_counted(app: &TestApp, result: &str) -> u64 {
+pub(crate) async fn webhooks_counted(app: &TestApp, result: &str) -> u64 {
     let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
     let series = format!("orderpay_provider_webhooks_total{{result=\"{result}\"}} ");
     text.lines().find_map(|line| line.strip_prefix(&series)).map_or(0, |value| value.trim().parse().unwrap())

@@ -237,3 +237,9 @@ pub(super) async fn set_faults(state: web::Data<MockState>, faults: web::Json<Fa
     state.with_ledger(|ledger| ledger.faults = faults.clone());
     HttpResponse::Ok().json(faults)
 }
+
+/// `GET /_admin/requests`: how many writes (POST) and lookups (GET) `/v1/*` received.
+pub(super) async fn count_requests(state: web::Data<MockState>) -> HttpResponse {
+    let (writes, lookups) = state.requests();
+    HttpResponse::Ok().json(json!({ "writes": writes, "lookups": lookups }))
+}

@@ -124,6 +124,8 @@ struct StoredRefund {
     amount: Decimal,
     state: RefundState,
     settles_at: Option<DateTime<Utc>>,
+    /// When a succeeded refund is reversed (`pm_refund_reversed`): it fails after all.
+    reverses_at: Option<DateTime<Utc>>,
     reference: String,
     created_at: DateTime<Utc>,
     request_id: Option<String>,
@@ -336,6 +338,17 @@ impl Ledger {
             refund.settles_at = None;
             self.emit_refund(event_type::REFUND_SUCCEEDED, index);
         }
+        let refund = &mut self.refunds[index];
+        if refund.state == RefundState::Succeeded && refund.reverses_at.is_some_and(|at| at <= now) {
+            refund.state = RefundState::Failed {
+                code: "refund_reversed".to_owned(),
+                message: "The refund was reversed: the card could not receive it.".to_owned(),
+            };
+            refund.reverses_at = None;
+            let (charge, amount) = (refund.charge, refund.amount);
+            self.charges[charge].amount_refunded -= amount;
+            self.emit_refund(event_type::REFUND_FAILED, index);
+        }
     }
 
     fn charge_view(&mut self, index: usize, now: DateTime<Utc>) -> ChargeBody {
@@ -435,9 +448,8 @@ impl Ledger {
                     "the provider is down",
                 );
             }
-            "pm_card_ok" | "pm_refund_declined" | "pm_refund_pending" | "pm_refund_timeout" => {
-                (settled, hold_fault)
-            }
+            "pm_card_ok" | "pm_refund_declined" | "pm_refund_pending" | "pm_refund_timeout"
+            | "pm_refund_reversed" => (settled, hold_fault),
             "pm_provider_timeout" => (settled, true),
             "pm_provider_pending" => (ChargeState::Pending, hold_fault),
             // Authorizes, but no capture ever goes through: charging at once is a capture too.
@@ -701,6 +713,8 @@ impl Ledger {
         };
         let index = self.refunds.len();
         let settles_at = (state == RefundState::Pending).then(|| clock::after(now, self.timing.settle_after));
+        let reverses_at = (charge.request.payment_method == "pm_refund_reversed")
+            .then(|| clock::after(now, self.timing.settle_after));
         if !matches!(state, RefundState::Failed { .. }) {
             // Pending refunds count too, so the remainder can never be refunded twice.
             self.charges[charge_index].amount_refunded += amount;
@@ -712,6 +726,7 @@ impl Ledger {
             amount,
             state,
             settles_at,
+            reverses_at,
             reference: body.reference.clone(),
             created_at: now,
             request_id,
@@ -719,8 +734,8 @@ impl Ledger {
         };
         self.refund_by_id.insert(refund.id.clone(), index);
         self.refunds.push(refund);
-        if let Some(settles_at) = settles_at {
-            self.schedule(settles_at, Due::Refund(index));
+        if let Some(at) = settles_at.or(reverses_at) {
+            self.schedule(at, Due::Refund(index));
         }
         self.record(key, request, Outcome::Refund(index));
         if let Some(kind) = event {

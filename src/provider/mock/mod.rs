@@ -22,6 +22,7 @@ mod webhooks;
 
 use std::fmt;
 use std::net::TcpListener;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -115,6 +116,10 @@ pub struct Faults {
     /// How long each event waits before its first attempt.
     #[serde(default)]
     pub webhook_delay_ms: u64,
+    /// How long every lookup's answer (`GET /v1/*`) is held after the ledger was read: a slow
+    /// answer, which says what was true when it was read.
+    #[serde(default)]
+    pub lookup_latency_ms: u64,
 }
 
 impl Faults {
@@ -123,8 +128,8 @@ impl Faults {
         if !rates.iter().all(|rate| (0.0..=1.0).contains(rate)) {
             return Err("rates are between 0 and 1");
         }
-        if self.latency_ms > 60_000 || self.webhook_delay_ms > 60_000 {
-            return Err("latency_ms and webhook_delay_ms are at most 60000");
+        if [self.latency_ms, self.webhook_delay_ms, self.lookup_latency_ms].iter().any(|ms| *ms > 60_000) {
+            return Err("latency_ms, webhook_delay_ms and lookup_latency_ms are at most 60000");
         }
         Ok(())
     }
@@ -133,6 +138,9 @@ impl Faults {
 pub(super) struct MockState {
     settings: MockSettings,
     ledger: Mutex<Ledger>,
+    /// Requests received on `/v1/*`: writes (POST) and lookups (GET), for `GET /_admin/requests`.
+    writes: AtomicU64,
+    lookups: AtomicU64,
     /// Wakes the task that settles things on time when something new is scheduled.
     scheduled: Notify,
     webhooks: Option<Arc<Webhooks>>,
@@ -189,6 +197,8 @@ impl MockProvider {
         let state = web::Data::new(MockState {
             settings,
             ledger: Mutex::new(Ledger::new(timing)),
+            writes: AtomicU64::new(0),
+            lookups: AtomicU64::new(0),
             scheduled: Notify::new(),
             webhooks,
         });
@@ -206,6 +216,7 @@ impl MockProvider {
                 }))
                 .service(
                     web::scope("/v1")
+                        .wrap(from_fn(count_requests))
                         .wrap(from_fn(authenticate))
                         .route("/charges", web::post().to(handlers::create_charge))
                         .route("/charges", web::get().to(handlers::find_charge_by_key))
@@ -221,6 +232,7 @@ impl MockProvider {
                 .route("/_admin/webhooks", web::get().to(handlers::list_webhooks))
                 .route("/_admin/faults", web::get().to(handlers::get_faults))
                 .route("/_admin/faults", web::post().to(handlers::set_faults))
+                .route("/_admin/requests", web::get().to(handlers::count_requests))
                 .default_service(web::to(|| async {
                     respond(Reply::error(StatusCode::NOT_FOUND, "not_found", None, "no such endpoint"))
                 }))
@@ -274,6 +286,33 @@ async fn settle_on_time(state: web::Data<MockState>) {
             }
             None => scheduled.await,
         }
+    }
+}
+
+/// Counts `/v1/*` requests, writes (POST) and lookups (GET), and holds each lookup's answer by the
+/// `lookup_latency_ms` fault once the ledger has been read.
+async fn count_requests(
+    request: ServiceRequest,
+    next: Next<BoxBody>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    let Some(state) = request.app_data::<web::Data<MockState>>().cloned() else {
+        return next.call(request).await;
+    };
+    let lookup = request.method() == actix_web::http::Method::GET;
+    let counter = if lookup { &state.lookups } else { &state.writes };
+    counter.fetch_add(1, Ordering::SeqCst);
+    let response = next.call(request).await?;
+    let latency = if lookup { state.with_ledger(|ledger| ledger.faults.lookup_latency_ms) } else { 0 };
+    if latency > 0 {
+        tokio::time::sleep(Duration::from_millis(latency)).await;
+    }
+    Ok(response)
+}
+
+impl MockState {
+    /// `(writes, lookups)` received on `/v1/*`.
+    pub(super) fn requests(&self) -> (u64, u64) {
+        (self.writes.load(Ordering::SeqCst), self.lookups.load(Ordering::SeqCst))
     }
 }
 
