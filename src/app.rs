@@ -208,6 +208,7 @@ impl Application {
             )));
         }
         if let Some(webhooks) = &settings.webhooks {
+            crate::merchant_webhooks::service::warn_about_insecure_endpoints(&background_pool).await;
             background.extend(merchant_webhooks_tasks(
                 &settings,
                 webhooks,

@@ -16,7 +16,8 @@
 //! `ORDERPAY_PROVIDER_WEBHOOK_SECRET`, `ORDERPAY_REVOCATION_POLL_MS`,
 //! `ORDERPAY_IDEMPOTENCY_AUDIT_DAYS`, `ORDERPAY_NATS_URL`, `ORDERPAY_NATS_STREAM`,
 //! `ORDERPAY_NATS_SUBJECT_PREFIX`, `ORDERPAY_NATS_TIMEOUT_MS`, `ORDERPAY_ENCRYPTION_KEY`,
-//! `ORDERPAY_WEBHOOK_ALLOW_PRIVATE`, `ORDERPAY_WEBHOOK_TIMEOUT_MS`, `ORDERPAY_WEBHOOK_LEASE_MS`,
+//! `ORDERPAY_WEBHOOK_ALLOW_PRIVATE`, `ORDERPAY_WEBHOOK_REQUIRE_HTTPS`,
+//! `ORDERPAY_WEBHOOK_TIMEOUT_MS`, `ORDERPAY_WEBHOOK_LEASE_MS`,
 //! `ORDERPAY_WEBHOOK_RETRY_BASE_MS`, `ORDERPAY_WEBHOOK_RETRY_CAP_MS`,
 //! `ORDERPAY_WEBHOOK_MAX_ATTEMPTS`, `ORDERPAY_WEBHOOK_POLL_MS`, `ORDERPAY_WEBHOOK_CONCURRENCY`,
 //! `ORDERPAY_WEBHOOK_SECRET_OVERLAP_MS`; for the mock provider `MOCK_PROVIDER_LISTEN`,
@@ -307,6 +308,12 @@ pub struct MerchantWebhookArgs {
     #[arg(long, env = "ORDERPAY_WEBHOOK_ALLOW_PRIVATE", default_value_t = false, action = ArgAction::Set)]
     pub webhook_allow_private: bool,
 
+    /// Refuse new webhook endpoints whose URL is `http://` (422 `webhook-url-not-allowed`):
+    /// events and their signatures would cross the network in clear. Endpoints registered
+    /// before keep receiving, flagged `insecure`. Independent of ORDERPAY_WEBHOOK_ALLOW_PRIVATE.
+    #[arg(long, env = "ORDERPAY_WEBHOOK_REQUIRE_HTTPS", default_value_t = true, action = ArgAction::Set)]
+    pub webhook_require_https: bool,
+
     /// A webhook delivery without a 2xx answer within this long has failed (milliseconds).
     #[arg(long, env = "ORDERPAY_WEBHOOK_TIMEOUT_MS", default_value_t = 10_000)]
     pub webhook_timeout_ms: u64,
@@ -368,6 +375,7 @@ impl MerchantWebhookArgs {
         Ok(Some(WebhookSettings {
             encryption_key,
             allow_private: self.webhook_allow_private,
+            require_https: self.webhook_require_https,
             secret_overlap: Duration::from_millis(self.webhook_secret_overlap_ms),
             delivery: DeliveryConfig {
                 poll: Duration::from_millis(self.webhook_poll_ms),
@@ -389,6 +397,7 @@ impl std::fmt::Debug for MerchantWebhookArgs {
         f.debug_struct("MerchantWebhookArgs")
             .field("encryption_key", &redacted)
             .field("webhook_allow_private", &self.webhook_allow_private)
+            .field("webhook_require_https", &self.webhook_require_https)
             .field("webhook_timeout_ms", &self.webhook_timeout_ms)
             .field("webhook_lease_ms", &self.webhook_lease_ms)
             .field("webhook_retry_base_ms", &self.webhook_retry_base_ms)

@@ -57,6 +57,9 @@ pub struct WebhookSettings {
     /// Endpoints at private, loopback and other non-public addresses are allowed (development
     /// and tests only).
     pub allow_private: bool,
+    /// New endpoints must be `https://` (existing `http://` ones keep receiving, flagged
+    /// insecure).
+    pub require_https: bool,
     /// How long a rotated-out secret keeps signing next to the new one.
     pub secret_overlap: Duration,
     pub delivery: DeliveryConfig,
@@ -214,6 +217,11 @@ impl EndpointUrl {
 
     pub fn as_str(&self) -> &str {
         self.0.as_str()
+    }
+
+    /// Plain `http`: what is sent, signature included, crosses the network in clear.
+    pub fn is_insecure(&self) -> bool {
+        self.0.scheme() == "http"
     }
 }
 

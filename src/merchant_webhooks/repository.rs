@@ -9,15 +9,16 @@
 //!   outcomes, each under its own lease, with the attempts' rows).
 //!
 //! Lock order (docs/architecture.md): an endpoint row, then deliveries, then attempts. The
-//! relay takes its endpoints `FOR SHARE` before it writes their deliveries, so a deletion
-//! either comes first (and the relay writes none for it) or waits for the round and stops them.
+//! relay takes its endpoints `FOR SHARE` before it writes their deliveries, and a deletion
+//! locks its endpoint before it cancels, so a deletion either comes first (and the relay writes
+//! none for it) or waits for the round and then cancels what it wrote.
 
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bytea, Int2, Int4, Nullable, Text, Timestamptz, Uuid as SqlUuid};
-use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde::Serialize;
 
 use super::{DeliveryOrigin, DeliveryStatus, EnabledEvents, Endpoint, EndpointUrl};
@@ -162,8 +163,15 @@ pub async fn rotate_secret(
 }
 
 /// Deletes a live endpoint: it keeps its row (its deliveries name it) without its secrets, and
-/// its pending deliveries are canceled, in one statement. Returns how many were canceled, or
+/// its pending deliveries are canceled, in one transaction. Returns how many were canceled, or
 /// `None` when there is no such live endpoint.
+///
+/// The endpoint's row is locked first, in a statement of its own: that waits for a relay round
+/// (or a redelivery) holding it `FOR SHARE` to commit the deliveries it wrote. The cancel then
+/// runs in a statement that starts after that commit, so its snapshot sees those deliveries. In
+/// one statement it would not: the snapshot is taken before the wait, and a row inserted meanwhile
+/// is not re-read (only rows that were updated are), so the round's deliveries stayed pending,
+/// retried until they failed.
 pub async fn delete_endpoint(
     conn: &mut AsyncPgConnection,
     account_id: AccountId,
@@ -177,26 +185,59 @@ pub async fn delete_endpoint(
         #[diesel(sql_type = BigInt)]
         canceled: i64,
     }
-    let deleted: Deleted = diesel::sql_query(
-        "WITH gone AS ( \
-             UPDATE webhook_endpoints SET deleted_at = $3, updated_at = $3, secret = NULL, \
-                 previous_secret = NULL, previous_secret_expires_at = NULL \
-             WHERE account_id = $1 AND id = $2 AND deleted_at IS NULL \
-             RETURNING account_id, id), \
-         canceled AS ( \
-             UPDATE webhook_deliveries AS d SET status = 'canceled', next_attempt_at = NULL, \
-                 lease_id = NULL, lease_until = NULL, updated_at = $3 \
-             FROM gone WHERE d.account_id = gone.account_id AND d.endpoint_id = gone.id \
-                 AND d.status = 'pending' \
-             RETURNING d.id) \
-         SELECT (SELECT count(*) FROM gone) AS deleted, (SELECT count(*) FROM canceled) AS canceled",
-    )
-    .bind::<SqlUuid, _>(account_id)
-    .bind::<SqlUuid, _>(id)
-    .bind::<Timestamptz, _>(now)
-    .get_result(conn)
-    .await?;
-    Ok((deleted.deleted == 1).then_some(deleted.canceled))
+    conn.transaction(async |conn| {
+        let live = webhook_endpoints::table
+            .find((account_id, id))
+            .filter(webhook_endpoints::deleted_at.is_null())
+            .select(webhook_endpoints::id)
+            .for_update()
+            .first::<EndpointId>(conn)
+            .await
+            .optional()?;
+        if live.is_none() {
+            return Ok(None);
+        }
+        let deleted: Deleted = diesel::sql_query(
+            "WITH gone AS ( \
+                 UPDATE webhook_endpoints SET deleted_at = $3, updated_at = $3, secret = NULL, \
+                     previous_secret = NULL, previous_secret_expires_at = NULL \
+                 WHERE account_id = $1 AND id = $2 AND deleted_at IS NULL \
+                 RETURNING account_id, id), \
+             canceled AS ( \
+                 UPDATE webhook_deliveries AS d SET status = 'canceled', next_attempt_at = NULL, \
+                     lease_id = NULL, lease_until = NULL, updated_at = $3 \
+                 FROM gone WHERE d.account_id = gone.account_id AND d.endpoint_id = gone.id \
+                     AND d.status = 'pending' \
+                 RETURNING d.id) \
+             SELECT (SELECT count(*) FROM gone) AS deleted, (SELECT count(*) FROM canceled) AS canceled",
+        )
+        .bind::<SqlUuid, _>(account_id)
+        .bind::<SqlUuid, _>(id)
+        .bind::<Timestamptz, _>(now)
+        .get_result(conn)
+        .await?;
+        Ok((deleted.deleted == 1).then_some(deleted.canceled))
+    })
+    .await
+}
+
+/// The live endpoints whose URL is plain `http` (registered before https was required, or with
+/// `ORDERPAY_WEBHOOK_REQUIRE_HTTPS=false`): how many, and up to `limit` of them.
+pub async fn insecure_endpoints(
+    conn: &mut AsyncPgConnection,
+    limit: i64,
+) -> QueryResult<(i64, Vec<(AccountId, EndpointId)>)> {
+    let insecure = webhook_endpoints::table
+        .filter(webhook_endpoints::deleted_at.is_null())
+        .filter(webhook_endpoints::url.like("http:%"));
+    let count = insecure.count().get_result(conn).await?;
+    let some = insecure
+        .select((webhook_endpoints::account_id, webhook_endpoints::id))
+        .order((webhook_endpoints::account_id, webhook_endpoints::id))
+        .limit(limit)
+        .load(conn)
+        .await?;
+    Ok((count, some))
 }
 
 /// A live endpoint as the relay and redeliveries see it.

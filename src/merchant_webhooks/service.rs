@@ -129,6 +129,13 @@ pub async fn create(
             return Ok(earlier);
         }
     }
+    if settings.require_https && new.url.is_insecure() {
+        return Err(ApiError::WebhookUrlNotAllowed(
+            "the URL is http: webhooks go to https URLs only, so that events and their signatures \
+             do not cross the network in clear"
+                .to_owned(),
+        ));
+    }
     if !settings.allow_private {
         address::check_at_creation(new.url.as_url(), settings.delivery.timeout)
             .await
@@ -163,6 +170,31 @@ pub async fn create(
         })
         .await?;
     Ok(finish(keys, keyed, execution, shown))
+}
+
+/// Warns, at start, about the live endpoints that receive events over plain `http` (registered
+/// before https was required): they keep receiving, and the warning names some of them.
+pub async fn warn_about_insecure_endpoints(pool: &Pool) {
+    const NAMED: i64 = 20;
+    let found = async {
+        let mut conn = pool.get().await.map_err(|error| anyhow::anyhow!("{error}"))?;
+        Ok::<_, anyhow::Error>(repository::insecure_endpoints(&mut conn, NAMED).await?)
+    };
+    match found.await {
+        Ok((0, _)) => {}
+        Ok((count, some)) => {
+            let named: Vec<String> =
+                some.iter().map(|(account, endpoint)| format!("{endpoint} (account {account})")).collect();
+            tracing::warn!(
+                count,
+                endpoints = %named.join(", "),
+                "webhook endpoints with plain http URLs: their events and signatures cross the network \
+                 in clear; they keep receiving (`insecure: true` on GET /webhook_endpoints) until their \
+                 merchants register https URLs and delete them"
+            );
+        }
+        Err(error) => tracing::warn!(error = ?error, "could not look for webhook endpoints with http URLs"),
+    }
 }
 
 /// Gives a live endpoint a new secret; the one it had keeps signing beside it for

@@ -131,13 +131,14 @@ pub fn new_encryption_key() -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-/// Merchant webhooks for tests, for `settings.webhooks`: a fresh key, private addresses allowed
-/// (the receivers are local), polls every 20 ms, a 2 s timeout, retries from 50 ms to 1 s, 5
+/// Merchant webhooks for tests, for `settings.webhooks`: a fresh key, private addresses and
+/// plain http allowed (the receivers are local), polls every 20 ms, a 2 s timeout, retries from 50 ms to 1 s, 5
 /// attempts.
 pub fn test_webhook_settings() -> WebhookSettings {
     WebhookSettings {
         encryption_key: EncryptionKey::parse(&new_encryption_key()).expect("a valid key"),
         allow_private: true,
+        require_https: false,
         secret_overlap: Duration::from_secs(86_400),
         delivery: DeliveryConfig {
             poll: Duration::from_millis(20),

@@ -544,6 +544,7 @@ async fn a_service_killed_mid_delivery_delivers_every_event_after_a_restart() {
     let env = [
         ("ORDERPAY_ENCRYPTION_KEY", key.as_str()),
         ("ORDERPAY_WEBHOOK_ALLOW_PRIVATE", "true"),
+        ("ORDERPAY_WEBHOOK_REQUIRE_HTTPS", "false"),
         ("ORDERPAY_WEBHOOK_POLL_MS", "20"),
         ("ORDERPAY_RELAY_INTERVAL_MS", "20"),
         ("ORDERPAY_WEBHOOK_TIMEOUT_MS", "2000"),
@@ -925,6 +926,87 @@ async fn urls_at_non_public_addresses_are_refused_unless_allowed_and_unknown_nam
 }
 
 #[tokio::test]
+async fn documentation_and_translated_addresses_are_refused_like_the_other_reserved_ranges() {
+    let app = webhooks_app(private_addresses_refused).await;
+    for (url, reason) in [
+        ("https://192.0.2.10/hook", "a documentation address"),
+        ("https://198.51.100.10/hook", "a documentation address"),
+        ("https://203.0.113.10/hook", "a documentation address"),
+        ("https://[2001:db8::10]/hook", "a documentation address"),
+        ("https://[3fff:0:1::10]/hook", "a documentation address"),
+        ("https://[::ffff:0:808:808]/hook", "a translated address"),
+        ("https://[64:ff9b:1::808:808]/hook", "a translated address"),
+        ("https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/hook", "a translated address"),
+    ] {
+        let response =
+            post_endpoint(&app, &json!({"url": url, "enabled_events": ["*"]}), Some(&new_key())).await;
+        let problem = assert_problem(response, 422, "webhook-url-not-allowed").await;
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains(reason) && detail.contains("public addresses only"), "{url}: {problem}");
+    }
+    assert_eq!(app.count("SELECT count(*) AS count FROM webhook_endpoints").await, 0, "nothing stored");
+    assert_eq!(app.keys_stored().await, 0, "nor their keys");
+}
+
+#[tokio::test]
+async fn new_http_urls_are_refused_while_endpoints_made_before_keep_receiving_flagged_insecure() {
+    let app = webhooks_app(|webhooks| webhooks.require_https = true).await;
+    let receiver = Receiver::ok().await;
+    let http = json!({"url": receiver.url("/hook"), "enabled_events": ["order.created"]});
+    let refused = post_endpoint(&app, &http, Some(&new_key())).await;
+    let problem = assert_problem(refused, 422, "webhook-url-not-allowed").await;
+    assert!(problem["detail"].as_str().unwrap().contains("https URLs only"), "{problem}");
+    assert_eq!(app.count("SELECT count(*) AS count FROM webhook_endpoints").await, 0, "nothing stored");
+    assert_eq!(app.keys_stored().await, 0, "nor its key");
+
+    // An https endpoint is accepted and secure; one registered over http before https was
+    // required (its stored URL set back to the receiver's plain http) keeps receiving.
+    let secure = create_endpoint(&app, "https://shop.example.com/hook", &["order.paid"]).await;
+    assert_eq!(secure["insecure"], false, "{secure}");
+    let legacy =
+        create_endpoint(&app, &receiver.url("/hook").replace("http:", "https:"), &["order.created"]).await;
+    assert_eq!(legacy["insecure"], false);
+    app.execute(&format!(
+        "UPDATE webhook_endpoints SET url = '{}' WHERE id = '{}'",
+        receiver.url("/hook"),
+        id_of(&legacy)
+    ))
+    .await;
+    let listed = app.get_json("/webhook_endpoints").await;
+    let flags: BTreeMap<String, Value> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|endpoint| (id_of(endpoint), endpoint["insecure"].clone()))
+        .collect();
+    assert_eq!(flags, BTreeMap::from([(id_of(&secure), json!(false)), (id_of(&legacy), json!(true))]));
+    assert_eq!(app.get_json(&format!("/webhook_endpoints/{}", id_of(&legacy))).await["insecure"], true);
+    app.create_order().await;
+    let delivery = delivery_when(&app, &id_of(&legacy), "delivered", Duration::from_secs(10)).await;
+    assert_eq!(delivery.attempts, 1);
+    assert!(verifies(&secret_of(&legacy), &receiver.received()[0]), "signed as any other");
+
+    // A service starting with such an endpoint says so, naming it.
+    let log = std::env::temp_dir().join(format!("orderpay-insecure-{}.log", uuid::Uuid::now_v7()));
+    let env = [("ORDERPAY_ENCRYPTION_KEY", new_encryption_key()), ("RUST_LOG", "warn".to_owned())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(name, value)| (*name, value.as_str())).collect();
+    let service =
+        ServiceProcess::start_logging_to(&app.database_url, &app.provider.address, &env, Some(&log)).await;
+    let logged = wait_for("the warning about the http endpoint", Duration::from_secs(10), async || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.contains("plain http URLs").then_some(text)
+    })
+    .await;
+    drop(service);
+    let _ = std::fs::remove_file(&log);
+    let line = logged.lines().find(|line| line.contains("plain http URLs")).unwrap();
+    assert!(
+        line.contains("WARN") && line.contains(&id_of(&legacy)) && !line.contains(&id_of(&secure)),
+        "{line}"
+    );
+}
+
+#[tokio::test]
 async fn a_delivery_to_a_name_now_resolving_to_loopback_is_refused_at_connect_time_and_sends_nothing() {
     let app = webhooks_app(private_addresses_refused).await;
     let receiver = Receiver::ok().await;
@@ -1158,6 +1240,87 @@ async fn deleting_an_endpoint_stops_its_pending_deliveries() {
     assert_eq!(deliveries(&app, &id_of(&doomed)).await.len(), 1, "and no new deliveries");
 }
 
+/// A relay round that writes its deliveries with the webhooks relay's own code, then waits to
+/// commit until the test lets it. It keeps its progress in the `nats` cursor (no NATS relay runs
+/// in the test app), so that the app's own webhooks relay, kept out by the test holding its
+/// lock, cannot hand the event on first.
+struct HeldRound {
+    relay: orderpay::merchant_webhooks::relay::WebhookRelay,
+    written: watch::Sender<bool>,
+    release: watch::Receiver<bool>,
+}
+
+impl orderpay::events::relay::Relay for HeldRound {
+    const NAME: &'static str = "nats";
+
+    async fn hand_on(
+        &self,
+        conn: &mut diesel_async::AsyncPgConnection,
+        batch: &[orderpay::events::Event],
+    ) -> anyhow::Result<()> {
+        self.relay.hand_on(conn, batch).await?;
+        self.written.send_replace(true);
+        let mut release = self.release.clone();
+        let _ = release.wait_for(|released| *released).await;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn deleting_an_endpoint_while_the_relay_writes_its_deliveries_cancels_those_too() {
+    // The worst interleaving on purpose: a relay round has taken the endpoint (FOR SHARE) and
+    // written its delivery, uncommitted, when the DELETE comes; the DELETE waits for the round,
+    // which then commits. The delivery the DELETE did not see when it started must be canceled.
+    use diesel_async::RunQueryDsl;
+    let app = webhooks_app(|_| {}).await;
+    let mut webhooks_relay = app.db().await;
+    diesel::sql_query("BEGIN").execute(&mut webhooks_relay).await.unwrap();
+    diesel::sql_query("SELECT pg_advisory_xact_lock(hashtextextended('orderpay.relay.webhooks', 0))")
+        .execute(&mut webhooks_relay)
+        .await
+        .unwrap();
+    let endpoint = create_endpoint(&app, "http://127.0.0.1:9/hook", &["order.created"]).await;
+    app.create_order().await;
+
+    let (written, mut is_written) = watch::channel(false);
+    let (release, released) = watch::channel(false);
+    let round = {
+        let pool = orderpay::db::background_pool(&app.settings.database, 2);
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let relay = orderpay::merchant_webhooks::relay::WebhookRelay::new(wake);
+        let held = HeldRound { relay, written, release: released };
+        tokio::spawn(async move {
+            // Rounds see only events older than every running transaction of the server.
+            while orderpay::events::relay::round(&pool, &held, 100).await.unwrap() == 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(10), is_written.wait_for(|written| *written))
+        .await
+        .expect("the round wrote its delivery")
+        .unwrap();
+    let deleting = {
+        let request = app.request(Method::DELETE, &format!("/webhook_endpoints/{}", id_of(&endpoint)));
+        tokio::spawn(request.send())
+    };
+    let waiting = "SELECT count(*) AS count FROM pg_stat_activity WHERE datname = current_database() \
+                   AND wait_event_type = 'Lock' AND query LIKE '%webhook_endpoints%' AND pid <> pg_backend_pid()";
+    wait_for("the DELETE waits for the round", Duration::from_secs(10), async || {
+        (app.count(waiting).await == 1).then_some(())
+    })
+    .await;
+    release.send_replace(true);
+    round.await.unwrap();
+    let deleted = deleting.await.unwrap().unwrap();
+    assert_eq!(deleted.status(), 200);
+
+    let rows = deliveries(&app, &id_of(&endpoint)).await;
+    assert_eq!(rows.len(), 1, "the round's delivery: {rows:?}");
+    assert_eq!(rows[0].status, "canceled", "{rows:?}");
+    assert_eq!(rows[0].next_attempt_at, None);
+}
+
 #[tokio::test]
 async fn without_an_encryption_key_there_are_no_webhook_endpoints() {
     let app = spawn_app().await;
@@ -1188,6 +1351,7 @@ fn serve_refuses_a_malformed_encryption_key_and_lists_the_webhook_settings() {
     for variable in [
         "ORDERPAY_ENCRYPTION_KEY",
         "ORDERPAY_WEBHOOK_ALLOW_PRIVATE",
+        "ORDERPAY_WEBHOOK_REQUIRE_HTTPS",
         "ORDERPAY_WEBHOOK_TIMEOUT_MS",
         "ORDERPAY_WEBHOOK_LEASE_MS",
         "ORDERPAY_WEBHOOK_RETRY_BASE_MS",
