@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{Array, BigInt, Text, Timestamptz, Uuid as SqlUuid};
+use diesel::sql_types::{BigInt, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use super::{Event, EventType};
@@ -86,23 +86,6 @@ pub async fn find(
         .await
         .optional()
         .map(|row| row.map(Event::from))
-}
-
-/// The events of `keys` (account, id) that are still stored, in no particular order.
-pub async fn find_many(
-    conn: &mut AsyncPgConnection,
-    keys: &[(AccountId, EventId)],
-) -> QueryResult<Vec<Event>> {
-    let (accounts, ids): (Vec<AccountId>, Vec<EventId>) = keys.iter().copied().unzip();
-    let rows: Vec<EventRow> = diesel::sql_query(
-        "SELECT account_id, id, type AS type_, data, created_at FROM events \
-         WHERE (account_id, id) IN (SELECT * FROM unnest($1::uuid[], $2::uuid[]))",
-    )
-    .bind::<Array<SqlUuid>, _>(accounts)
-    .bind::<Array<SqlUuid>, _>(ids)
-    .load(conn)
-    .await?;
-    Ok(rows.into_iter().map(Event::from).collect())
 }
 
 /// An event by its id alone, whatever its account (for operators, who name events by id). No

@@ -23,6 +23,7 @@ use serde::Serialize;
 
 use super::{DeliveryOrigin, DeliveryStatus, EnabledEvents, Endpoint, EndpointUrl};
 use crate::db::schema::{webhook_deliveries, webhook_endpoints};
+use crate::events::{Event, EventType};
 use crate::ids::{AccountId, DeliveryId, EndpointId, EventId, LeaseId};
 use crate::operations::leases::Lease;
 
@@ -336,7 +337,8 @@ pub async fn insert_deliveries(
     Ok(written)
 }
 
-/// A delivery a worker now holds, with where it goes and the sealed secrets that sign it.
+/// A delivery a worker now holds, with where it goes, the sealed secrets that sign it and its
+/// event.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct Claimed {
     #[diesel(sql_type = SqlUuid)]
@@ -358,11 +360,34 @@ pub struct Claimed {
     /// The secret before the last rotation, while it still signs.
     #[diesel(sql_type = Nullable<Bytea>)]
     pub previous_secret: Option<Vec<u8>>,
+    /// The event's type, stored JSON and time; `None` once it is gone past its retention.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub event_type: Option<EventType>,
+    #[diesel(sql_type = Nullable<Bytea>)]
+    pub event_data: Option<Vec<u8>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub event_created_at: Option<DateTime<Utc>>,
+}
+
+impl Claimed {
+    /// The event as the Events API renders it, while it is stored.
+    pub fn event(&self) -> Option<Event> {
+        Some(Event {
+            account_id: self.account_id,
+            id: self.event_id,
+            event_type: self.event_type?,
+            data: self.event_data.clone()?,
+            created_at: self.event_created_at?,
+        })
+    }
 }
 
 /// Leases up to `limit` due deliveries (pending, their next attempt due, and no live lease:
 /// `next_attempt_at` moves to the lease's end) to `lease`, skipping rows another worker is
-/// claiming, oldest due first; each claim counts an attempt.
+/// claiming, oldest due first; each claim counts an attempt. Everything a send needs (the
+/// endpoint, its secrets, the event) comes back from this one statement: a claim that fails
+/// has changed nothing, so it uses up no attempt number, and once it has succeeded nothing is
+/// left to read that could fail between the claim and the send.
 pub async fn claim_due(
     conn: &mut AsyncPgConnection,
     limit: i64,
@@ -381,9 +406,11 @@ pub async fn claim_due(
              RETURNING d.account_id, d.id, d.endpoint_id, d.event_id, d.attempts) \
          SELECT c.account_id, c.id, c.endpoint_id, c.event_id, c.attempts AS attempt, e.url, \
              e.secret, CASE WHEN e.previous_secret_expires_at > $1 THEN e.previous_secret END \
-                 AS previous_secret \
+                 AS previous_secret, \
+             ev.type AS event_type, ev.data AS event_data, ev.created_at AS event_created_at \
          FROM claimed AS c \
-         JOIN webhook_endpoints AS e ON e.account_id = c.account_id AND e.id = c.endpoint_id",
+         JOIN webhook_endpoints AS e ON e.account_id = c.account_id AND e.id = c.endpoint_id \
+         LEFT JOIN events AS ev ON ev.account_id = c.account_id AND ev.id = c.event_id",
     )
     .bind::<Timestamptz, _>(now)
     .bind::<BigInt, _>(limit)

@@ -733,6 +733,94 @@ async fn a_batch_of_outcomes_writes_each_only_under_its_own_lease_and_every_atte
 }
 
 #[tokio::test]
+async fn a_failed_write_of_outcomes_is_written_again_and_loses_no_attempt() {
+    // Every write of attempts fails (a trigger), counting each failure in a sequence (which
+    // no rollback undoes), until the test heals it: the send's outcome must be written then,
+    // under its lease, and not sent again.
+    let app = webhooks_app(|_| {}).await;
+    let receiver = Receiver::ok().await;
+    let endpoint = create_endpoint(&app, &receiver.url("/hook"), &["order.created"]).await;
+    app.execute("CREATE SEQUENCE attempt_writes_failed").await;
+    app.execute(
+        "CREATE FUNCTION fail_attempt_writes() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN PERFORM nextval('attempt_writes_failed'); RAISE EXCEPTION 'injected failure'; END $$",
+    )
+    .await;
+    app.execute(
+        "CREATE TRIGGER fail_attempt_writes BEFORE INSERT ON webhook_delivery_attempts \
+         FOR EACH ROW EXECUTE FUNCTION fail_attempt_writes()",
+    )
+    .await;
+    app.create_order().await;
+    let failed_writes =
+        "SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS count FROM attempt_writes_failed";
+    wait_for("the outcome's write failed, and was tried again", Duration::from_secs(10), async || {
+        (app.count(failed_writes).await >= 2).then_some(())
+    })
+    .await;
+    assert_eq!(receiver.received().len(), 1, "sent once meanwhile");
+    app.execute("DROP TRIGGER fail_attempt_writes ON webhook_delivery_attempts").await;
+
+    let delivery = delivery_when(&app, &id_of(&endpoint), "delivered", Duration::from_secs(10)).await;
+    assert_eq!(delivery.attempts, 1, "written under its first lease, not sent again after it");
+    let attempts = attempts(&app, &delivery.id).await;
+    let recorded: Vec<(i32, Option<i16>)> = attempts.iter().map(|a| (a.attempt, a.http_status)).collect();
+    assert_eq!(recorded, [(1, Some(200))]);
+    assert_eq!(receiver.received().len(), 1);
+}
+
+#[tokio::test]
+async fn a_claim_that_fails_uses_up_no_attempt_number() {
+    // The worst moment on purpose: a worker's claim is stopped (cancelled) while it waits to read
+    // the event it claimed, which the test holds locked. Nothing of that claim may stay: the
+    // delivery's next claim is its attempt 1, sent at once, not after a lease nobody held.
+    use diesel_async::RunQueryDsl;
+    let app = webhooks_app(|_| {}).await;
+    let receiver = Receiver::ok().await;
+    app.create_order().await;
+    let event_id = event_ids(&app).await[0].clone();
+    // Made after the event: the relay writes it no delivery; the test writes one below.
+    let endpoint = create_endpoint(&app, &receiver.url("/hook"), &["order.created"]).await;
+
+    let mut holder = app.db().await;
+    for sql in [
+        "BEGIN",
+        // The webhooks relay sits this out, so that only the worker waits on the events.
+        "SELECT pg_advisory_xact_lock(hashtextextended('orderpay.relay.webhooks', 0))",
+        "LOCK TABLE events IN ACCESS EXCLUSIVE MODE",
+    ] {
+        diesel::sql_query(sql).execute(&mut holder).await.expect(sql);
+    }
+    let redelivery = orderpay::merchant_webhooks::repository::NewDelivery {
+        account_id: app.account_id,
+        id: orderpay::ids::DeliveryId::generate(),
+        endpoint_id: orderpay::ids::EndpointId::parse(&id_of(&endpoint)).unwrap(),
+        event_id: orderpay::ids::EventId::parse(&event_id).unwrap(),
+        origin: orderpay::merchant_webhooks::DeliveryOrigin::Redeliver,
+    };
+    let mut conn = app.db().await;
+    orderpay::merchant_webhooks::repository::insert_deliveries(&mut conn, &[redelivery], Utc::now())
+        .await
+        .unwrap();
+    let waiting = "SELECT count(*) AS count FROM pg_stat_activity WHERE datname = current_database() \
+                   AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()";
+    wait_for("the worker's claim waits for the event", Duration::from_secs(10), async || {
+        (app.count(waiting).await == 1).then_some(())
+    })
+    .await;
+    let cancelled = "SELECT count(pg_cancel_backend(pid)) AS count FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()";
+    assert_eq!(app.count(cancelled).await, 1);
+    diesel::sql_query("ROLLBACK").execute(&mut holder).await.unwrap();
+
+    let delivery = delivery_when(&app, &id_of(&endpoint), "delivered", Duration::from_secs(10)).await;
+    assert_eq!(delivery.attempts, 1, "the failed claim used up no attempt");
+    let attempts = attempts(&app, &delivery.id).await;
+    assert_eq!(attempts.iter().map(|a| (a.attempt, a.http_status)).collect::<Vec<_>>(), [(1, Some(200))]);
+    assert_eq!(receiver.webhook_ids("/hook"), BTreeSet::from([event_id]));
+}
+
+#[tokio::test]
 async fn five_hundred_events_are_each_delivered_once_with_every_attempt_recorded() {
     // Enough at once that outcomes are recorded many to a batch and claims refill half-free slots.
     let app = webhooks_app(|_| {}).await;
