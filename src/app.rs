@@ -49,7 +49,7 @@ const BACKGROUND_POOL_SIZE: u32 = 6;
 /// Merchant webhooks' background tasks: the webhooks relay (on the background pool, a round
 /// at a time across instances) and this instance's delivery worker (on a pool of its own),
 /// which the relay wakes when it wrote new deliveries.
-fn merchant_webhooks_tasks(
+async fn merchant_webhooks_tasks(
     settings: &Settings,
     webhooks: &WebhookSettings,
     background_pool: Pool,
@@ -60,6 +60,7 @@ fn merchant_webhooks_tasks(
     let delivery_pool = db::background_pool(&settings.database, DELIVERY_POOL_SIZE);
     observability.register(&delivery_pool);
     let worker = delivery::Worker::new(delivery_pool, webhooks, wake.clone())?;
+    crate::events::relay::export_lag::<WebhookRelay>(&background_pool).await;
     let relay = crate::events::relay::run(
         background_pool,
         WebhookRelay::new(wake),
@@ -186,6 +187,7 @@ impl Application {
             // Returns at once: the connection is made in the background, retried for ever.
             let relay =
                 crate::events::nats::NatsRelay::start(nats.clone(), settings.relay.batch_size).await?;
+            crate::events::relay::export_lag::<crate::events::nats::NatsRelay>(&background_pool).await;
             background.push(tokio::spawn(crate::events::relay::run(
                 background_pool.clone(),
                 relay,
@@ -209,13 +211,16 @@ impl Application {
         }
         if let Some(webhooks) = &settings.webhooks {
             crate::merchant_webhooks::service::warn_about_insecure_endpoints(&background_pool).await;
-            background.extend(merchant_webhooks_tasks(
-                &settings,
-                webhooks,
-                background_pool.clone(),
-                &observability,
-                shutdown_signal.clone(),
-            )?);
+            background.extend(
+                merchant_webhooks_tasks(
+                    &settings,
+                    webhooks,
+                    background_pool.clone(),
+                    &observability,
+                    shutdown_signal.clone(),
+                )
+                .await?,
+            );
         }
         let delivery_connections = if settings.webhooks.is_some() { DELIVERY_POOL_SIZE } else { 0 };
         crate::telemetry::metrics::pool_max_connections(

@@ -74,6 +74,17 @@ pub async fn round<R: Relay>(pool: &Pool, relay: &R, batch_size: i64) -> anyhow:
     Ok(handed_on)
 }
 
+/// Sets the relay's lag gauge from the database, so that it is exported from the start (a round
+/// sets it again after each batch, and after each failure); nothing when the database does not
+/// answer.
+pub async fn export_lag<R: Relay>(pool: &Pool) {
+    if let Ok(mut conn) = pool.get().await
+        && let Ok(lag) = repository::lag(&mut conn, R::NAME, Utc::now()).await
+    {
+        crate::telemetry::metrics::outbox_lag(R::NAME, lag);
+    }
+}
+
 /// Runs rounds every `interval` until `shutdown`; a full batch is followed at once by another.
 /// Errors (the destination or the database away) are logged; the next round tries again, and
 /// events wait in the outbox meanwhile.
