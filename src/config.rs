@@ -3,7 +3,7 @@
 //!
 //! Variables read here: `DATABASE_URL`, `ORDERPAY_DB_POOL_SIZE`, `ORDERPAY_DB_ACQUIRE_TIMEOUT_MS`,
 //! `ORDERPAY_DB_CONNECT_TIMEOUT_MS`, `ORDERPAY_DB_STATEMENT_TIMEOUT_MS`, `ORDERPAY_LISTEN`,
-//! `ORDERPAY_WORKERS`, `ORDERPAY_REQUIRE_IDEMPOTENCY_KEY`, `ORDERPAY_IDEMPOTENCY_TTL_SECS`,
+//! `ORDERPAY_METRICS_LISTEN`, `ORDERPAY_WORKERS`, `ORDERPAY_REQUIRE_IDEMPOTENCY_KEY`, `ORDERPAY_IDEMPOTENCY_TTL_SECS`,
 //! `ORDERPAY_SWEEP_INTERVAL_MS`, `ORDERPAY_SWEEP_BATCH_SIZE`, `ORDERPAY_PROVIDER_URL`,
 //! `ORDERPAY_PROVIDER_TIMEOUT_MS`, `ORDERPAY_PAYMENT_LEASE_MS`, `ORDERPAY_RECONCILE_INTERVAL_MS`,
 //! `ORDERPAY_RECONCILE_BATCH_SIZE`, `ORDERPAY_RECONCILE_MAX_ATTEMPTS`,
@@ -479,6 +479,12 @@ pub struct ServeArgs {
     #[arg(long, env = "ORDERPAY_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
 
+    /// A separate address for `GET /metrics` (e.g. 127.0.0.1:9091), reachable by Prometheus
+    /// but not by the API's clients; set, `/metrics` is served there only (404 on the API's
+    /// address). Unset, it is served on the API's address.
+    #[arg(long, env = "ORDERPAY_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
+
     /// HTTP worker threads (default: one per CPU).
     #[arg(long, env = "ORDERPAY_WORKERS")]
     pub workers: Option<usize>,
@@ -595,6 +601,8 @@ pub struct RelayConfig {
 pub struct Settings {
     pub database: DatabaseConfig,
     pub listen: String,
+    /// Where `GET /metrics` is served instead of `listen`, when set.
+    pub metrics_listen: Option<String>,
     pub workers: usize,
     pub api: ApiSettings,
     pub sweeper: SweeperConfig,
@@ -660,6 +668,7 @@ impl ServeArgs {
         Ok(Settings {
             database: self.database.config(),
             listen: self.listen.clone(),
+            metrics_listen: self.metrics_listen.clone().filter(|address| !address.trim().is_empty()),
             workers,
             api: ApiSettings {
                 require_idempotency_key: self.require_idempotency_key,

@@ -197,6 +197,7 @@ async fn spawn_app_on(
             statement_timeout: Duration::from_secs(10),
         },
         listen: "127.0.0.1:0".to_owned(),
+        metrics_listen: None,
         workers: 2,
         api: ApiSettings {
             require_idempotency_key: false,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use orderpay::telemetry::metrics::{self, DESCRIBED, Kind};
 
-use crate::helpers::{new_key, order_body, spawn_app, spawn_app_with, test_webhook_settings};
+use crate::helpers::{assert_problem, new_key, order_body, spawn_app, spawn_app_with, test_webhook_settings};
 use crate::process::ServiceProcess;
 
 const USERS: [&str; 2] = ["deploy/prometheus/alerts.yml", "deploy/grafana/orderpay.json"];
@@ -195,6 +195,46 @@ async fn malformed_client_input_is_logged_at_debug_never_at_error() {
             assert_eq!(entry["target"], orderpay::telemetry::CLIENT_INPUT_TARGET, "{line}");
         }
     }
+}
+
+#[tokio::test]
+async fn metrics_move_to_their_own_address_when_one_is_set_and_stay_on_the_api_otherwise() {
+    // Unset: on the API's address, as before.
+    let app = spawn_app().await;
+    let on_api = app.client.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(on_api.status(), 200);
+    assert!(on_api.text().await.unwrap().contains("orderpay_db_pool_max_connections"));
+
+    // Set: there only. A real `serve`, configured by its environment as in production.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let metrics_address = format!("127.0.0.1:{port}");
+    let env = [("ORDERPAY_METRICS_LISTEN", metrics_address.as_str())];
+    let service = ServiceProcess::start(&app.database_url, &app.provider.address, &env).await;
+    let gone = app.client.get(format!("{}/metrics", service.address)).send().await.unwrap();
+    assert_problem(gone, 404, "route-not-found").await;
+    let scrape = async || {
+        let response = app.client.get(format!("http://{metrics_address}/metrics")).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let content_type = response.headers()["content-type"].to_str().unwrap().to_owned();
+        assert!(content_type.starts_with("text/plain"), "{content_type}");
+        response.text().await.unwrap()
+    };
+    let first = scrape().await;
+    assert!(first.contains("orderpay_db_pool_max_connections"), "{first}");
+    // The scrapes are requests like any other (counted, logged with a request id)...
+    let second = scrape().await;
+    let counted = second
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix(r#"orderpay_http_requests_total{method="GET",route="/metrics",status="200"} "#)
+        })
+        .map(|value| value.parse::<f64>().unwrap());
+    assert!(counted.is_some_and(|count| count >= 1.0), "{second}");
+    // ...and the API is not served there.
+    let no_api = app.client.get(format!("http://{metrics_address}/orders")).send().await.unwrap();
+    assert_problem(no_api, 404, "route-not-found").await;
+    let api = app.client.get(format!("{}/healthz", service.address)).send().await.unwrap();
+    assert_eq!(api.status(), 200, "the API answers on its own address");
 }
 
 #[test]
