@@ -270,6 +270,8 @@ impl Application {
         }
         if let Some(webhooks) = &settings.webhooks {
             crate::merchant_webhooks::service::warn_about_insecure_endpoints(&background_pool).await;
+            crate::merchant_webhooks::secrets::check_at_start(&background_pool, &webhooks.encryption_keys)
+                .await;
             background.extend(
                 merchant_webhooks_tasks(
                     &settings,

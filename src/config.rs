@@ -31,7 +31,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args};
 
 use crate::db::DatabaseConfig;
-use crate::encryption::EncryptionKey;
+use crate::encryption::Keyring;
 use crate::events::nats::NatsConfig;
 use crate::idempotency::sweeper::SweeperConfig;
 use crate::merchant_webhooks::{DeliveryConfig, WebhookSettings};
@@ -298,7 +298,8 @@ impl std::fmt::Debug for WebhookArgs {
 #[derive(Clone, Args)]
 pub struct MerchantWebhookArgs {
     /// The key merchant webhook secrets are encrypted with at rest: the base64 of 32 random
-    /// bytes (`openssl rand -base64 32`). Set, merchant webhooks are on (`/webhook_endpoints`,
+    /// bytes (`openssl rand -base64 32`); several, separated by commas, while the key is rotated:
+    /// the first seals, every one opens. Set, merchant webhooks are on (`/webhook_endpoints`,
     /// the webhooks relay and the delivery worker); unset, those routes do not exist (404).
     #[arg(long, env = "ORDERPAY_ENCRYPTION_KEY", hide_env_values = true)]
     pub encryption_key: Option<String>,
@@ -356,7 +357,7 @@ impl MerchantWebhookArgs {
         let Some(key) = self.encryption_key.as_deref().filter(|key| !key.trim().is_empty()) else {
             return Ok(None);
         };
-        let encryption_key = EncryptionKey::parse(key)?;
+        let encryption_keys = Keyring::parse(key)?;
         anyhow::ensure!(self.webhook_timeout_ms >= 1, "ORDERPAY_WEBHOOK_TIMEOUT_MS must be at least 1");
         anyhow::ensure!(
             self.webhook_lease_ms > self.webhook_timeout_ms,
@@ -373,7 +374,7 @@ impl MerchantWebhookArgs {
             "ORDERPAY_WEBHOOK_CONCURRENCY must be between 1 and 1024"
         );
         Ok(Some(WebhookSettings {
-            encryption_key,
+            encryption_keys,
             allow_private: self.webhook_allow_private,
             require_https: self.webhook_require_https,
             secret_overlap: Duration::from_millis(self.webhook_secret_overlap_ms),

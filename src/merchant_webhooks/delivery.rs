@@ -49,10 +49,10 @@ use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio::task::JoinSet;
 
 use super::repository::{self, Attempt, Claimed, Finished, Outcome};
-use super::{DeliveryConfig, WebhookSettings, address, secret_context};
+use super::{DeliveryConfig, WebhookSettings, address, secrets};
 use crate::background::Shutdown;
 use crate::db::Pool;
-use crate::encryption::EncryptionKey;
+use crate::encryption::Keyring;
 use crate::ids::{AccountId, DeliveryId, EndpointId, EventId, LeaseId};
 use crate::operations::leases::Lease;
 use crate::webhook_signature::{self, Secret};
@@ -87,7 +87,7 @@ pub fn client(settings: &WebhookSettings) -> reqwest::Result<reqwest::Client> {
 pub struct Worker {
     pool: Pool,
     config: DeliveryConfig,
-    key: EncryptionKey,
+    keys: Keyring,
     allow_private: bool,
     http: reqwest::Client,
     /// Rung by the relay once it committed new deliveries.
@@ -99,7 +99,7 @@ impl Worker {
         Ok(Worker {
             pool,
             config: settings.delivery,
-            key: settings.encryption_key.clone(),
+            keys: settings.encryption_keys.clone(),
             allow_private: settings.allow_private,
             http: client(settings)?,
             wake,
@@ -273,6 +273,9 @@ impl Worker {
             .into_iter()
             .map(|delivery| {
                 let secrets = secrets.entry(delivery.endpoint_id).or_insert_with(|| self.open(&delivery));
+                if secrets.is_err() && delivery.secret.is_some() {
+                    crate::telemetry::metrics::webhook_secret_error();
+                }
                 let prepared =
                     prepare(&delivery, bodies.get(&delivery.event_id), secrets, timestamp, &mut signatures);
                 Send {
@@ -287,22 +290,31 @@ impl Worker {
         Ok(sends)
     }
 
-    /// The endpoint's secrets, the current one first.
+    /// The endpoint's secrets, the current one first. A current secret that opens under no key
+    /// fails the delivery's attempt, with [`secrets::UNREADABLE`] as its error (logged here,
+    /// counted per delivery); a previous one that does not open only loses its signature.
     fn open(&self, delivery: &Claimed) -> Result<Vec<Secret>, String> {
+        let (account_id, endpoint_id) = (delivery.account_id, delivery.endpoint_id);
         let Some(current) = &delivery.secret else {
             return Err("the endpoint was deleted".to_owned());
         };
-        let context = secret_context(delivery.account_id, delivery.endpoint_id);
-        std::iter::once(current)
-            .chain(&delivery.previous_secret)
-            .map(|sealed| {
-                let text = self.key.open(sealed, &context).map_err(|error| {
-                    tracing::error!(endpoint = %delivery.endpoint_id, "webhook secret does not open: {error}");
-                    error.to_string()
-                })?;
-                Secret::parse(&String::from_utf8_lossy(&text)).map_err(|error| error.to_string())
-            })
-            .collect()
+        let current = secrets::signing(&self.keys, account_id, endpoint_id, current).map_err(|error| {
+            tracing::error!(account = %account_id, endpoint = %endpoint_id, "{error}");
+            error.to_string()
+        })?;
+        let mut signing = vec![current];
+        if let Some(previous) = &delivery.previous_secret {
+            match secrets::signing(&self.keys, account_id, endpoint_id, previous) {
+                Ok(previous) => signing.push(previous),
+                Err(error) => tracing::warn!(
+                    account = %account_id,
+                    endpoint = %endpoint_id,
+                    "the secret before the last rotation does not sign: {error}; its deliveries carry the \
+                     current secret's signature alone"
+                ),
+            }
+        }
+        Ok(signing)
     }
 
     /// Sends one delivery; returns its attempt and where the delivery goes next, for the

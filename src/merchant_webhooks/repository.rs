@@ -137,22 +137,41 @@ pub async fn list_endpoints(
     Ok((endpoints, has_more))
 }
 
-/// Replaces a live endpoint's secret by `secret`; the one it replaces keeps signing until
-/// `previous_expires_at` (a secret rotated out before, still signing, stops now). Returns the
-/// endpoint after the change, `None` when there is no such live endpoint.
+/// A live endpoint's sealed secret, its row locked until the caller's transaction ends (a
+/// rotation reads it before it replaces it); `None` when there is no such live endpoint.
+pub async fn lock_secret(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    id: EndpointId,
+) -> QueryResult<Option<Vec<u8>>> {
+    let secret: Option<Option<Vec<u8>>> = webhook_endpoints::table
+        .find((account_id, id))
+        .filter(webhook_endpoints::deleted_at.is_null())
+        .select(webhook_endpoints::secret)
+        .for_update()
+        .first(conn)
+        .await
+        .optional()?;
+    Ok(secret.flatten())
+}
+
+/// Replaces a live endpoint's secret by `secret`; `previous` (the replaced one, sealed, and until
+/// when it keeps signing) becomes the previous secret, or none (a secret rotated out before,
+/// still signing, stops now either way). Returns the endpoint after the change, `None` when there
+/// is no such live endpoint.
 pub async fn rotate_secret(
     conn: &mut AsyncPgConnection,
     account_id: AccountId,
     id: EndpointId,
     secret: &[u8],
-    previous_expires_at: DateTime<Utc>,
+    previous: Option<(&[u8], DateTime<Utc>)>,
     now: DateTime<Utc>,
 ) -> QueryResult<Option<Endpoint>> {
     let row = diesel::update(webhook_endpoints::table.find((account_id, id)))
         .filter(webhook_endpoints::deleted_at.is_null())
         .set((
-            webhook_endpoints::previous_secret.eq(webhook_endpoints::secret),
-            webhook_endpoints::previous_secret_expires_at.eq(Some(previous_expires_at)),
+            webhook_endpoints::previous_secret.eq(previous.map(|(sealed, _)| sealed)),
+            webhook_endpoints::previous_secret_expires_at.eq(previous.map(|(_, until)| until)),
             webhook_endpoints::secret.eq(Some(secret)),
             webhook_endpoints::updated_at.eq(now),
         ))
@@ -220,6 +239,70 @@ pub async fn delete_endpoint(
         Ok((deleted.deleted == 1).then_some(deleted.canceled))
     })
     .await
+}
+
+/// A live endpoint's sealed secrets, as `orderpay secrets reseal` reads them.
+#[derive(Debug, Clone, Queryable)]
+pub struct SealedSecrets {
+    pub account_id: AccountId,
+    pub id: EndpointId,
+    pub secret: Vec<u8>,
+    pub previous_secret: Option<Vec<u8>>,
+    pub previous_secret_expires_at: Option<DateTime<Utc>>,
+}
+
+/// Up to `limit` live endpoints' sealed secrets, in key order, after `after` when given.
+pub async fn sealed_secrets_after(
+    conn: &mut AsyncPgConnection,
+    after: Option<(AccountId, EndpointId)>,
+    limit: i64,
+) -> QueryResult<Vec<SealedSecrets>> {
+    let mut query = webhook_endpoints::table
+        .filter(webhook_endpoints::deleted_at.is_null())
+        .filter(webhook_endpoints::secret.is_not_null())
+        .into_boxed();
+    if let Some((account_id, id)) = after {
+        query = query.filter(
+            webhook_endpoints::account_id
+                .gt(account_id)
+                .or(webhook_endpoints::account_id.eq(account_id).and(webhook_endpoints::id.gt(id))),
+        );
+    }
+    query
+        .order((webhook_endpoints::account_id, webhook_endpoints::id))
+        .limit(limit)
+        .select((
+            webhook_endpoints::account_id,
+            webhook_endpoints::id,
+            webhook_endpoints::secret.assume_not_null(),
+            webhook_endpoints::previous_secret,
+            webhook_endpoints::previous_secret_expires_at,
+        ))
+        .load(conn)
+        .await
+}
+
+/// Stores an endpoint's secrets sealed again (`previous`: none drops the previous secret), if
+/// they are still the ones `read` saw: a rotation or a deletion since wins. One statement, one
+/// row lock. Returns whether it was written.
+pub async fn replace_sealed_secrets(
+    conn: &mut AsyncPgConnection,
+    read: &SealedSecrets,
+    secret: &[u8],
+    previous: Option<&[u8]>,
+) -> QueryResult<bool> {
+    let written = diesel::update(webhook_endpoints::table.find((read.account_id, read.id)))
+        .filter(webhook_endpoints::deleted_at.is_null())
+        .filter(webhook_endpoints::secret.eq(&read.secret))
+        .filter(webhook_endpoints::previous_secret.is_not_distinct_from(read.previous_secret.as_deref()))
+        .set((
+            webhook_endpoints::secret.eq(Some(secret)),
+            webhook_endpoints::previous_secret.eq(previous),
+            webhook_endpoints::previous_secret_expires_at.eq(previous.and(read.previous_secret_expires_at)),
+        ))
+        .execute(conn)
+        .await?;
+    Ok(written == 1)
 }
 
 /// The live endpoints whose URL is plain `http` (registered before https was required, or with

@@ -8,8 +8,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection};
 use super::relay::deliveries;
 use super::repository::{self, Subscriber};
 use super::{
-    DeliveryOrigin, EnabledEvents, Endpoint, EndpointUrl, WebhookSettings, address, representation,
-    secret_context,
+    DeliveryOrigin, EnabledEvents, Endpoint, EndpointUrl, WebhookSettings, address, representation, secrets,
 };
 use crate::db::Pool;
 use crate::error::ApiError;
@@ -43,7 +42,7 @@ fn new_secret(
 ) -> Result<(String, Vec<u8>), ApiError> {
     let secret = Secret::generate().map_err(internal)?.reveal();
     let sealed =
-        settings.encryption_key.seal(secret.as_bytes(), &secret_context(account_id, id)).map_err(internal)?;
+        secrets::seal(&settings.encryption_keys, account_id, id, secret.as_bytes()).map_err(internal)?;
     Ok((secret, sealed))
 }
 
@@ -198,7 +197,13 @@ pub async fn warn_about_insecure_endpoints(pool: &Pool) {
 }
 
 /// Gives a live endpoint a new secret; the one it had keeps signing beside it for
-/// `secret_overlap`. An unknown endpoint is a 404 and is not stored.
+/// `secret_overlap`, sealed again under the first key. An unknown endpoint is a 404 and is not
+/// stored.
+///
+/// A secret that opens under no key of `ORDERPAY_ENCRYPTION_KEY` cannot sign beside the new
+/// one: it is dropped (no overlap, `previous_secret_expires_at: null` in the answer), so that
+/// the 200 is true: every delivery from now on is signed, with the new secret. That is also the
+/// way out for an endpoint whose secret was sealed under a key that is gone.
 pub async fn rotate_secret(
     pool: &Pool,
     keys: &Keys,
@@ -218,8 +223,25 @@ pub async fn rotate_secret(
                 return Ok((earlier, None));
             }
             let now = Utc::now().trunc_subsecs(6);
-            let overlap_ends = crate::clock::after(now, settings.secret_overlap);
-            let endpoint = repository::rotate_secret(conn, account_id, id, &sealed, overlap_ends, now)
+            let current =
+                repository::lock_secret(conn, account_id, id).await?.ok_or_else(|| not_found(id))?;
+            let keys = &settings.encryption_keys;
+            let previous = match secrets::open(keys, account_id, id, &current) {
+                Ok(opened) => Some((
+                    secrets::seal(keys, account_id, id, &opened.plaintext).map_err(internal)?,
+                    crate::clock::after(now, settings.secret_overlap),
+                )),
+                Err(unreadable) => {
+                    tracing::error!(
+                        account = %account_id,
+                        endpoint = %id,
+                        "{unreadable}; rotated without an overlap: the new secret alone signs"
+                    );
+                    None
+                }
+            };
+            let previous = previous.as_ref().map(|(sealed, until)| (sealed.as_slice(), *until));
+            let endpoint = repository::rotate_secret(conn, account_id, id, &sealed, previous, now)
                 .await?
                 .ok_or_else(|| not_found(id))?;
             let stored = representation::rotated(&endpoint, None);

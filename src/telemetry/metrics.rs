@@ -20,6 +20,7 @@
 //! | `orderpay_db_pool_max_connections` | gauge | the most connections the process opens, over all its pools (set at start) |
 //! | `orderpay_idempotency_audit_purged_total` | counter | audit rows of expired keys deleted past `ORDERPAY_IDEMPOTENCY_AUDIT_DAYS` |
 //! | `orderpay_webhook_deliveries_total` | counter | `result`: delivered, failed, gave_up (merchant webhook delivery attempts) |
+//! | `orderpay_webhook_secret_errors_total` | counter | deliveries that could not be signed: their endpoint's secret opens under no key of `ORDERPAY_ENCRYPTION_KEY` |
 //! | `orderpay_nats_published_total` | counter | events the NATS relay stored in its JetStream stream (first copies) |
 //! | `orderpay_nats_duplicates_total` | counter | events published again that JetStream dropped by their `Nats-Msg-Id` (a batch handed on again after a crash or a lost PubAck) |
 //!
@@ -108,6 +109,11 @@ pub const DESCRIBED: &[(&str, Kind, &str)] = &[
         "The most database connections this process opens, over all its pools",
     ),
     ("orderpay_webhook_deliveries_total", Kind::Counter, "Merchant webhook delivery attempts, by result"),
+    (
+        "orderpay_webhook_secret_errors_total",
+        Kind::Counter,
+        "Merchant webhook deliveries not sent: their endpoint's secret opens under no key of ORDERPAY_ENCRYPTION_KEY",
+    ),
     ("orderpay_outbox_lag_seconds", Kind::Gauge, "Age of the oldest event a relay has not handed on"),
     ("orderpay_nats_published_total", Kind::Counter, "Events stored in the NATS JetStream stream"),
     (
@@ -172,6 +178,7 @@ fn export_at_start() {
         "orderpay_reconciler_passes_total",
         "orderpay_nats_published_total",
         "orderpay_nats_duplicates_total",
+        "orderpay_webhook_secret_errors_total",
     ] {
         counter!(name).increment(0);
     }
@@ -223,6 +230,11 @@ pub fn outbox_lag(relay: &'static str, lag: std::time::Duration) {
 /// retried), gave_up (the last attempt failed).
 pub fn webhook_delivery(result: &'static str) {
     counter!("orderpay_webhook_deliveries_total", "result" => result).increment(1);
+}
+
+/// One delivery not sent: its endpoint's secret opens under no key of `ORDERPAY_ENCRYPTION_KEY`.
+pub fn webhook_secret_error() {
+    counter!("orderpay_webhook_secret_errors_total").increment(1);
 }
 
 /// One batch's PubAcks: events stored, and events JetStream already had (dropped by their

@@ -8,7 +8,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use orderpay::app::Application;
 use orderpay::config::{ApiSettings, ProviderConfig, Settings, claim_for};
 use orderpay::db::DatabaseConfig;
-use orderpay::encryption::EncryptionKey;
+use orderpay::encryption::Keyring;
 use orderpay::idempotency::sweeper::SweeperConfig;
 use orderpay::ids::AccountId;
 use orderpay::merchant_webhooks::{DeliveryConfig, WebhookSettings};
@@ -136,7 +136,7 @@ pub fn new_encryption_key() -> String {
 /// attempts.
 pub fn test_webhook_settings() -> WebhookSettings {
     WebhookSettings {
-        encryption_key: EncryptionKey::parse(&new_encryption_key()).expect("a valid key"),
+        encryption_keys: Keyring::parse(&new_encryption_key()).expect("a valid key"),
         allow_private: true,
         require_https: false,
         secret_overlap: Duration::from_secs(86_400),

@@ -978,6 +978,191 @@ async fn a_rotated_secret_signs_beside_the_new_one_until_it_expires_and_no_secre
     assert!(app.count("SELECT count(*) AS count FROM webhook_endpoints WHERE secret IS NOT NULL").await == 1);
 }
 
+/// `orderpay serve` with merchant webhooks under the keys `keys` (ORDERPAY_ENCRYPTION_KEY as
+/// written), delivering fast to local receivers; `log`, when given, gets its logs.
+async fn keyed_service(app: &TestApp, keys: &str, log: Option<&std::path::Path>) -> ServiceProcess {
+    let env = [
+        ("ORDERPAY_ENCRYPTION_KEY", keys),
+        ("ORDERPAY_WEBHOOK_ALLOW_PRIVATE", "true"),
+        ("ORDERPAY_WEBHOOK_REQUIRE_HTTPS", "false"),
+        ("ORDERPAY_WEBHOOK_POLL_MS", "20"),
+        ("ORDERPAY_RELAY_INTERVAL_MS", "20"),
+        ("ORDERPAY_WEBHOOK_TIMEOUT_MS", "2000"),
+        ("ORDERPAY_WEBHOOK_LEASE_MS", "2500"),
+        ("ORDERPAY_WEBHOOK_RETRY_BASE_MS", "50"),
+        ("ORDERPAY_WEBHOOK_RETRY_CAP_MS", "200"),
+        ("RUST_LOG", "info"),
+    ];
+    ServiceProcess::start_logging_to(&app.database_url, &app.provider.address, &env, log).await
+}
+
+/// An endpoint created through `service`'s API; returned as answered (with its secret).
+async fn create_endpoint_at(app: &TestApp, service: &ServiceProcess, url: &str) -> Value {
+    let response = app
+        .client
+        .post(format!("{}/webhook_endpoints", service.address))
+        .bearer_auth(&app.api_key)
+        .json(&json!({"url": url, "enabled_events": ["order.created"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    json(response).await
+}
+
+async fn rotate_at(app: &TestApp, service: &ServiceProcess, endpoint: &Value) -> Value {
+    let response = app
+        .client
+        .post(format!("{}/webhook_endpoints/{}/rotate_secret", service.address, id_of(endpoint)))
+        .bearer_auth(&app.api_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    json(response).await
+}
+
+/// Creates an order; waits until `path` of `receiver` has received its order.created, and
+/// returns that request.
+async fn next_event_at(app: &TestApp, receiver: &Receiver, paths: &[&str]) -> Vec<Received> {
+    let order = app.create_order().await;
+    let order_id = order["id"].as_str().unwrap().to_owned();
+    let mut found = Vec::new();
+    for path in paths {
+        let request =
+            wait_for(&format!("the order's event at {path}"), Duration::from_secs(15), async || {
+                receiver
+                    .received_at(path)
+                    .into_iter()
+                    .find(|request| request.json()["data"]["object"]["id"] == order_id.as_str())
+            })
+            .await;
+        found.push(request);
+    }
+    found
+}
+
+#[tokio::test]
+async fn rotating_the_encryption_key_with_two_keys_keeps_every_endpoint_receiving() {
+    // The app in the test only writes events; each `serve` in turn relays and delivers them.
+    let app = spawn_app().await;
+    let receiver = Receiver::ok().await;
+    let (old_key, next_key) = (new_encryption_key(), new_encryption_key());
+    let mut old = keyed_service(&app, &old_key, None).await;
+    let sealed_old = create_endpoint_at(&app, &old, &receiver.url("/old")).await;
+    let [first] = next_event_at(&app, &receiver, &["/old"]).await.try_into().unwrap();
+    assert!(verifies(&secret_of(&sealed_old), &first));
+    old.kill();
+
+    // The new key first, the old one after it: what the old one sealed still opens and signs,
+    // what is made now is sealed under the new one, and a rotation keeps the old secret signing.
+    let both = keyed_service(&app, &format!("{next_key},{old_key}"), None).await;
+    let sealed_new = create_endpoint_at(&app, &both, &receiver.url("/new")).await;
+    let [old_endpoint, new_endpoint] =
+        next_event_at(&app, &receiver, &["/old", "/new"]).await.try_into().unwrap();
+    assert_eq!(signatures_verified_by(&secret_of(&sealed_old), &old_endpoint), [true]);
+    assert_eq!(signatures_verified_by(&secret_of(&sealed_new), &new_endpoint), [true]);
+    let rotated = rotate_at(&app, &both, &sealed_old).await;
+    assert!(rotated["previous_secret_expires_at"].is_string(), "the old secret keeps signing: {rotated}");
+    let [after_rotation] = next_event_at(&app, &receiver, &["/old"]).await.try_into().unwrap();
+    assert_eq!(signatures_verified_by(&secret_of(&rotated), &after_rotation), [true, false]);
+    assert_eq!(signatures_verified_by(&secret_of(&sealed_old), &after_rotation), [false, true]);
+    let failed =
+        app.count("SELECT count(*) AS count FROM webhook_delivery_attempts WHERE error IS NOT NULL").await;
+    assert_eq!(failed, 0, "no attempt failed");
+}
+
+#[tokio::test]
+async fn resealing_under_the_new_key_then_dropping_the_old_one_keeps_every_endpoint_receiving() {
+    let app = spawn_app().await;
+    let receiver = Receiver::ok().await;
+    let (old_key, next_key) = (new_encryption_key(), new_encryption_key());
+    let mut old = keyed_service(&app, &old_key, None).await;
+    let plain = create_endpoint_at(&app, &old, &receiver.url("/plain")).await;
+    let first = create_endpoint_at(&app, &old, &receiver.url("/rotated")).await;
+    // Mid-rotation: a current and a previous secret, both under the old key.
+    let rotated = rotate_at(&app, &old, &first).await;
+    old.kill();
+
+    let both = format!("{next_key},{old_key}");
+    let env = [("ORDERPAY_ENCRYPTION_KEY", both.as_str())];
+    let resealed = app.cli_with(&["secrets", "reseal", "--json", "--batch-size", "1"], &env).await;
+    assert!(resealed.status.success(), "{}", String::from_utf8_lossy(&resealed.stderr));
+    let report: Value = serde_json::from_slice(&resealed.stdout).unwrap();
+    assert_eq!((report["resealed"].as_u64(), report["current"].as_u64()), (Some(2), Some(0)), "{report}");
+    assert_eq!(report["unreadable"], json!([]));
+    let again = app.cli_with(&["secrets", "reseal", "--json"], &env).await;
+    let report: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(
+        (report["resealed"].as_u64(), report["current"].as_u64()),
+        (Some(0), Some(2)),
+        "idempotent: {report}"
+    );
+
+    // The old key dropped: everything signs as before, the rotated endpoint with both secrets.
+    let _new = keyed_service(&app, &next_key, None).await;
+    let [to_plain, to_rotated] =
+        next_event_at(&app, &receiver, &["/plain", "/rotated"]).await.try_into().unwrap();
+    assert_eq!(signatures_verified_by(&secret_of(&plain), &to_plain), [true]);
+    assert_eq!(signatures_verified_by(&secret_of(&rotated), &to_rotated), [true, false]);
+    assert_eq!(signatures_verified_by(&secret_of(&first), &to_rotated), [false, true]);
+    let keyless = app.cli(&["secrets", "reseal"]).await;
+    assert!(!keyless.status.success(), "without ORDERPAY_ENCRYPTION_KEY it refuses");
+}
+
+#[tokio::test]
+async fn a_secret_that_opens_under_no_key_is_a_clear_error_on_its_endpoint_and_a_rotation_signs_again() {
+    let app = spawn_app().await;
+    let receiver = Receiver::ok().await;
+    let mut made = keyed_service(&app, &new_encryption_key(), None).await;
+    let endpoint = create_endpoint_at(&app, &made, &receiver.url("/hook")).await;
+    made.kill();
+
+    // Started with another key alone: it says so at start, and every delivery to the endpoint
+    // fails with an error that says what to do, counted.
+    let log = std::env::temp_dir().join(format!("orderpay-wrong-key-{}.log", uuid::Uuid::now_v7()));
+    let wrong = keyed_service(&app, &new_encryption_key(), Some(&log)).await;
+    let started = wait_for("the start's check", Duration::from_secs(10), async || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.contains("opens under no key").then_some(text)
+    })
+    .await;
+    assert!(started.contains(&id_of(&endpoint)), "{started}");
+    app.create_order().await;
+    let failing = wait_for("the endpoint is failing", Duration::from_secs(15), async || {
+        let listed = app.cli_json(&["webhooks", "failing"]).await;
+        listed.as_array().unwrap().first().cloned()
+    })
+    .await;
+    assert_eq!(failing["endpoint_id"], id_of(&endpoint).as_str());
+    let error = failing["last_error"].as_str().unwrap();
+    assert!(
+        error.contains("opens under no key of ORDERPAY_ENCRYPTION_KEY") && error.contains("rotate"),
+        "{error}"
+    );
+    assert!(receiver.received().is_empty(), "nothing was sent unsigned");
+    let metrics =
+        app.client.get(format!("{}/metrics", wrong.address)).send().await.unwrap().text().await.unwrap();
+    let counted: f64 = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("orderpay_webhook_secret_errors_total "))
+        .expect("the counter")
+        .parse()
+        .unwrap();
+    assert!(counted >= 1.0, "{metrics}");
+
+    // A rotation answers 200 only because deliveries can be signed again: the old secret cannot
+    // sign beside the new one, so there is no overlap, and the next attempt is signed.
+    let rotated = rotate_at(&app, &wrong, &endpoint).await;
+    assert_eq!(rotated["previous_secret_expires_at"], Value::Null, "{rotated}");
+    let delivered = delivery_when(&app, &id_of(&endpoint), "delivered", Duration::from_secs(15)).await;
+    assert!(delivered.attempts >= 2);
+    let request = receiver.received().pop().unwrap();
+    assert_eq!(signatures_verified_by(&secret_of(&rotated), &request), [true], "the new secret alone");
+    drop(wrong);
+    let _ = std::fs::remove_file(&log);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Where webhooks may go
 
