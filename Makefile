@@ -62,7 +62,7 @@ run: db build ## run the mock provider and the service against the local Postgre
 	# signed events to the service.
 	webhook_secret="whsec_$$(openssl rand -base64 32)"
 	# Merchant webhooks: secrets sealed under a fresh key (endpoints made in one run cannot
-	# sign in the next), endpoints on this machine allowed.
+	# sign in the next), endpoints on this machine and over plain http allowed.
 	encryption_key="$$(openssl rand -base64 32)"
 	base="http://$(ORDERPAY_LISTEN)"
 	cat <<-MSG
@@ -123,7 +123,7 @@ run: db build ## run the mock provider and the service against the local Postgre
 	  echo "  No NATS at $(NATS_HOST):$(NATS_PORT): running without the NATS relay (make nats starts one)."
 	fi
 	ORDERPAY_PROVIDER_WEBHOOK_SECRET="$$webhook_secret" ORDERPAY_ENCRYPTION_KEY="$$encryption_key" \
-	  ORDERPAY_WEBHOOK_ALLOW_PRIVATE=true $(BIN) serve
+	  ORDERPAY_WEBHOOK_ALLOW_PRIVATE=true ORDERPAY_WEBHOOK_REQUIRE_HTTPS=false $(BIN) serve
 
 .PHONY: test
 test: db nats ## run the tests (all but chaos) against the local PostgreSQL and NATS, one database per test

@@ -786,7 +786,7 @@ class Bench:
         return features
 
     def relay_env(self, attached):
-        env = {"ORDERPAY_WEBHOOK_ALLOW_PRIVATE": "true"}
+        env = {"ORDERPAY_WEBHOOK_ALLOW_PRIVATE": "true", "ORDERPAY_WEBHOOK_REQUIRE_HTTPS": "false"}
         if "webhooks" in attached:
             env["ORDERPAY_ENCRYPTION_KEY"] = self.encryption_key
         if "nats" in attached:

@@ -1,5 +1,6 @@
 //! Builds the actix application and its shared state, starts the background tasks, and runs the
-//! whole until the server stops. `main` and the integration tests build it the same way.
+//! whole until the server stops. `main` and the integration tests build it the same way. With
+//! `ORDERPAY_METRICS_LISTEN`, a second server of its own serves `GET /metrics` alone.
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -50,7 +51,7 @@ const BACKGROUND_POOL_SIZE: u32 = 6;
 /// Merchant webhooks' background tasks: the webhooks relay (on the background pool, a round
 /// at a time across instances) and this instance's delivery worker (on a pool of its own),
 /// which the relay wakes when it wrote new deliveries.
-fn merchant_webhooks_tasks(
+async fn merchant_webhooks_tasks(
     settings: &Settings,
     webhooks: &WebhookSettings,
     background_pool: Pool,
@@ -61,6 +62,7 @@ fn merchant_webhooks_tasks(
     let delivery_pool = db::background_pool(&settings.database, DELIVERY_POOL_SIZE);
     observability.register(&delivery_pool);
     let worker = delivery::Worker::new(delivery_pool, webhooks, wake.clone())?;
+    crate::events::relay::export_lag::<WebhookRelay>(&background_pool).await;
     let relay = crate::events::relay::run(
         background_pool,
         WebhookRelay::new(wake),
@@ -71,10 +73,41 @@ fn merchant_webhooks_tasks(
     Ok([tokio::spawn(relay), tokio::spawn(delivery::run(worker, shutdown))])
 }
 
+/// `GET /metrics` alone, on `ORDERPAY_METRICS_LISTEN`'s address: one worker, its own pool of one
+/// connection (operations waiting are counted at each scrape), the same request ids, access
+/// log and HTTP metrics as the API, and 404 `route-not-found` for anything else.
+fn metrics_server(
+    settings: &Settings,
+    listener: TcpListener,
+    observability: Arc<Observability>,
+) -> anyhow::Result<actix_web::dev::Server> {
+    let database = settings.database.clone();
+    let server = HttpServer::new(move || {
+        let pool = db::lazy_pool(&database, 1);
+        observability.register(&pool);
+        let source =
+            web::Data::new(http::health::MetricsSource { observability: observability.clone(), pool });
+        App::new()
+            .wrap(ErrorHandlers::new().default_handler(http::problem_for_foreign_errors))
+            .wrap(from_fn(http::observe::observe))
+            .configure(|config| http::metrics_routes(config, source))
+            .default_service(web::to(http::route_not_found))
+    })
+    .workers(1)
+    .shutdown_timeout(settings.shutdown_grace.as_secs())
+    .client_request_timeout(settings.client_timeout)
+    .client_disconnect_timeout(Duration::from_secs(1))
+    .listen(listener)?
+    .run();
+    Ok(server)
+}
+
 /// A bound, running-on-await orderpay: HTTP server plus background tasks.
 pub struct Application {
     port: u16,
     server: actix_web::dev::Server,
+    /// The server of `GET /metrics` when `ORDERPAY_METRICS_LISTEN` gives it an address of its own.
+    metrics: Option<actix_web::dev::ServerHandle>,
     shutdown: watch::Sender<bool>,
     background: Vec<JoinHandle<()>>,
     grace: Duration,
@@ -112,6 +145,16 @@ impl Application {
         let api = Arc::new(settings.api.clone());
         let workers = settings.workers.max(1);
         let body_timeout = http::body::BodyTimeout(settings.client_body_timeout);
+        // Bound before anything starts, so that an address in use stops `serve` at once.
+        let metrics_listener = settings
+            .metrics_listen
+            .as_ref()
+            .map(|address| {
+                TcpListener::bind(address)
+                    .with_context(|| format!("cannot listen on {address} (ORDERPAY_METRICS_LISTEN)"))
+            })
+            .transpose()?;
+        let metrics_on_api = metrics_listener.is_none();
         // One pool per worker, created on that worker's thread (see db::lazy_pool).
         let pool_per_worker = (settings.database.pool_size / workers as u32).max(1);
         let server = {
@@ -122,6 +165,10 @@ impl Application {
             HttpServer::new(move || {
                 let pool = db::lazy_pool(&worker_settings.database, pool_per_worker);
                 observability.register(&pool);
+                let metrics_source = web::Data::new(http::health::MetricsSource {
+                    observability: observability.clone(),
+                    pool: pool.clone(),
+                });
                 let state = AppState {
                     engine: engine(&worker_settings, pool.clone(), provider.clone()),
                     pool,
@@ -140,6 +187,9 @@ impl Application {
                     .wrap(from_fn(http::body::body_deadline))
                     .configure(http::routes)
                     .configure(|config| {
+                        if metrics_on_api {
+                            http::metrics_routes(config, metrics_source);
+                        }
                         if webhooks {
                             http::provider_webhook_routes(config);
                         }
@@ -160,6 +210,16 @@ impl Application {
             .max_connections(settings.max_connections.div_ceil(workers).max(1))
             .listen(listener)?
             .run()
+        };
+
+        let metrics = match metrics_listener {
+            Some(listener) => {
+                let server = metrics_server(&settings, listener, observability.clone())?;
+                let handle = server.handle();
+                tokio::spawn(server);
+                Some(handle)
+            }
+            None => None,
         };
 
         let (shutdown, shutdown_signal) = watch::channel(false);
@@ -187,6 +247,7 @@ impl Application {
             // Returns at once: the connection is made in the background, retried for ever.
             let relay =
                 crate::events::nats::NatsRelay::start(nats.clone(), settings.relay.batch_size).await?;
+            crate::events::relay::export_lag::<crate::events::nats::NatsRelay>(&background_pool).await;
             background.push(tokio::spawn(crate::events::relay::run(
                 background_pool.clone(),
                 relay,
@@ -209,20 +270,27 @@ impl Application {
             )));
         }
         if let Some(webhooks) = &settings.webhooks {
-            background.extend(merchant_webhooks_tasks(
-                &settings,
-                webhooks,
-                background_pool.clone(),
-                &observability,
-                shutdown_signal.clone(),
-            )?);
+            crate::merchant_webhooks::service::warn_about_insecure_endpoints(&background_pool).await;
+            crate::merchant_webhooks::secrets::check_at_start(&background_pool, &webhooks.encryption_keys)
+                .await;
+            background.extend(
+                merchant_webhooks_tasks(
+                    &settings,
+                    webhooks,
+                    background_pool.clone(),
+                    &observability,
+                    shutdown_signal.clone(),
+                )
+                .await?,
+            );
         }
         let delivery_connections = if settings.webhooks.is_some() { DELIVERY_POOL_SIZE } else { 0 };
         crate::telemetry::metrics::pool_max_connections(
             pool_per_worker * workers as u32
                 + BACKGROUND_POOL_SIZE
                 + u32::from(accounts.enabled())
-                + delivery_connections,
+                + delivery_connections
+                + u32::from(metrics.is_some()),
         );
         background.extend([
             tokio::spawn(sweeper::run(background_pool, settings.sweeper, shutdown_signal.clone())),
@@ -235,10 +303,11 @@ impl Application {
             provider_webhooks = webhooks,
             merchant_webhooks = settings.webhooks.is_some(),
             nats = settings.nats.is_some(),
+            metrics = settings.metrics_listen.as_deref().unwrap_or("on the API's address"),
             "orderpay listening on {}",
             settings.listen
         );
-        Ok(Application { port, server, shutdown, background, grace: settings.shutdown_grace })
+        Ok(Application { port, server, metrics, shutdown, background, grace: settings.shutdown_grace })
     }
 
     pub fn port(&self) -> u16 {
@@ -254,6 +323,9 @@ impl Application {
     /// stops the background tasks between their rounds, waiting for them up to the grace period.
     pub async fn run_until_stopped(self) -> anyhow::Result<()> {
         let served = self.server.await;
+        if let Some(metrics) = self.metrics {
+            metrics.stop(true).await;
+        }
         tracing::info!("HTTP server stopped; stopping background tasks");
         let _ = self.shutdown.send(true);
         let background = async {

@@ -3,7 +3,7 @@
 //!
 //! Variables read here: `DATABASE_URL`, `ORDERPAY_DB_POOL_SIZE`, `ORDERPAY_DB_ACQUIRE_TIMEOUT_MS`,
 //! `ORDERPAY_DB_CONNECT_TIMEOUT_MS`, `ORDERPAY_DB_STATEMENT_TIMEOUT_MS`, `ORDERPAY_LISTEN`,
-//! `ORDERPAY_WORKERS`, `ORDERPAY_REQUIRE_IDEMPOTENCY_KEY`, `ORDERPAY_IDEMPOTENCY_TTL_SECS`,
+//! `ORDERPAY_METRICS_LISTEN`, `ORDERPAY_WORKERS`, `ORDERPAY_REQUIRE_IDEMPOTENCY_KEY`, `ORDERPAY_IDEMPOTENCY_TTL_SECS`,
 //! `ORDERPAY_SWEEP_INTERVAL_MS`, `ORDERPAY_SWEEP_BATCH_SIZE`, `ORDERPAY_PROVIDER_URL`,
 //! `ORDERPAY_PROVIDER_TIMEOUT_MS`, `ORDERPAY_PAYMENT_LEASE_MS`, `ORDERPAY_RECONCILE_INTERVAL_MS`,
 //! `ORDERPAY_RECONCILE_BATCH_SIZE`, `ORDERPAY_RECONCILE_MAX_ATTEMPTS`,
@@ -16,7 +16,8 @@
 //! `ORDERPAY_PROVIDER_WEBHOOK_SECRET`, `ORDERPAY_REVOCATION_POLL_MS`,
 //! `ORDERPAY_IDEMPOTENCY_AUDIT_DAYS`, `ORDERPAY_NATS_URL`, `ORDERPAY_NATS_STREAM`,
 //! `ORDERPAY_NATS_SUBJECT_PREFIX`, `ORDERPAY_NATS_TIMEOUT_MS`, `ORDERPAY_ENCRYPTION_KEY`,
-//! `ORDERPAY_WEBHOOK_ALLOW_PRIVATE`, `ORDERPAY_WEBHOOK_TIMEOUT_MS`, `ORDERPAY_WEBHOOK_LEASE_MS`,
+//! `ORDERPAY_WEBHOOK_ALLOW_PRIVATE`, `ORDERPAY_WEBHOOK_REQUIRE_HTTPS`,
+//! `ORDERPAY_WEBHOOK_TIMEOUT_MS`, `ORDERPAY_WEBHOOK_LEASE_MS`,
 //! `ORDERPAY_WEBHOOK_RETRY_BASE_MS`, `ORDERPAY_WEBHOOK_RETRY_CAP_MS`,
 //! `ORDERPAY_WEBHOOK_MAX_ATTEMPTS`, `ORDERPAY_WEBHOOK_POLL_MS`, `ORDERPAY_WEBHOOK_CONCURRENCY`,
 //! `ORDERPAY_WEBHOOK_SECRET_OVERLAP_MS`; for the mock provider `MOCK_PROVIDER_LISTEN`,
@@ -30,7 +31,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args};
 
 use crate::db::DatabaseConfig;
-use crate::encryption::EncryptionKey;
+use crate::encryption::Keyring;
 use crate::events::nats::NatsConfig;
 use crate::idempotency::sweeper::SweeperConfig;
 use crate::merchant_webhooks::{DeliveryConfig, WebhookSettings};
@@ -303,7 +304,8 @@ impl std::fmt::Debug for WebhookArgs {
 #[derive(Clone, Args)]
 pub struct MerchantWebhookArgs {
     /// The key merchant webhook secrets are encrypted with at rest: the base64 of 32 random
-    /// bytes (`openssl rand -base64 32`). Set, merchant webhooks are on (`/webhook_endpoints`,
+    /// bytes (`openssl rand -base64 32`); several, separated by commas, while the key is rotated:
+    /// the first seals, every one opens. Set, merchant webhooks are on (`/webhook_endpoints`,
     /// the webhooks relay and the delivery worker); unset, those routes do not exist (404).
     #[arg(long, env = "ORDERPAY_ENCRYPTION_KEY", hide_env_values = true)]
     pub encryption_key: Option<String>,
@@ -312,6 +314,12 @@ pub struct MerchantWebhookArgs {
     /// (development and tests only).
     #[arg(long, env = "ORDERPAY_WEBHOOK_ALLOW_PRIVATE", default_value_t = false, action = ArgAction::Set)]
     pub webhook_allow_private: bool,
+
+    /// Refuse new webhook endpoints whose URL is `http://` (422 `webhook-url-not-allowed`):
+    /// events and their signatures would cross the network in clear. Endpoints registered
+    /// before keep receiving, flagged `insecure`. Independent of ORDERPAY_WEBHOOK_ALLOW_PRIVATE.
+    #[arg(long, env = "ORDERPAY_WEBHOOK_REQUIRE_HTTPS", default_value_t = true, action = ArgAction::Set)]
+    pub webhook_require_https: bool,
 
     /// A webhook delivery without a 2xx answer within this long has failed (milliseconds).
     #[arg(long, env = "ORDERPAY_WEBHOOK_TIMEOUT_MS", default_value_t = 10_000)]
@@ -355,7 +363,7 @@ impl MerchantWebhookArgs {
         let Some(key) = self.encryption_key.as_deref().filter(|key| !key.trim().is_empty()) else {
             return Ok(None);
         };
-        let encryption_key = EncryptionKey::parse(key)?;
+        let encryption_keys = Keyring::parse(key)?;
         anyhow::ensure!(self.webhook_timeout_ms >= 1, "ORDERPAY_WEBHOOK_TIMEOUT_MS must be at least 1");
         anyhow::ensure!(
             self.webhook_lease_ms > self.webhook_timeout_ms,
@@ -372,8 +380,9 @@ impl MerchantWebhookArgs {
             "ORDERPAY_WEBHOOK_CONCURRENCY must be between 1 and 1024"
         );
         Ok(Some(WebhookSettings {
-            encryption_key,
+            encryption_keys,
             allow_private: self.webhook_allow_private,
+            require_https: self.webhook_require_https,
             secret_overlap: Duration::from_millis(self.webhook_secret_overlap_ms),
             delivery: DeliveryConfig {
                 poll: Duration::from_millis(self.webhook_poll_ms),
@@ -395,6 +404,7 @@ impl std::fmt::Debug for MerchantWebhookArgs {
         f.debug_struct("MerchantWebhookArgs")
             .field("encryption_key", &redacted)
             .field("webhook_allow_private", &self.webhook_allow_private)
+            .field("webhook_require_https", &self.webhook_require_https)
             .field("webhook_timeout_ms", &self.webhook_timeout_ms)
             .field("webhook_lease_ms", &self.webhook_lease_ms)
             .field("webhook_retry_base_ms", &self.webhook_retry_base_ms)
@@ -475,6 +485,12 @@ pub struct ServeArgs {
     /// Address the HTTP API listens on.
     #[arg(long, env = "ORDERPAY_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: String,
+
+    /// A separate address for `GET /metrics` (e.g. 127.0.0.1:9091), reachable by Prometheus
+    /// but not by the API's clients; set, `/metrics` is served there only (404 on the API's
+    /// address). Unset, it is served on the API's address.
+    #[arg(long, env = "ORDERPAY_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
 
     /// HTTP worker threads (default: one per CPU).
     #[arg(long, env = "ORDERPAY_WORKERS")]
@@ -592,6 +608,8 @@ pub struct RelayConfig {
 pub struct Settings {
     pub database: DatabaseConfig,
     pub listen: String,
+    /// Where `GET /metrics` is served instead of `listen`, when set.
+    pub metrics_listen: Option<String>,
     pub workers: usize,
     pub api: ApiSettings,
     pub sweeper: SweeperConfig,
@@ -657,6 +675,7 @@ impl ServeArgs {
         Ok(Settings {
             database: self.database.config(),
             listen: self.listen.clone(),
+            metrics_listen: self.metrics_listen.clone().filter(|address| !address.trim().is_empty()),
             workers,
             api: ApiSettings {
                 require_idempotency_key: self.require_idempotency_key,

@@ -1,9 +1,15 @@
-//! Secrets at rest: AES-256-GCM under the key of `ORDERPAY_ENCRYPTION_KEY` (base64 of 32
-//! bytes), each value with a fresh random nonce and bound to the row it belongs to (associated
+//! Secrets at rest: AES-256-GCM under the keys of `ORDERPAY_ENCRYPTION_KEY` (each the base64 of
+//! 32 bytes), each value with a fresh random nonce and bound to the row it belongs to (associated
 //! data), so a ciphertext copied onto another row does not open.
 //!
+//! The variable holds one key or several, comma separated ([`Keyring`]): the first seals, every
+//! one opens, so the key can be rotated without a moment where stored secrets cannot be read
+//! (new key first, then `orderpay secrets reseal`, then the old key dropped; docs/operations.md).
+//!
 //! A sealed value is `version (1 byte) || nonce (12) || ciphertext || tag (16)`. The version byte
-//! leaves room for another key or algorithm later without guessing what a stored value is.
+//! leaves room for another algorithm later without guessing what a stored value is. Which key
+//! sealed a value is not written down: GCM's tag tells whether a key opens it, and a keyring
+//! holds a handful of keys.
 
 use std::fmt;
 use std::sync::Arc;
@@ -34,7 +40,7 @@ pub struct SealError(String);
 
 /// A sealed value that does not open: another key, another row, or changed bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the value cannot be decrypted with this ORDERPAY_ENCRYPTION_KEY")]
+#[error("the value opens under no key of ORDERPAY_ENCRYPTION_KEY")]
 pub struct OpenError;
 
 impl EncryptionKey {
@@ -89,6 +95,90 @@ impl fmt::Debug for EncryptionKey {
     }
 }
 
+/// The keys of `ORDERPAY_ENCRYPTION_KEY`: the first seals, every one opens.
+#[derive(Clone)]
+pub struct Keyring(Arc<[EncryptionKey]>);
+
+/// A malformed key of the list, named by its place in it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyringError {
+    #[error("{0}")]
+    Key(KeyError),
+    #[error("{error} (key {position} of {count})")]
+    ListedKey { error: KeyError, position: usize, count: usize },
+    #[error("ORDERPAY_ENCRYPTION_KEY names no key")]
+    Empty,
+}
+
+/// A value opened, and whether the sealing key is the first of the keyring (else it should be
+/// sealed again under the first: `orderpay secrets reseal`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Opened {
+    pub plaintext: Vec<u8>,
+    pub under_first_key: bool,
+}
+
+impl Keyring {
+    /// Parses one key, or several separated by commas (spaces around them ignored).
+    pub fn parse(text: &str) -> Result<Keyring, KeyringError> {
+        let listed: Vec<&str> = text.split(',').map(str::trim).filter(|key| !key.is_empty()).collect();
+        let count = listed.len();
+        let keys = listed
+            .iter()
+            .enumerate()
+            .map(|(index, key)| {
+                EncryptionKey::parse(key).map_err(|error| match count {
+                    1 => KeyringError::Key(error),
+                    _ => KeyringError::ListedKey { error, position: index + 1, count },
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if keys.is_empty() {
+            return Err(KeyringError::Empty);
+        }
+        Ok(Keyring(keys.into()))
+    }
+
+    /// How many keys it holds.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Never: a keyring holds one key at least.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// `plaintext` sealed for `context` under the first key.
+    pub fn seal(&self, plaintext: &[u8], context: &[u8]) -> Result<Vec<u8>, SealError> {
+        self.0[0].seal(plaintext, context)
+    }
+
+    /// The plaintext of a value sealed for `context` under any of the keys.
+    pub fn open(&self, sealed: &[u8], context: &[u8]) -> Result<Opened, OpenError> {
+        self.0
+            .iter()
+            .enumerate()
+            .find_map(|(index, key)| {
+                let plaintext = key.open(sealed, context).ok()?;
+                Some(Opened { plaintext, under_first_key: index == 0 })
+            })
+            .ok_or(OpenError)
+    }
+}
+
+impl From<EncryptionKey> for Keyring {
+    fn from(key: EncryptionKey) -> Keyring {
+        Keyring(Arc::new([key]))
+    }
+}
+
+impl fmt::Debug for Keyring {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Keyring({} keys, <redacted>)", self.0.len())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -113,6 +203,28 @@ mod tests {
         for short in [&[][..], &[1][..], &sealed[..20]] {
             assert_eq!(key.open(short, b"row-1"), Err(OpenError));
         }
+    }
+
+    #[test]
+    fn a_keyring_seals_under_its_first_key_and_opens_under_any() {
+        let text =
+            |bytes: &[u8]| bytes.iter().map(|&b| STANDARD.encode([b; 32])).collect::<Vec<_>>().join(", ");
+        let old = Keyring::parse(&text(&[1])).unwrap();
+        let both = Keyring::parse(&text(&[2, 1])).unwrap();
+        let new = Keyring::parse(&text(&[2])).unwrap();
+        assert_eq!(both.len(), 2);
+        let sealed_old = old.seal(b"whsec_x", b"row").unwrap();
+        let opened = both.open(&sealed_old, b"row").unwrap();
+        assert_eq!((opened.plaintext.as_slice(), opened.under_first_key), (&b"whsec_x"[..], false));
+        assert_eq!(new.open(&sealed_old, b"row"), Err(OpenError), "the old key dropped");
+        let sealed_new = both.seal(b"whsec_y", b"row").unwrap();
+        assert!(both.open(&sealed_new, b"row").unwrap().under_first_key);
+        assert_eq!(new.open(&sealed_new, b"row").unwrap().plaintext, b"whsec_y");
+        assert_eq!(old.open(&sealed_new, b"row"), Err(OpenError));
+        assert_eq!(Keyring::parse(" , ").unwrap_err(), KeyringError::Empty);
+        let bad = Keyring::parse(&format!("{}, nope", text(&[1]))).unwrap_err().to_string();
+        assert!(bad.ends_with("(key 2 of 2)") && bad.starts_with("ORDERPAY_ENCRYPTION_KEY must be"), "{bad}");
+        assert_eq!(format!("{both:?}"), "Keyring(2 keys, <redacted>)");
     }
 
     #[test]

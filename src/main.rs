@@ -1,6 +1,6 @@
 //! The `orderpay` command line: `serve`, `migrate`, `mock-provider`, `reconcile`, and the
 //! operator commands of `cli/` (`accounts ...`, `keys show`, `payments ...`, `events
-//! redeliver`, `webhooks failing`).
+//! redeliver`, `webhooks failing`, `secrets reseal`).
 
 mod cli;
 
@@ -65,6 +65,11 @@ enum Command {
         #[command(subcommand)]
         command: cli::webhooks::WebhooksCommand,
     },
+    /// Seal merchant webhook secrets again under the first key of ORDERPAY_ENCRYPTION_KEY.
+    Secrets {
+        #[command(subcommand)]
+        command: cli::secrets::SecretsCommand,
+    },
 }
 
 #[actix_web::main]
@@ -110,5 +115,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Payments { command } => cli::payments::run(command).await,
         Command::Events { command } => cli::events::run(command).await,
         Command::Webhooks { command } => cli::webhooks::run(command).await,
+        Command::Secrets { command } => cli::secrets::run(command).await,
     }
 }

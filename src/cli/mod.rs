@@ -1,5 +1,5 @@
-//! Operator commands: `accounts ...`, `keys show`, `payments ...`, `events redeliver` and
-//! `webhooks failing`. Each connects with `DATABASE_URL` (and migrates it, like `serve`), prints
+//! Operator commands: `accounts ...`, `keys show`, `payments ...`, `events redeliver`,
+//! `webhooks failing` and `secrets reseal`. Each connects with `DATABASE_URL` (and migrates it, like `serve`), prints
 //! a table for people by default and, with `--json`, JSON for scripts: a listing is a JSON array
 //! of objects, a single thing one object. Secrets go to stdout alone, everything said around them
 //! to stderr, so `KEY=$(orderpay ...)` captures just the secret.
@@ -8,6 +8,7 @@ pub mod accounts;
 pub mod events;
 pub mod keys;
 pub mod payments;
+pub mod secrets;
 pub mod webhooks;
 
 use chrono::{DateTime, SecondsFormat, Utc};

@@ -230,6 +230,7 @@ diesel::table! {
         txid -> Xid8,
         seq -> Int8,
         updated_at -> Timestamptz,
+        system_identifier -> Nullable<Int8>,
     }
 }
 

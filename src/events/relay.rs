@@ -4,9 +4,11 @@
 //!
 //! One round, in one transaction: take the relay (a transaction-scoped advisory lock, tried: any
 //! number of instances run the relay; one hands a batch on at a time, the others skip the
-//! round), read the next batch, hand it on, move the cursor past it, commit. A crash anywhere before the
-//! commit leaves the cursor where it was, and the batch is handed on again: destinations see
-//! an event at least once and deduplicate on its id.
+//! round), read its cursor (after the lock, so as the previous holder left it), read the next
+//! batch, hand it on, move the cursor past it, commit. A crash anywhere before the commit leaves
+//! the cursor where it was, and the batch is handed on again: destinations see an event at least
+//! once and deduplicate on its id. A cursor written in another cluster (a database restored from
+//! a logical dump) starts over from the oldest event.
 
 use std::future::Future;
 use std::time::Duration;
@@ -44,10 +46,18 @@ pub async fn round<R: Relay>(pool: &Pool, relay: &R, batch_size: i64) -> anyhow:
     let mut conn = pool.get().await?;
     let handed_on = conn
         .transaction::<_, anyhow::Error, _>(async |conn| {
-            let Some(cursor) = repository::lock_cursor(conn, R::NAME).await? else {
+            let Some(taken) = repository::lock_cursor(conn, R::NAME).await? else {
                 return Ok(0);
             };
-            let (batch, next) = repository::read_after(conn, &cursor, batch_size).await?;
+            if taken.started_over {
+                tracing::warn!(
+                    relay = R::NAME,
+                    "the relay's cursor was written in another database cluster (restored from a \
+                     logical dump?): starting over from the oldest event; events handed on before \
+                     are handed on again, and consumers drop them by their event id"
+                );
+            }
+            let (batch, next) = repository::read_after(conn, &taken.cursor, batch_size).await?;
             let Some(next) = next else { return Ok(0) };
             relay.hand_on(conn, &batch).await?;
             repository::advance_cursor(conn, R::NAME, &next).await?;
@@ -62,6 +72,17 @@ pub async fn round<R: Relay>(pool: &Pool, relay: &R, batch_size: i64) -> anyhow:
         }
     }
     Ok(handed_on)
+}
+
+/// Sets the relay's lag gauge from the database, so that it is exported from the start (a round
+/// sets it again after each batch, and after each failure); nothing when the database does not
+/// answer.
+pub async fn export_lag<R: Relay>(pool: &Pool) {
+    if let Ok(mut conn) = pool.get().await
+        && let Ok(lag) = repository::lag(&mut conn, R::NAME, Utc::now()).await
+    {
+        crate::telemetry::metrics::outbox_lag(R::NAME, lag);
+    }
 }
 
 /// Runs rounds every `interval` until `shutdown`; a full batch is followed at once by another.

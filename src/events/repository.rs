@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{Array, BigInt, Text, Timestamptz, Uuid as SqlUuid};
+use diesel::sql_types::{BigInt, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use super::{Event, EventType};
@@ -88,23 +88,6 @@ pub async fn find(
         .map(|row| row.map(Event::from))
 }
 
-/// The events of `keys` (account, id) that are still stored, in no particular order.
-pub async fn find_many(
-    conn: &mut AsyncPgConnection,
-    keys: &[(AccountId, EventId)],
-) -> QueryResult<Vec<Event>> {
-    let (accounts, ids): (Vec<AccountId>, Vec<EventId>) = keys.iter().copied().unzip();
-    let rows: Vec<EventRow> = diesel::sql_query(
-        "SELECT account_id, id, type AS type_, data, created_at FROM events \
-         WHERE (account_id, id) IN (SELECT * FROM unnest($1::uuid[], $2::uuid[]))",
-    )
-    .bind::<Array<SqlUuid>, _>(accounts)
-    .bind::<Array<SqlUuid>, _>(ids)
-    .load(conn)
-    .await?;
-    Ok(rows.into_iter().map(Event::from).collect())
-}
-
 /// An event by its id alone, whatever its account (for operators, who name events by id). No
 /// index leads with the id: this reads the whole table, which only an operator command may do.
 pub async fn find_in_any_account(conn: &mut AsyncPgConnection, id: EventId) -> QueryResult<Option<Event>> {
@@ -150,6 +133,15 @@ pub struct Cursor {
     pub seq: i64,
 }
 
+/// A relay taken for the caller's transaction, with where its cursor stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taken {
+    pub cursor: Cursor,
+    /// The cursor was written in another cluster (the database was restored from a logical
+    /// dump, or moved): it was put back before the oldest event, so that the relay starts over.
+    pub started_over: bool,
+}
+
 /// Takes `relay` for the caller's transaction and reads its cursor, or `None` when another
 /// instance holds it (that instance is handing the next batch on).
 ///
@@ -159,15 +151,60 @@ pub struct Cursor {
 /// transaction id while it waits on its destination would hold back every other relay. With the
 /// advisory lock the round gets its id only when it writes (the cursor's move, just before
 /// commit).
-pub async fn lock_cursor(conn: &mut AsyncPgConnection, relay: &str) -> QueryResult<Option<Cursor>> {
-    diesel::sql_query(
-        "SELECT txid::text AS txid, seq FROM relay_cursors \
-         WHERE relay = $1 AND pg_try_advisory_xact_lock(hashtextextended('orderpay.relay.' || $1, 0))",
+///
+/// The lock is taken by a statement of its own, and the cursor read by the next one: in
+/// PostgreSQL's read committed a statement reads the snapshot taken when it started, so a read
+/// in the statement that takes the lock could see the cursor as it was before the previous
+/// holder's commit (the lock freed by that commit, taken a moment later by a statement that
+/// began before it) and hand that holder's batch on a second time.
+///
+/// A cursor written in another cluster (its `system_identifier` is not this cluster's) says
+/// nothing about this cluster's transaction ids: it is put back before the oldest event, in
+/// this transaction. Events already handed on are handed on again: at least once, as always.
+pub async fn lock_cursor(conn: &mut AsyncPgConnection, relay: &str) -> QueryResult<Option<Taken>> {
+    #[derive(QueryableByName)]
+    struct Lock {
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        taken: bool,
+    }
+    #[derive(QueryableByName)]
+    struct Stored {
+        #[diesel(embed)]
+        cursor: Cursor,
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        same_cluster: bool,
+    }
+    let lock: Lock = diesel::sql_query(
+        "SELECT pg_try_advisory_xact_lock(hashtextextended('orderpay.relay.' || $1, 0)) AS taken",
+    )
+    .bind::<Text, _>(relay)
+    .get_result(conn)
+    .await?;
+    if !lock.taken {
+        return Ok(None);
+    }
+    let stored: Option<Stored> = diesel::sql_query(
+        "SELECT txid::text AS txid, seq, coalesce(system_identifier = \
+             (SELECT system_identifier FROM pg_control_system()), false) AS same_cluster \
+         FROM relay_cursors WHERE relay = $1",
     )
     .bind::<Text, _>(relay)
     .get_result(conn)
     .await
-    .optional()
+    .optional()?;
+    let Some(stored) = stored else { return Ok(None) };
+    if stored.same_cluster {
+        return Ok(Some(Taken { cursor: stored.cursor, started_over: false }));
+    }
+    diesel::sql_query(
+        "UPDATE relay_cursors SET txid = '0', seq = 0, updated_at = now(), \
+             system_identifier = (SELECT system_identifier FROM pg_control_system()) \
+         WHERE relay = $1",
+    )
+    .bind::<Text, _>(relay)
+    .execute(conn)
+    .await?;
+    Ok(Some(Taken { cursor: Cursor { txid: "0".to_owned(), seq: 0 }, started_over: true }))
 }
 
 /// An event with its place in transaction order.

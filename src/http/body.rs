@@ -173,7 +173,108 @@ fn read_json(
         if !content_type.as_deref().is_some_and(is_json_media_type) {
             return Err(ApiError::UnsupportedMediaType);
         }
-        serde_json::from_slice(&bytes).map(Some).map_err(|error| ApiError::MalformedJson(error.to_string()))
+        parse_json(&bytes).map(Some)
+    }
+}
+
+/// Parses a JSON document, refusing one in which an object names a member twice (400
+/// `malformed-json`, the detail naming the member's path): serde_json keeps the last copy, so
+/// `{"unit_price":"1.50","unit_price":"9.00"}` would be read as 9.00 while a proxy, a log or the
+/// client's own code may have read 1.50. Numbers stay their exact text (`arbitrary_precision`).
+pub fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|error| ApiError::MalformedJson(error.to_string()))?;
+    let repeated = std::cell::RefCell::new(None);
+    let mut reader = serde_json::Deserializer::from_slice(bytes);
+    if serde::de::DeserializeSeed::deserialize(
+        Members { path: String::new(), repeated: &repeated },
+        &mut reader,
+    )
+    .is_err()
+    {
+        let detail = match repeated.into_inner() {
+            Some(path) => format!("the member {path} appears more than once"),
+            // The document parsed once already: only a repeated member makes the check fail.
+            None => "the body is not a JSON document".to_owned(),
+        };
+        return Err(ApiError::MalformedJson(detail));
+    }
+    Ok(value)
+}
+
+/// The check of [`parse_json`]: walks a JSON value, fails at the first object that names a
+/// member twice and leaves that member's path (`items[0].unit_price`) in `repeated`. It builds
+/// nothing; serde_json bounds its depth as for any document.
+struct Members<'a> {
+    path: String,
+    repeated: &'a std::cell::RefCell<Option<String>>,
+}
+
+impl Members<'_> {
+    fn below(&self, step: &str) -> Self {
+        Members { path: format!("{}{step}", self.path), repeated: self.repeated }
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Members<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Members<'_> {
+    type Value = ();
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut items: A) -> Result<(), A::Error> {
+        let mut index = 0_usize;
+        while items.next_element_seed(self.below(&format!("[{index}]")))?.is_some() {
+            index += 1;
+        }
+        Ok(())
+    }
+
+    /// An object (with `arbitrary_precision`, a number arrives here too, as a one-member map).
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut members: A) -> Result<(), A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(name) = members.next_key::<String>()? {
+            let path = if self.path.is_empty() { name.clone() } else { format!("{}.{name}", self.path) };
+            if !seen.insert(name) {
+                *self.repeated.borrow_mut() = Some(path);
+                return Err(serde::de::Error::custom("a member appears more than once"));
+            }
+            members.next_value_seed(Members { path, repeated: self.repeated })?;
+        }
+        Ok(())
     }
 }
 
@@ -353,6 +454,31 @@ mod tests {
         ] {
             assert!(!is_json_media_type(refused.as_bytes()), "{refused}");
         }
+    }
+
+    #[test]
+    fn a_member_named_twice_is_refused_with_its_path_wherever_it_is() {
+        let refused = |text: &str| match parse_json(text.as_bytes()) {
+            Err(ApiError::MalformedJson(detail)) => detail,
+            other => panic!("{text}: {other:?}"),
+        };
+        assert_eq!(
+            refused(r#"{"unit_price":"1.50","unit_price":"9.00"}"#),
+            "the member unit_price appears more than once"
+        );
+        assert_eq!(
+            refused(r#"{"items":[{"sku":"a"},{"sku":"b","quantity":1,"quantity":2}]}"#),
+            "the member items[1].quantity appears more than once"
+        );
+        assert_eq!(
+            refused(r#"[{"a":{"b":[1,{"c":null,"c":true}]}}]"#),
+            "the member [0].a.b[1].c appears more than once"
+        );
+        assert!(refused("{").starts_with("EOF while parsing"), "{}", refused("{"));
+        // The same name in different objects, and numbers kept as written.
+        let value = parse_json(br#"{"a":{"x":1},"b":{"x":2.500},"c":[{"x":1},{"x":19.990}]}"#).unwrap();
+        assert_eq!(value["b"]["x"].to_string(), "2.500");
+        assert_eq!(value["c"][1]["x"].to_string(), "19.990");
     }
 
     #[test]

@@ -44,9 +44,17 @@ pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError
     }
 }
 
+/// What `GET /metrics` reads, wherever it is served (the API's address, or
+/// `ORDERPAY_METRICS_LISTEN`'s): the recorder, every pool, and a pool to count operations
+/// waiting.
+pub struct MetricsSource {
+    pub observability: std::sync::Arc<crate::telemetry::Observability>,
+    pub pool: db::Pool,
+}
+
 /// `GET /metrics`: Prometheus text format. The gauges that need the database are read here; if
 /// it is away they keep their last value and the scrape still succeeds.
-pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+pub async fn metrics(state: web::Data<MetricsSource>) -> HttpResponse {
     let observability = &state.observability;
     let (in_use, idle) = observability.pool_connections();
     metrics::pool_connections(in_use, idle);

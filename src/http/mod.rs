@@ -66,10 +66,16 @@ pub fn routes(config: &mut web::ServiceConfig) {
         .service(resource("/events/{id}", "GET").get(events::get))
         .service(resource("/healthz", "GET").get(health::healthz))
         .service(resource("/readyz", "GET").get(health::readyz))
-        .service(resource("/metrics", "GET").get(health::metrics))
         .service(resource("/openapi.yaml", "GET").get(health::openapi))
         .service(resource("/docs", "GET").get(docs::page))
         .service(resource("/docs/{asset}", "GET").get(docs::asset));
+}
+
+/// `GET /metrics`, on the API's address unless `ORDERPAY_METRICS_LISTEN` gives it one of its
+/// own (then the path is no route here: 404 `route-not-found`). The handler finds its
+/// [`health::MetricsSource`] in the app data.
+pub fn metrics_routes(config: &mut web::ServiceConfig, source: web::Data<health::MetricsSource>) {
+    config.app_data(source).service(resource("/metrics", "GET").get(health::metrics));
 }
 
 /// `POST /provider/webhooks`, registered only when provider webhook secrets are configured:

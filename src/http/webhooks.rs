@@ -80,8 +80,7 @@ async fn verified_event(
     let bytes = body.read().await?;
     let secrets = &state.settings.provider_webhook_secrets;
     webhook_signature::verify(secrets, id, timestamp, signature, &bytes, now, TOLERANCE).map_err(invalid)?;
-    let value: Value =
-        serde_json::from_slice(&bytes).map_err(|error| ApiError::MalformedJson(error.to_string()))?;
+    let value: Value = super::body::parse_json(&bytes)?;
     Event::parse(id.to_owned(), value)
         .map_err(|message| ApiError::Validation(vec![FieldError::new("body", message)]))
 }

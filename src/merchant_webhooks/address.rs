@@ -1,7 +1,9 @@
 //! Where webhooks may be sent: public addresses only, so that a merchant cannot make orderpay
 //! POST into its own network (server-side request forgery). Private, loopback, link-local,
-//! unspecified, shared (CGNAT), multicast, reserved and unique-local IPv6 addresses are refused,
-//! also when written as IPv4 inside IPv6 (mapped, compatible, NAT64, 6to4).
+//! unspecified, shared (CGNAT), multicast, reserved, documentation and unique-local IPv6
+//! addresses are refused, also when written as IPv4 inside IPv6 (mapped, compatible, NAT64,
+//! 6to4), and so are the translation ranges whose IPv4 cannot be read off the address
+//! (IPv4-translated `::ffff:0:0:0/96`, local-use NAT64 `64:ff9b:1::/48`, Teredo `2001::/32`).
 //! `ORDERPAY_WEBHOOK_ALLOW_PRIVATE=true` turns the rule off (development and tests).
 //!
 //! The rule is checked twice. At creation, a literal address, or every address a name resolves
@@ -35,6 +37,8 @@ fn non_public_v4(ip: Ipv4Addr) -> Option<&'static str> {
         _ if a == 100 && (64..128).contains(&b) => "a shared (CGNAT) address",
         _ if a == 192 && b == 0 && c == 0 => "a reserved address",
         _ if a == 198 && (b == 18 || b == 19) => "a reserved address",
+        // 192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24 (RFC 5737).
+        _ if matches!((a, b, c), (192, 0, 2) | (198, 51, 100) | (203, 0, 113)) => "a documentation address",
         _ if ip.is_multicast() => "a multicast address",
         // 240.0.0.0/4, with the broadcast address.
         _ if a >= 240 => "a reserved address",
@@ -55,6 +59,13 @@ fn non_public_v6(ip: Ipv6Addr) -> Option<&'static str> {
         | [0x64, 0xff9b, 0, 0, 0, 0, high, low] => return non_public_v4(embedded_v4(high, low)),
         // 2002:a.b.c.d::/48 (6to4).
         [0x2002, high, low, ..] => return non_public_v4(embedded_v4(high, low)),
+        // ::ffff:0:a.b.c.d (IPv4-translated, RFC 2765), 64:ff9b:1::/48 (local-use NAT64, RFC
+        // 8215: the network's own translator) and 2001::/32 (Teredo: a relay decides where it
+        // goes): translated to IPv4 somewhere we cannot see.
+        [0, 0, 0, 0, 0xffff, 0, ..] | [0x64, 0xff9b, 1, ..] | [0x2001, 0, ..] => "a translated address",
+        // 2001:db8::/32 (RFC 3849) and 3fff::/20 (RFC 9637).
+        [0x2001, 0xdb8, ..] => "a documentation address",
+        [0x3fff, second, ..] if second < 0x1000 => "a documentation address",
         [first, ..] if first & 0xfe00 == 0xfc00 => "a unique-local address",
         [first, ..] if first & 0xffc0 == 0xfe80 => "a link-local address",
         [first, ..] if first & 0xffc0 == 0xfec0 => "a site-local address",
@@ -176,12 +187,39 @@ mod tests {
             ("::10.0.0.1", "a private address"),
             ("64:ff9b::a00:1", "a private address"),
             ("2002:a00:1::1", "a private address"),
+            ("192.0.2.1", "a documentation address"),
+            ("198.51.100.7", "a documentation address"),
+            ("203.0.113.255", "a documentation address"),
+            ("2001:db8::1", "a documentation address"),
+            ("2001:db8:ffff::1", "a documentation address"),
+            ("3fff::1", "a documentation address"),
+            ("3fff:fff:ffff::1", "a documentation address"),
+            ("::ffff:0:8.8.8.8", "a translated address"),
+            ("64:ff9b:1::808:808", "a translated address"),
+            ("64:ff9b:1:ffff::1", "a translated address"),
+            ("2001::1", "a translated address"),
+            ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "a translated address"),
+            ("::ffff:192.0.2.1", "a documentation address"),
+            ("64:ff9b::203.0.113.9", "a documentation address"),
         ] {
             assert_eq!(verdict(address), Some(reason), "{address}");
         }
-        for public in
-            ["93.184.215.14", "8.8.8.8", "100.128.0.1", "172.32.0.1", "2606:4700::1111", "::ffff:8.8.8.8"]
-        {
+        for public in [
+            "93.184.215.14",
+            "8.8.8.8",
+            "100.128.0.1",
+            "172.32.0.1",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+            "192.0.3.1",
+            "198.51.101.1",
+            "203.0.114.1",
+            "2001:db9::1",
+            "2001:1::1",
+            "3fff:1000::1",
+            "3ffe::1",
+            "64:ff9b:2::1",
+        ] {
             assert_eq!(verdict(public), None, "{public}");
         }
     }

@@ -23,10 +23,15 @@
 //! each outcome still under its own lease. Under light load that is a batch of one, written at
 //! once (no window to wait out); under heavy load batches grow by themselves. The channel's
 //! bound stops the sends when the recorder falls behind, so the deliveries sent but not yet
-//! recorded stay few and far inside their leases. On shutdown the worker claims no more, lets
-//! the sends in flight finish, and the recorder writes everything handed to it before it ends;
-//! an outcome lost anyway (a failed write, a killed process) is a delivery sent again after its
-//! lease, as with any worker that dies.
+//! recorded stay few and far inside their leases. A batch whose write fails is written again
+//! (every `ORDERPAY_WEBHOOK_POLL_MS`) until it is, so no attempt's row is lost to a passing
+//! database error. On shutdown the worker claims no more, lets the sends in flight finish, and
+//! the recorder writes everything handed to it before it ends; an outcome lost anyway (a killed
+//! process) is a delivery sent again after its lease, as with any worker that dies.
+//!
+//! A claim is one statement that also reads what the sends need (endpoint, secrets, event): a
+//! claim that fails changes nothing, so no attempt number is used up by a send that never
+//! happened.
 //!
 //! Claims come in batches too: once every slot is busy, the worker claims again when half of
 //! them are free, not at each freed slot, which would be a claim (and a commit) per delivery.
@@ -44,11 +49,10 @@ use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio::task::JoinSet;
 
 use super::repository::{self, Attempt, Claimed, Finished, Outcome};
-use super::{DeliveryConfig, WebhookSettings, address, secret_context};
+use super::{DeliveryConfig, WebhookSettings, address, secrets};
 use crate::background::Shutdown;
 use crate::db::Pool;
-use crate::encryption::EncryptionKey;
-use crate::events::repository as events;
+use crate::encryption::Keyring;
 use crate::ids::{AccountId, DeliveryId, EndpointId, EventId, LeaseId};
 use crate::operations::leases::Lease;
 use crate::webhook_signature::{self, Secret};
@@ -83,7 +87,7 @@ pub fn client(settings: &WebhookSettings) -> reqwest::Result<reqwest::Client> {
 pub struct Worker {
     pool: Pool,
     config: DeliveryConfig,
-    key: EncryptionKey,
+    keys: Keyring,
     allow_private: bool,
     http: reqwest::Client,
     /// Rung by the relay once it committed new deliveries.
@@ -95,7 +99,7 @@ impl Worker {
         Ok(Worker {
             pool,
             config: settings.delivery,
-            key: settings.encryption_key.clone(),
+            keys: settings.encryption_keys.clone(),
             allow_private: settings.allow_private,
             http: client(settings)?,
             wake,
@@ -136,7 +140,7 @@ pub async fn run(worker: Worker, mut shutdown: Shutdown) {
     let slots = Arc::new(Semaphore::new(worker.config.concurrency));
     let refill = worker.config.concurrency.div_ceil(2);
     let (outcomes, finished) = mpsc::channel(RECORD_BATCH);
-    let recorder = tokio::spawn(record(worker.pool.clone(), finished));
+    let recorder = tokio::spawn(record(worker.pool.clone(), finished, worker.config.poll));
     let mut sending = JoinSet::new();
     // The last claim filled every free slot: more may be due, so freed slots are claimed again.
     let mut more_due = false;
@@ -195,28 +199,45 @@ pub async fn run(worker: Worker, mut shutdown: Shutdown) {
 
 /// The recorder: writes finished attempts in batches of whatever queued up while it wrote the
 /// batch before (at most [`RECORD_BATCH`]), until every sender is gone and the channel is empty.
-async fn record(pool: Pool, mut finished: mpsc::Receiver<Finished>) {
+///
+/// A batch whose write fails (the database away, a statement timeout) is written again every
+/// `retry` until it is: every attempt's row is kept, and an outcome written late is still
+/// written under its own lease (a delivery taken over meanwhile keeps its new holder's). The
+/// channel fills meanwhile and holds the sends back.
+async fn record(pool: Pool, mut finished: mpsc::Receiver<Finished>, retry: std::time::Duration) {
     let mut batch = Vec::with_capacity(RECORD_BATCH);
     while finished.recv_many(&mut batch, RECORD_BATCH).await > 0 {
-        match record_batch(&pool, &batch).await {
-            Ok(applied) => {
-                for one in &batch {
-                    if applied.contains(&(one.delivery, one.lease)) {
-                        count(one.outcome);
-                    } else {
-                        tracing::info!(
-                            delivery = %one.delivery,
-                            attempt = one.attempt.number,
-                            "webhook delivery taken over or stopped meanwhile; its attempt is recorded, its outcome is not"
+        let mut failures = 0_u32;
+        let applied = loop {
+            match record_batch(&pool, &batch).await {
+                Ok(applied) => break applied,
+                Err(error) => {
+                    failures += 1;
+                    if failures == 1 {
+                        tracing::warn!(
+                            deliveries = batch.len(),
+                            error = ?error,
+                            retry_ms = retry.as_millis(),
+                            "webhook delivery outcomes not recorded; written again until they are"
                         );
                     }
+                    tokio::time::sleep(retry).await;
                 }
             }
-            Err(error) => tracing::warn!(
-                deliveries = batch.len(),
-                error = ?error,
-                "webhook delivery outcomes not recorded; they are sent again after their leases"
-            ),
+        };
+        if failures > 0 {
+            tracing::info!(deliveries = batch.len(), failures, "webhook delivery outcomes recorded");
+        }
+        for one in &batch {
+            if applied.contains(&(one.delivery, one.lease)) {
+                count(one.outcome);
+            } else {
+                tracing::info!(
+                    delivery = %one.delivery,
+                    attempt = one.attempt.number,
+                    "webhook delivery taken over or stopped meanwhile; its attempt is recorded, its outcome is not"
+                );
+            }
         }
         batch.clear();
     }
@@ -233,19 +254,18 @@ impl Worker {
     async fn claim(&self, limit: i64) -> anyhow::Result<Vec<Send>> {
         let now = Utc::now();
         let lease = Lease { id: LeaseId::generate(), until: crate::clock::after(now, self.config.lease) };
-        let mut conn = self.pool.get().await?;
-        let claimed = repository::claim_due(&mut conn, limit, lease, now).await?;
-        if claimed.is_empty() {
-            return Ok(Vec::new());
+        let claimed = {
+            let mut conn = self.pool.get().await?;
+            repository::claim_due(&mut conn, limit, lease, now).await?
+        };
+        let mut bodies: HashMap<EventId, Arc<Vec<u8>>> = HashMap::new();
+        for delivery in &claimed {
+            if !bodies.contains_key(&delivery.event_id)
+                && let Some(event) = delivery.event()
+            {
+                bodies.insert(event.id, Arc::new(event.to_json()));
+            }
         }
-        let wanted: Vec<(AccountId, EventId)> =
-            claimed.iter().map(|delivery| (delivery.account_id, delivery.event_id)).collect();
-        let bodies: HashMap<EventId, Arc<Vec<u8>>> = events::find_many(&mut conn, &wanted)
-            .await?
-            .into_iter()
-            .map(|event| (event.id, Arc::new(event.to_json())))
-            .collect();
-        drop(conn);
         let timestamp = now.timestamp();
         let mut secrets: HashMap<EndpointId, Result<Vec<Secret>, String>> = HashMap::new();
         let mut signatures: HashMap<(EventId, EndpointId), Arc<String>> = HashMap::new();
@@ -253,6 +273,9 @@ impl Worker {
             .into_iter()
             .map(|delivery| {
                 let secrets = secrets.entry(delivery.endpoint_id).or_insert_with(|| self.open(&delivery));
+                if secrets.is_err() && delivery.secret.is_some() {
+                    crate::telemetry::metrics::webhook_secret_error();
+                }
                 let prepared =
                     prepare(&delivery, bodies.get(&delivery.event_id), secrets, timestamp, &mut signatures);
                 Send {
@@ -267,22 +290,31 @@ impl Worker {
         Ok(sends)
     }
 
-    /// The endpoint's secrets, the current one first.
+    /// The endpoint's secrets, the current one first. A current secret that opens under no key
+    /// fails the delivery's attempt, with [`secrets::UNREADABLE`] as its error (logged here,
+    /// counted per delivery); a previous one that does not open only loses its signature.
     fn open(&self, delivery: &Claimed) -> Result<Vec<Secret>, String> {
+        let (account_id, endpoint_id) = (delivery.account_id, delivery.endpoint_id);
         let Some(current) = &delivery.secret else {
             return Err("the endpoint was deleted".to_owned());
         };
-        let context = secret_context(delivery.account_id, delivery.endpoint_id);
-        std::iter::once(current)
-            .chain(&delivery.previous_secret)
-            .map(|sealed| {
-                let text = self.key.open(sealed, &context).map_err(|error| {
-                    tracing::error!(endpoint = %delivery.endpoint_id, "webhook secret does not open: {error}");
-                    error.to_string()
-                })?;
-                Secret::parse(&String::from_utf8_lossy(&text)).map_err(|error| error.to_string())
-            })
-            .collect()
+        let current = secrets::signing(&self.keys, account_id, endpoint_id, current).map_err(|error| {
+            tracing::error!(account = %account_id, endpoint = %endpoint_id, "{error}");
+            error.to_string()
+        })?;
+        let mut signing = vec![current];
+        if let Some(previous) = &delivery.previous_secret {
+            match secrets::signing(&self.keys, account_id, endpoint_id, previous) {
+                Ok(previous) => signing.push(previous),
+                Err(error) => tracing::warn!(
+                    account = %account_id,
+                    endpoint = %endpoint_id,
+                    "the secret before the last rotation does not sign: {error}; its deliveries carry the \
+                     current secret's signature alone"
+                ),
+            }
+        }
+        Ok(signing)
     }
 
     /// Sends one delivery; returns its attempt and where the delivery goes next, for the

@@ -11,8 +11,8 @@
 //!
 //! Endpoints are only ever reached at public addresses unless `ORDERPAY_WEBHOOK_ALLOW_PRIVATE`
 //! says otherwise ([`address`]). Their signing secrets are stored sealed under
-//! `ORDERPAY_ENCRYPTION_KEY` ([`crate::encryption`]); without that key there are no merchant
-//! webhooks at all. docs/events.md has the design.
+//! `ORDERPAY_ENCRYPTION_KEY` ([`crate::encryption`], [`secrets`]); without that key there are no
+//! merchant webhooks at all. docs/events.md has the design.
 
 pub mod address;
 pub mod delivery;
@@ -20,13 +20,14 @@ pub mod relay;
 pub mod repository;
 pub mod representation;
 pub mod retention;
+pub mod secrets;
 pub mod service;
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::encryption::EncryptionKey;
+use crate::encryption::Keyring;
 use crate::events::EventType;
 use crate::ids::{AccountId, EndpointId};
 
@@ -52,11 +53,14 @@ crate::text_enum! {
 /// What turns merchant webhooks on: set when `ORDERPAY_ENCRYPTION_KEY` is.
 #[derive(Debug, Clone)]
 pub struct WebhookSettings {
-    /// Seals the endpoints' signing secrets.
-    pub encryption_key: EncryptionKey,
+    /// Seal (the first) and open (any) the endpoints' signing secrets.
+    pub encryption_keys: Keyring,
     /// Endpoints at private, loopback and other non-public addresses are allowed (development
     /// and tests only).
     pub allow_private: bool,
+    /// New endpoints must be `https://` (existing `http://` ones keep receiving, flagged
+    /// insecure).
+    pub require_https: bool,
     /// How long a rotated-out secret keeps signing next to the new one.
     pub secret_overlap: Duration,
     pub delivery: DeliveryConfig,
@@ -214,6 +218,11 @@ impl EndpointUrl {
 
     pub fn as_str(&self) -> &str {
         self.0.as_str()
+    }
+
+    /// Plain `http`: what is sent, signature included, crosses the network in clear.
+    pub fn is_insecure(&self) -> bool {
+        self.0.scheme() == "http"
     }
 }
 

@@ -9,19 +9,21 @@
 //!   outcomes, each under its own lease, with the attempts' rows).
 //!
 //! Lock order (docs/architecture.md): an endpoint row, then deliveries, then attempts. The
-//! relay takes its endpoints `FOR SHARE` before it writes their deliveries, so a deletion
-//! either comes first (and the relay writes none for it) or waits for the round and stops them.
+//! relay takes its endpoints `FOR SHARE` before it writes their deliveries, and a deletion
+//! locks its endpoint before it cancels, so a deletion either comes first (and the relay writes
+//! none for it) or waits for the round and then cancels what it wrote.
 
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::sql_types::{Array, BigInt, Bytea, Int2, Int4, Nullable, Text, Timestamptz, Uuid as SqlUuid};
-use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde::Serialize;
 
 use super::{DeliveryOrigin, DeliveryStatus, EnabledEvents, Endpoint, EndpointUrl};
 use crate::db::schema::{webhook_deliveries, webhook_endpoints};
+use crate::events::{Event, EventType};
 use crate::ids::{AccountId, DeliveryId, EndpointId, EventId, LeaseId};
 use crate::operations::leases::Lease;
 
@@ -135,22 +137,41 @@ pub async fn list_endpoints(
     Ok((endpoints, has_more))
 }
 
-/// Replaces a live endpoint's secret by `secret`; the one it replaces keeps signing until
-/// `previous_expires_at` (a secret rotated out before, still signing, stops now). Returns the
-/// endpoint after the change, `None` when there is no such live endpoint.
+/// A live endpoint's sealed secret, its row locked until the caller's transaction ends (a
+/// rotation reads it before it replaces it); `None` when there is no such live endpoint.
+pub async fn lock_secret(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    id: EndpointId,
+) -> QueryResult<Option<Vec<u8>>> {
+    let secret: Option<Option<Vec<u8>>> = webhook_endpoints::table
+        .find((account_id, id))
+        .filter(webhook_endpoints::deleted_at.is_null())
+        .select(webhook_endpoints::secret)
+        .for_update()
+        .first(conn)
+        .await
+        .optional()?;
+    Ok(secret.flatten())
+}
+
+/// Replaces a live endpoint's secret by `secret`; `previous` (the replaced one, sealed, and until
+/// when it keeps signing) becomes the previous secret, or none (a secret rotated out before,
+/// still signing, stops now either way). Returns the endpoint after the change, `None` when there
+/// is no such live endpoint.
 pub async fn rotate_secret(
     conn: &mut AsyncPgConnection,
     account_id: AccountId,
     id: EndpointId,
     secret: &[u8],
-    previous_expires_at: DateTime<Utc>,
+    previous: Option<(&[u8], DateTime<Utc>)>,
     now: DateTime<Utc>,
 ) -> QueryResult<Option<Endpoint>> {
     let row = diesel::update(webhook_endpoints::table.find((account_id, id)))
         .filter(webhook_endpoints::deleted_at.is_null())
         .set((
-            webhook_endpoints::previous_secret.eq(webhook_endpoints::secret),
-            webhook_endpoints::previous_secret_expires_at.eq(Some(previous_expires_at)),
+            webhook_endpoints::previous_secret.eq(previous.map(|(sealed, _)| sealed)),
+            webhook_endpoints::previous_secret_expires_at.eq(previous.map(|(_, until)| until)),
             webhook_endpoints::secret.eq(Some(secret)),
             webhook_endpoints::updated_at.eq(now),
         ))
@@ -162,8 +183,15 @@ pub async fn rotate_secret(
 }
 
 /// Deletes a live endpoint: it keeps its row (its deliveries name it) without its secrets, and
-/// its pending deliveries are canceled, in one statement. Returns how many were canceled, or
+/// its pending deliveries are canceled, in one transaction. Returns how many were canceled, or
 /// `None` when there is no such live endpoint.
+///
+/// The endpoint's row is locked first, in a statement of its own: that waits for a relay round
+/// (or a redelivery) holding it `FOR SHARE` to commit the deliveries it wrote. The cancel then
+/// runs in a statement that starts after that commit, so its snapshot sees those deliveries. In
+/// one statement it would not: the snapshot is taken before the wait, and a row inserted meanwhile
+/// is not re-read (only rows that were updated are), so the round's deliveries stayed pending,
+/// retried until they failed.
 pub async fn delete_endpoint(
     conn: &mut AsyncPgConnection,
     account_id: AccountId,
@@ -177,26 +205,123 @@ pub async fn delete_endpoint(
         #[diesel(sql_type = BigInt)]
         canceled: i64,
     }
-    let deleted: Deleted = diesel::sql_query(
-        "WITH gone AS ( \
-             UPDATE webhook_endpoints SET deleted_at = $3, updated_at = $3, secret = NULL, \
-                 previous_secret = NULL, previous_secret_expires_at = NULL \
-             WHERE account_id = $1 AND id = $2 AND deleted_at IS NULL \
-             RETURNING account_id, id), \
-         canceled AS ( \
-             UPDATE webhook_deliveries AS d SET status = 'canceled', next_attempt_at = NULL, \
-                 lease_id = NULL, lease_until = NULL, updated_at = $3 \
-             FROM gone WHERE d.account_id = gone.account_id AND d.endpoint_id = gone.id \
-                 AND d.status = 'pending' \
-             RETURNING d.id) \
-         SELECT (SELECT count(*) FROM gone) AS deleted, (SELECT count(*) FROM canceled) AS canceled",
-    )
-    .bind::<SqlUuid, _>(account_id)
-    .bind::<SqlUuid, _>(id)
-    .bind::<Timestamptz, _>(now)
-    .get_result(conn)
-    .await?;
-    Ok((deleted.deleted == 1).then_some(deleted.canceled))
+    conn.transaction(async |conn| {
+        let live = webhook_endpoints::table
+            .find((account_id, id))
+            .filter(webhook_endpoints::deleted_at.is_null())
+            .select(webhook_endpoints::id)
+            .for_update()
+            .first::<EndpointId>(conn)
+            .await
+            .optional()?;
+        if live.is_none() {
+            return Ok(None);
+        }
+        let deleted: Deleted = diesel::sql_query(
+            "WITH gone AS ( \
+                 UPDATE webhook_endpoints SET deleted_at = $3, updated_at = $3, secret = NULL, \
+                     previous_secret = NULL, previous_secret_expires_at = NULL \
+                 WHERE account_id = $1 AND id = $2 AND deleted_at IS NULL \
+                 RETURNING account_id, id), \
+             canceled AS ( \
+                 UPDATE webhook_deliveries AS d SET status = 'canceled', next_attempt_at = NULL, \
+                     lease_id = NULL, lease_until = NULL, updated_at = $3 \
+                 FROM gone WHERE d.account_id = gone.account_id AND d.endpoint_id = gone.id \
+                     AND d.status = 'pending' \
+                 RETURNING d.id) \
+             SELECT (SELECT count(*) FROM gone) AS deleted, (SELECT count(*) FROM canceled) AS canceled",
+        )
+        .bind::<SqlUuid, _>(account_id)
+        .bind::<SqlUuid, _>(id)
+        .bind::<Timestamptz, _>(now)
+        .get_result(conn)
+        .await?;
+        Ok((deleted.deleted == 1).then_some(deleted.canceled))
+    })
+    .await
+}
+
+/// A live endpoint's sealed secrets, as `orderpay secrets reseal` reads them.
+#[derive(Debug, Clone, Queryable)]
+pub struct SealedSecrets {
+    pub account_id: AccountId,
+    pub id: EndpointId,
+    pub secret: Vec<u8>,
+    pub previous_secret: Option<Vec<u8>>,
+    pub previous_secret_expires_at: Option<DateTime<Utc>>,
+}
+
+/// Up to `limit` live endpoints' sealed secrets, in key order, after `after` when given.
+pub async fn sealed_secrets_after(
+    conn: &mut AsyncPgConnection,
+    after: Option<(AccountId, EndpointId)>,
+    limit: i64,
+) -> QueryResult<Vec<SealedSecrets>> {
+    let mut query = webhook_endpoints::table
+        .filter(webhook_endpoints::deleted_at.is_null())
+        .filter(webhook_endpoints::secret.is_not_null())
+        .into_boxed();
+    if let Some((account_id, id)) = after {
+        query = query.filter(
+            webhook_endpoints::account_id
+                .gt(account_id)
+                .or(webhook_endpoints::account_id.eq(account_id).and(webhook_endpoints::id.gt(id))),
+        );
+    }
+    query
+        .order((webhook_endpoints::account_id, webhook_endpoints::id))
+        .limit(limit)
+        .select((
+            webhook_endpoints::account_id,
+            webhook_endpoints::id,
+            webhook_endpoints::secret.assume_not_null(),
+            webhook_endpoints::previous_secret,
+            webhook_endpoints::previous_secret_expires_at,
+        ))
+        .load(conn)
+        .await
+}
+
+/// Stores an endpoint's secrets sealed again (`previous`: none drops the previous secret), if
+/// they are still the ones `read` saw: a rotation or a deletion since wins. One statement, one
+/// row lock. Returns whether it was written.
+pub async fn replace_sealed_secrets(
+    conn: &mut AsyncPgConnection,
+    read: &SealedSecrets,
+    secret: &[u8],
+    previous: Option<&[u8]>,
+) -> QueryResult<bool> {
+    let written = diesel::update(webhook_endpoints::table.find((read.account_id, read.id)))
+        .filter(webhook_endpoints::deleted_at.is_null())
+        .filter(webhook_endpoints::secret.eq(&read.secret))
+        .filter(webhook_endpoints::previous_secret.is_not_distinct_from(read.previous_secret.as_deref()))
+        .set((
+            webhook_endpoints::secret.eq(Some(secret)),
+            webhook_endpoints::previous_secret.eq(previous),
+            webhook_endpoints::previous_secret_expires_at.eq(previous.and(read.previous_secret_expires_at)),
+        ))
+        .execute(conn)
+        .await?;
+    Ok(written == 1)
+}
+
+/// The live endpoints whose URL is plain `http` (registered before https was required, or with
+/// `ORDERPAY_WEBHOOK_REQUIRE_HTTPS=false`): how many, and up to `limit` of them.
+pub async fn insecure_endpoints(
+    conn: &mut AsyncPgConnection,
+    limit: i64,
+) -> QueryResult<(i64, Vec<(AccountId, EndpointId)>)> {
+    let insecure = webhook_endpoints::table
+        .filter(webhook_endpoints::deleted_at.is_null())
+        .filter(webhook_endpoints::url.like("http:%"));
+    let count = insecure.count().get_result(conn).await?;
+    let some = insecure
+        .select((webhook_endpoints::account_id, webhook_endpoints::id))
+        .order((webhook_endpoints::account_id, webhook_endpoints::id))
+        .limit(limit)
+        .load(conn)
+        .await?;
+    Ok((count, some))
 }
 
 /// A live endpoint as the relay and redeliveries see it.
@@ -295,7 +420,8 @@ pub async fn insert_deliveries(
     Ok(written)
 }
 
-/// A delivery a worker now holds, with where it goes and the sealed secrets that sign it.
+/// A delivery a worker now holds, with where it goes, the sealed secrets that sign it and its
+/// event.
 #[derive(Debug, Clone, QueryableByName)]
 pub struct Claimed {
     #[diesel(sql_type = SqlUuid)]
@@ -317,11 +443,34 @@ pub struct Claimed {
     /// The secret before the last rotation, while it still signs.
     #[diesel(sql_type = Nullable<Bytea>)]
     pub previous_secret: Option<Vec<u8>>,
+    /// The event's type, stored JSON and time; `None` once it is gone past its retention.
+    #[diesel(sql_type = Nullable<Text>)]
+    pub event_type: Option<EventType>,
+    #[diesel(sql_type = Nullable<Bytea>)]
+    pub event_data: Option<Vec<u8>>,
+    #[diesel(sql_type = Nullable<Timestamptz>)]
+    pub event_created_at: Option<DateTime<Utc>>,
+}
+
+impl Claimed {
+    /// The event as the Events API renders it, while it is stored.
+    pub fn event(&self) -> Option<Event> {
+        Some(Event {
+            account_id: self.account_id,
+            id: self.event_id,
+            event_type: self.event_type?,
+            data: self.event_data.clone()?,
+            created_at: self.event_created_at?,
+        })
+    }
 }
 
 /// Leases up to `limit` due deliveries (pending, their next attempt due, and no live lease:
 /// `next_attempt_at` moves to the lease's end) to `lease`, skipping rows another worker is
-/// claiming, oldest due first; each claim counts an attempt.
+/// claiming, oldest due first; each claim counts an attempt. Everything a send needs (the
+/// endpoint, its secrets, the event) comes back from this one statement: a claim that fails
+/// has changed nothing, so it uses up no attempt number, and once it has succeeded nothing is
+/// left to read that could fail between the claim and the send.
 pub async fn claim_due(
     conn: &mut AsyncPgConnection,
     limit: i64,
@@ -340,9 +489,11 @@ pub async fn claim_due(
              RETURNING d.account_id, d.id, d.endpoint_id, d.event_id, d.attempts) \
          SELECT c.account_id, c.id, c.endpoint_id, c.event_id, c.attempts AS attempt, e.url, \
              e.secret, CASE WHEN e.previous_secret_expires_at > $1 THEN e.previous_secret END \
-                 AS previous_secret \
+                 AS previous_secret, \
+             ev.type AS event_type, ev.data AS event_data, ev.created_at AS event_created_at \
          FROM claimed AS c \
-         JOIN webhook_endpoints AS e ON e.account_id = c.account_id AND e.id = c.endpoint_id",
+         JOIN webhook_endpoints AS e ON e.account_id = c.account_id AND e.id = c.endpoint_id \
+         LEFT JOIN events AS ev ON ev.account_id = c.account_id AND ev.id = c.event_id",
     )
     .bind::<Timestamptz, _>(now)
     .bind::<BigInt, _>(limit)

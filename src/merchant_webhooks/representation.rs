@@ -17,6 +17,9 @@ pub struct EndpointResource<'a> {
     url: &'a str,
     enabled_events: Vec<&'static str>,
     description: Option<&'a str>,
+    /// A plain `http` URL: deliveries cross the network in clear. New ones are refused unless
+    /// `ORDERPAY_WEBHOOK_REQUIRE_HTTPS=false`; ones made before keep receiving.
+    insecure: bool,
     /// Absent on reads; the new secret, or `null` in a stored answer.
     #[serde(skip_serializing_if = "Option::is_none")]
     secret: Option<Option<&'a str>>,
@@ -33,6 +36,7 @@ impl<'a> From<&'a Endpoint> for EndpointResource<'a> {
             url: endpoint.url.as_str(),
             enabled_events: endpoint.enabled_events.names(),
             description: endpoint.description.as_deref(),
+            insecure: endpoint.url.is_insecure(),
             secret: None,
             previous_secret_expires_at: endpoint.previous_secret_expires_at,
             created_at: endpoint.created_at,

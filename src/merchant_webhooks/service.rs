@@ -8,8 +8,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection};
 use super::relay::deliveries;
 use super::repository::{self, Subscriber};
 use super::{
-    DeliveryOrigin, EnabledEvents, Endpoint, EndpointUrl, WebhookSettings, address, representation,
-    secret_context,
+    DeliveryOrigin, EnabledEvents, Endpoint, EndpointUrl, WebhookSettings, address, representation, secrets,
 };
 use crate::db::Pool;
 use crate::error::ApiError;
@@ -43,7 +42,7 @@ fn new_secret(
 ) -> Result<(String, Vec<u8>), ApiError> {
     let secret = Secret::generate().map_err(internal)?.reveal();
     let sealed =
-        settings.encryption_key.seal(secret.as_bytes(), &secret_context(account_id, id)).map_err(internal)?;
+        secrets::seal(&settings.encryption_keys, account_id, id, secret.as_bytes()).map_err(internal)?;
     Ok((secret, sealed))
 }
 
@@ -130,6 +129,13 @@ pub async fn create(
             return Ok(earlier);
         }
     }
+    if settings.require_https && new.url.is_insecure() {
+        return Err(ApiError::WebhookUrlNotAllowed(
+            "the URL is http: webhooks go to https URLs only, so that events and their signatures \
+             do not cross the network in clear"
+                .to_owned(),
+        ));
+    }
     if !settings.allow_private {
         address::check_at_creation(new.url.as_url(), settings.delivery.timeout)
             .await
@@ -167,8 +173,39 @@ pub async fn create(
     Ok(finish(keys, keyed, execution, shown))
 }
 
+/// Warns, at start, about the live endpoints that receive events over plain `http` (registered
+/// before https was required): they keep receiving, and the warning names some of them.
+pub async fn warn_about_insecure_endpoints(pool: &Pool) {
+    const NAMED: i64 = 20;
+    let found = async {
+        let mut conn = pool.get().await.map_err(|error| anyhow::anyhow!("{error}"))?;
+        Ok::<_, anyhow::Error>(repository::insecure_endpoints(&mut conn, NAMED).await?)
+    };
+    match found.await {
+        Ok((0, _)) => {}
+        Ok((count, some)) => {
+            let named: Vec<String> =
+                some.iter().map(|(account, endpoint)| format!("{endpoint} (account {account})")).collect();
+            tracing::warn!(
+                count,
+                endpoints = %named.join(", "),
+                "webhook endpoints with plain http URLs: their events and signatures cross the network \
+                 in clear; they keep receiving (`insecure: true` on GET /webhook_endpoints) until their \
+                 merchants register https URLs and delete them"
+            );
+        }
+        Err(error) => tracing::warn!(error = ?error, "could not look for webhook endpoints with http URLs"),
+    }
+}
+
 /// Gives a live endpoint a new secret; the one it had keeps signing beside it for
-/// `secret_overlap`. An unknown endpoint is a 404 and is not stored.
+/// `secret_overlap`, sealed again under the first key. An unknown endpoint is a 404 and is not
+/// stored.
+///
+/// A secret that opens under no key of `ORDERPAY_ENCRYPTION_KEY` cannot sign beside the new
+/// one: it is dropped (no overlap, `previous_secret_expires_at: null` in the answer), so that
+/// the 200 is true: every delivery from now on is signed, with the new secret. That is also the
+/// way out for an endpoint whose secret was sealed under a key that is gone.
 pub async fn rotate_secret(
     pool: &Pool,
     keys: &Keys,
@@ -189,8 +226,25 @@ pub async fn rotate_secret(
                 return Ok(((earlier, key_expires_at), None));
             }
             let now = Utc::now().trunc_subsecs(6);
-            let overlap_ends = crate::clock::after(now, settings.secret_overlap);
-            let endpoint = repository::rotate_secret(conn, account_id, id, &sealed, overlap_ends, now)
+            let current =
+                repository::lock_secret(conn, account_id, id).await?.ok_or_else(|| not_found(id))?;
+            let keys = &settings.encryption_keys;
+            let previous = match secrets::open(keys, account_id, id, &current) {
+                Ok(opened) => Some((
+                    secrets::seal(keys, account_id, id, &opened.plaintext).map_err(internal)?,
+                    crate::clock::after(now, settings.secret_overlap),
+                )),
+                Err(unreadable) => {
+                    tracing::error!(
+                        account = %account_id,
+                        endpoint = %id,
+                        "{unreadable}; rotated without an overlap: the new secret alone signs"
+                    );
+                    None
+                }
+            };
+            let previous = previous.as_ref().map(|(sealed, until)| (sealed.as_slice(), *until));
+            let endpoint = repository::rotate_secret(conn, account_id, id, &sealed, previous, now)
                 .await?
                 .ok_or_else(|| not_found(id))?;
             let stored = representation::rotated(&endpoint, None);

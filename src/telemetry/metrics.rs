@@ -23,12 +23,16 @@
 //! | `orderpay_db_pool_max_connections` | gauge | the most connections the process opens, over all its pools (set at start) |
 //! | `orderpay_idempotency_audit_purged_total` | counter | audit rows of expired keys deleted past `ORDERPAY_IDEMPOTENCY_AUDIT_DAYS` |
 //! | `orderpay_webhook_deliveries_total` | counter | `result`: delivered, failed, gave_up (merchant webhook delivery attempts) |
+//! | `orderpay_webhook_secret_errors_total` | counter | deliveries that could not be signed: their endpoint's secret opens under no key of `ORDERPAY_ENCRYPTION_KEY` |
 //! | `orderpay_nats_published_total` | counter | events the NATS relay stored in its JetStream stream (first copies) |
 //! | `orderpay_nats_duplicates_total` | counter | events published again that JetStream dropped by their `Nats-Msg-Id` (a batch handed on again after a crash or a lost PubAck) |
 //!
 //! Every name is declared in [`DESCRIBED`], which `describe` registers and the test of the
-//! dashboards and alerts in `deploy/` reads (a metric renders only once it has a value, so a
-//! running app's `/metrics` alone would not list them all).
+//! dashboards and alerts in `deploy/` reads. A metric renders only once it has a value, so
+//! [`export_at_start`] gives every counter its value 0 for each of its known label values when
+//! the recorder is installed: dashboards and `absent()` alerts see the series before the first
+//! event. The gauges get theirs at start (the pool's size, each running relay's lag) or at each
+//! scrape (connections, operations waiting).
 
 use std::sync::OnceLock;
 
@@ -55,6 +59,7 @@ pub fn install() -> PrometheusHandle {
             // Err: some other recorder was installed first (a test harness); ours still renders.
             let _ = metrics::set_global_recorder(recorder);
             describe();
+            export_at_start();
             handle
         })
         .clone()
@@ -122,6 +127,11 @@ pub const DESCRIBED: &[(&str, Kind, &str)] = &[
         "The most database connections this process opens, over all its pools",
     ),
     ("orderpay_webhook_deliveries_total", Kind::Counter, "Merchant webhook delivery attempts, by result"),
+    (
+        "orderpay_webhook_secret_errors_total",
+        Kind::Counter,
+        "Merchant webhook deliveries not sent: their endpoint's secret opens under no key of ORDERPAY_ENCRYPTION_KEY",
+    ),
     ("orderpay_outbox_lag_seconds", Kind::Gauge, "Age of the oldest event a relay has not handed on"),
     ("orderpay_nats_published_total", Kind::Counter, "Events stored in the NATS JetStream stream"),
     (
@@ -138,6 +148,57 @@ fn describe() {
             Kind::Gauge => describe_gauge!(name, help),
             Kind::Histogram => describe_histogram!(name, metrics::Unit::Seconds, help),
         }
+    }
+}
+
+/// `outcome` of `orderpay_idempotency_requests_total`.
+pub const IDEMPOTENCY_OUTCOMES: &[&str] =
+    &["executed", "replayed", "reused", "in_use", "takeover", "missing"];
+/// `status` of `orderpay_payments_settled_total`.
+pub const PAYMENT_STATUSES: &[&str] = &["succeeded", "requires_capture", "failed", "canceled"];
+/// `status` of `orderpay_refunds_settled_total`.
+pub const REFUND_STATUSES: &[&str] = &["succeeded", "failed"];
+/// `result` of `orderpay_late_charges_total`.
+pub const LATE_CHARGE_RESULTS: &[&str] = &["refunded", "voided"];
+/// `result` of `orderpay_reconciler_payments_total`.
+pub const RECONCILER_RESULTS: &[&str] = &["settled", "redriven", "rescheduled", "stuck", "gave_up", "error"];
+/// `result` of `orderpay_provider_webhooks_total`.
+pub const PROVIDER_WEBHOOK_RESULTS: &[&str] = &["applied", "duplicate", "stale", "unknown", "rejected"];
+/// `result` of `orderpay_webhook_deliveries_total`.
+pub const WEBHOOK_DELIVERY_RESULTS: &[&str] = &["delivered", "failed", "gave_up"];
+
+/// Every counter at 0 for each of its known label values (and the HTTP metrics for the scrape
+/// itself, the one request known to come), so that each renders from start.
+fn export_at_start() {
+    let scrape = [("method", "GET"), ("route", "/metrics"), ("status", "200")];
+    counter!("orderpay_http_requests_total", &scrape).increment(0);
+    let _ = histogram!(HTTP_DURATION, &scrape);
+    let labelled: [(&'static str, &'static str, &[&'static str]); 7] = [
+        ("orderpay_idempotency_requests_total", "outcome", IDEMPOTENCY_OUTCOMES),
+        ("orderpay_payments_settled_total", "status", PAYMENT_STATUSES),
+        ("orderpay_refunds_settled_total", "status", REFUND_STATUSES),
+        ("orderpay_late_charges_total", "result", LATE_CHARGE_RESULTS),
+        ("orderpay_reconciler_payments_total", "result", RECONCILER_RESULTS),
+        ("orderpay_provider_webhooks_total", "result", PROVIDER_WEBHOOK_RESULTS),
+        ("orderpay_webhook_deliveries_total", "result", WEBHOOK_DELIVERY_RESULTS),
+    ];
+    for (name, label, values) in labelled {
+        for &value in values {
+            counter!(name, label => value).increment(0);
+        }
+    }
+    for event_type in crate::events::EventType::ALL {
+        counter!("orderpay_events_total", "type" => event_type.as_str()).increment(0);
+    }
+    for name in [
+        "orderpay_idempotency_keys_swept_total",
+        "orderpay_idempotency_audit_purged_total",
+        "orderpay_reconciler_passes_total",
+        "orderpay_nats_published_total",
+        "orderpay_nats_duplicates_total",
+        "orderpay_webhook_secret_errors_total",
+    ] {
+        counter!(name).increment(0);
     }
 }
 
@@ -199,6 +260,11 @@ pub fn outbox_lag(relay: &'static str, lag: std::time::Duration) {
 /// retried), gave_up (the last attempt failed).
 pub fn webhook_delivery(result: &'static str) {
     counter!("orderpay_webhook_deliveries_total", "result" => result).increment(1);
+}
+
+/// One delivery not sent: its endpoint's secret opens under no key of `ORDERPAY_ENCRYPTION_KEY`.
+pub fn webhook_secret_error() {
+    counter!("orderpay_webhook_secret_errors_total").increment(1);
 }
 
 /// One batch's PubAcks: events stored, and events JetStream already had (dropped by their

@@ -126,6 +126,55 @@ async fn malformed_requests_get_their_own_problem_types() {
 }
 
 #[tokio::test]
+async fn a_body_naming_a_member_twice_is_refused_with_its_path_and_stores_nothing() {
+    // serde_json keeps the last copy of a repeated member: 1.50 here would have been 9.00.
+    let app = spawn_app().await;
+    let cases = [
+        (
+            r#"{"currency":"USD","items":[{"sku":"a","quantity":1,"unit_price":"1.50","unit_price":"9.00"}]}"#,
+            "items[0].unit_price",
+        ),
+        (
+            r#"{"currency":"USD","currency":"EUR","items":[{"sku":"a","quantity":1,"unit_price":"1.50"}]}"#,
+            "currency",
+        ),
+        (
+            r#"{"currency":"USD","items":[{"sku":"a","quantity":1,"unit_price":"1"}],"metadata":{"k":"1","k":"2"}}"#,
+            "metadata.k",
+        ),
+    ];
+    for (body, path) in cases {
+        for key in [Some(new_key()), None] {
+            let problem =
+                assert_problem(app.post_order_raw(body, key.as_deref()).await, 400, "malformed-json").await;
+            let detail = problem["detail"].as_str().unwrap();
+            assert!(
+                detail.ends_with(&format!(": the member {path} appears more than once")),
+                "{body}: {detail}"
+            );
+        }
+    }
+    let order = app.create_order().await;
+    let payment = app
+        .request(Method::POST, "/payments")
+        .header("Idempotency-Key", new_key())
+        .header("Content-Type", "application/json")
+        .body(format!(
+            r#"{{"order_id":"{0}","payment_method":"pm_card_ok","order_id":"{0}"}}"#,
+            order["id"].as_str().unwrap()
+        ))
+        .send()
+        .await
+        .unwrap();
+    let problem = assert_problem(payment, 400, "malformed-json").await;
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(detail.ends_with(": the member order_id appears more than once"), "{detail}");
+    assert_eq!(app.orders_stored().await, 1, "only the well-formed order");
+    assert_eq!(app.payments_stored().await, 0);
+    assert_eq!(app.keys_stored().await, 0);
+}
+
+#[tokio::test]
 async fn unknown_routes_and_wrong_methods_are_problems_too() {
     let app = spawn_app().await;
     assert_problem(app.request(Method::GET, "/nowhere").send().await.unwrap(), 404, "route-not-found").await;

@@ -323,6 +323,122 @@ async fn a_relay_reads_transaction_ids_in_numeric_order_across_a_change_of_digit
     assert_eq!(*relay.0.lock().unwrap(), expected, "9, 10, 100: numeric order, each once");
 }
 
+#[tokio::test]
+async fn a_relay_reads_its_cursor_only_once_it_holds_the_relay_so_no_batch_is_handed_on_twice() {
+    // The worst interleaving on purpose: relay instance R has begun its round; instance A takes
+    // the relay, hands the batch on, moves the cursor and commits; R goes on. R must not read
+    // the cursor as it was before A's commit. To stop R inside the statement that reads the
+    // cursor, the test puts a view in the table's place whose condition waits on a lock the test
+    // holds (the statement's snapshot is taken when it starts, before the wait).
+    let app = spawn_app().await;
+    for _ in 0..3 {
+        app.create_order().await;
+    }
+    // Relays read events older than every running transaction of the server: wait until these
+    // are, so that whoever reads the cursor at 0 sees all three.
+    let visible = "SELECT count(*) AS count FROM events WHERE txid < pg_snapshot_xmin(pg_current_snapshot())";
+    crate::helpers::wait_until("the events are readable by relays", Duration::from_secs(10), async || {
+        app.count(visible).await == 3
+    })
+    .await;
+    let all: Vec<String> = {
+        let ids = app.all_events().await;
+        ids.iter().map(|event| event["id"].as_str().unwrap().to_owned()).collect()
+    };
+    for sql in [
+        "ALTER TABLE relay_cursors RENAME TO relay_cursors_stored",
+        "CREATE FUNCTION held() RETURNS boolean LANGUAGE plpgsql VOLATILE COST 0.0001 AS \
+         $$ BEGIN PERFORM pg_advisory_lock_shared(4242); PERFORM pg_advisory_unlock_shared(4242); \
+         RETURN true; END $$",
+        "CREATE VIEW relay_cursors AS SELECT * FROM relay_cursors_stored WHERE held()",
+    ] {
+        app.execute(sql).await;
+    }
+    let mut holder = app.db().await;
+    run(&mut holder, "SELECT pg_advisory_lock(4242)").await;
+
+    let pool = orderpay::db::background_pool(&app.settings.database, 2);
+    let r = std::sync::Arc::new(Collecting::default());
+    let r_round = {
+        let (pool, r) = (pool.clone(), r.clone());
+        tokio::spawn(async move { round(&pool, r.as_ref(), 100).await.unwrap() })
+    };
+    let waiting = "SELECT count(*) AS count FROM pg_stat_activity WHERE datname = current_database() \
+                   AND wait_event = 'advisory' AND pid <> pg_backend_pid()";
+    crate::helpers::wait_until("R waits inside its round", Duration::from_secs(10), async || {
+        app.count(waiting).await == 1
+    })
+    .await;
+    // Instance A, as a relay round does it: try the relay's lock; if taken, hand the batch on
+    // (all three events) and move the cursor past it; commit.
+    let mut a = app.db().await;
+    run(&mut a, "BEGIN").await;
+    let took = app_flag(
+        &mut a,
+        "SELECT pg_try_advisory_xact_lock(hashtextextended('orderpay.relay.webhooks', 0)) AS flag",
+    )
+    .await;
+    let a_handed_on: Vec<String> = if took {
+        run(
+            &mut a,
+            "UPDATE relay_cursors_stored SET (txid, seq) = \
+             (SELECT txid, seq FROM events ORDER BY txid DESC, seq DESC LIMIT 1) WHERE relay = 'webhooks'",
+        )
+        .await;
+        all.clone()
+    } else {
+        Vec::new()
+    };
+    run(&mut a, "COMMIT").await;
+    run(&mut holder, "SELECT pg_advisory_unlock(4242)").await;
+    r_round.await.unwrap();
+
+    let r_handed_on = r.0.lock().unwrap().clone();
+    let mut handed_on = a_handed_on.clone();
+    handed_on.extend(r_handed_on.iter().cloned());
+    handed_on.sort();
+    let mut expected = all.clone();
+    expected.sort();
+    assert_eq!(handed_on, expected, "each event handed on once: A {a_handed_on:?}, R {r_handed_on:?}");
+}
+
+#[tokio::test]
+async fn a_cursor_restored_into_another_cluster_starts_over_and_loses_no_event() {
+    // A logical dump restored into a new cluster keeps the events and the cursor, but the new
+    // cluster's transaction ids start elsewhere: here far below the cursor, so that new events
+    // would sort before it. The cursor's cluster identifier tells, and the relay starts over.
+    let app = spawn_app().await;
+    app.create_order().await;
+    app.create_order().await;
+    app.execute(
+        "UPDATE relay_cursors SET txid = (pg_current_xact_id()::text::bigint + 1000000)::text::xid8, \
+             seq = 1000000, system_identifier = system_identifier + 1 WHERE relay = 'webhooks'",
+    )
+    .await;
+    let pool = orderpay::db::background_pool(&app.settings.database, 2);
+    let relay = Collecting::default();
+    rounds_until(&pool, &relay, 2).await;
+    let seen = relay.0.lock().unwrap().clone();
+    let expected: Vec<String> =
+        app.all_events().await.iter().map(|event| event["id"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(seen, expected, "every event, in order, once");
+    let same = "SELECT count(*) AS count FROM relay_cursors \
+                WHERE relay = 'webhooks' AND system_identifier = (SELECT system_identifier FROM pg_control_system())";
+    assert_eq!(app.count(same).await, 1, "the cursor now names this cluster");
+    app.create_order().await;
+    rounds_until(&pool, &relay, 3).await;
+    assert_eq!(relay.0.lock().unwrap().len(), 3, "then on as usual, nothing twice");
+}
+
+async fn app_flag(conn: &mut diesel_async::AsyncPgConnection, sql: &str) -> bool {
+    #[derive(diesel::QueryableByName)]
+    struct Flag {
+        #[diesel(sql_type = diesel::sql_types::Bool)]
+        flag: bool,
+    }
+    diesel_async::RunQueryDsl::get_result::<Flag>(diesel::sql_query(sql), conn).await.expect(sql).flag
+}
+
 /// Runs relay rounds until `relay` was handed `seen` events (a few more rounds, to give a wrong
 /// extra event its chance to show), or fails after 10 s.
 async fn rounds_until(pool: &orderpay::db::Pool, relay: &Collecting, seen: usize) {

@@ -8,7 +8,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use orderpay::app::Application;
 use orderpay::config::{ApiSettings, ProviderConfig, Settings, claim_for};
 use orderpay::db::DatabaseConfig;
-use orderpay::encryption::EncryptionKey;
+use orderpay::encryption::Keyring;
 use orderpay::idempotency::sweeper::SweeperConfig;
 use orderpay::ids::AccountId;
 use orderpay::merchant_webhooks::{DeliveryConfig, WebhookSettings};
@@ -131,13 +131,14 @@ pub fn new_encryption_key() -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-/// Merchant webhooks for tests, for `settings.webhooks`: a fresh key, private addresses allowed
-/// (the receivers are local), polls every 20 ms, a 2 s timeout, retries from 50 ms to 1 s, 5
+/// Merchant webhooks for tests, for `settings.webhooks`: a fresh key, private addresses and
+/// plain http allowed (the receivers are local), polls every 20 ms, a 2 s timeout, retries from 50 ms to 1 s, 5
 /// attempts.
 pub fn test_webhook_settings() -> WebhookSettings {
     WebhookSettings {
-        encryption_key: EncryptionKey::parse(&new_encryption_key()).expect("a valid key"),
+        encryption_keys: Keyring::parse(&new_encryption_key()).expect("a valid key"),
         allow_private: true,
+        require_https: false,
         secret_overlap: Duration::from_secs(86_400),
         delivery: DeliveryConfig {
             poll: Duration::from_millis(20),
@@ -196,6 +197,7 @@ async fn spawn_app_on(
             statement_timeout: Duration::from_secs(10),
         },
         listen: "127.0.0.1:0".to_owned(),
+        metrics_listen: None,
         workers: 2,
         api: ApiSettings {
             require_idempotency_key: false,

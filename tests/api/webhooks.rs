@@ -544,6 +544,7 @@ async fn a_service_killed_mid_delivery_delivers_every_event_after_a_restart() {
     let env = [
         ("ORDERPAY_ENCRYPTION_KEY", key.as_str()),
         ("ORDERPAY_WEBHOOK_ALLOW_PRIVATE", "true"),
+        ("ORDERPAY_WEBHOOK_REQUIRE_HTTPS", "false"),
         ("ORDERPAY_WEBHOOK_POLL_MS", "20"),
         ("ORDERPAY_RELAY_INTERVAL_MS", "20"),
         ("ORDERPAY_WEBHOOK_TIMEOUT_MS", "2000"),
@@ -732,6 +733,94 @@ async fn a_batch_of_outcomes_writes_each_only_under_its_own_lease_and_every_atte
 }
 
 #[tokio::test]
+async fn a_failed_write_of_outcomes_is_written_again_and_loses_no_attempt() {
+    // Every write of attempts fails (a trigger), counting each failure in a sequence (which
+    // no rollback undoes), until the test heals it: the send's outcome must be written then,
+    // under its lease, and not sent again.
+    let app = webhooks_app(|_| {}).await;
+    let receiver = Receiver::ok().await;
+    let endpoint = create_endpoint(&app, &receiver.url("/hook"), &["order.created"]).await;
+    app.execute("CREATE SEQUENCE attempt_writes_failed").await;
+    app.execute(
+        "CREATE FUNCTION fail_attempt_writes() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN PERFORM nextval('attempt_writes_failed'); RAISE EXCEPTION 'injected failure'; END $$",
+    )
+    .await;
+    app.execute(
+        "CREATE TRIGGER fail_attempt_writes BEFORE INSERT ON webhook_delivery_attempts \
+         FOR EACH ROW EXECUTE FUNCTION fail_attempt_writes()",
+    )
+    .await;
+    app.create_order().await;
+    let failed_writes =
+        "SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS count FROM attempt_writes_failed";
+    wait_for("the outcome's write failed, and was tried again", Duration::from_secs(10), async || {
+        (app.count(failed_writes).await >= 2).then_some(())
+    })
+    .await;
+    assert_eq!(receiver.received().len(), 1, "sent once meanwhile");
+    app.execute("DROP TRIGGER fail_attempt_writes ON webhook_delivery_attempts").await;
+
+    let delivery = delivery_when(&app, &id_of(&endpoint), "delivered", Duration::from_secs(10)).await;
+    assert_eq!(delivery.attempts, 1, "written under its first lease, not sent again after it");
+    let attempts = attempts(&app, &delivery.id).await;
+    let recorded: Vec<(i32, Option<i16>)> = attempts.iter().map(|a| (a.attempt, a.http_status)).collect();
+    assert_eq!(recorded, [(1, Some(200))]);
+    assert_eq!(receiver.received().len(), 1);
+}
+
+#[tokio::test]
+async fn a_claim_that_fails_uses_up_no_attempt_number() {
+    // The worst moment on purpose: a worker's claim is stopped (cancelled) while it waits to read
+    // the event it claimed, which the test holds locked. Nothing of that claim may stay: the
+    // delivery's next claim is its attempt 1, sent at once, not after a lease nobody held.
+    use diesel_async::RunQueryDsl;
+    let app = webhooks_app(|_| {}).await;
+    let receiver = Receiver::ok().await;
+    app.create_order().await;
+    let event_id = event_ids(&app).await[0].clone();
+    // Made after the event: the relay writes it no delivery; the test writes one below.
+    let endpoint = create_endpoint(&app, &receiver.url("/hook"), &["order.created"]).await;
+
+    let mut holder = app.db().await;
+    for sql in [
+        "BEGIN",
+        // The webhooks relay sits this out, so that only the worker waits on the events.
+        "SELECT pg_advisory_xact_lock(hashtextextended('orderpay.relay.webhooks', 0))",
+        "LOCK TABLE events IN ACCESS EXCLUSIVE MODE",
+    ] {
+        diesel::sql_query(sql).execute(&mut holder).await.expect(sql);
+    }
+    let redelivery = orderpay::merchant_webhooks::repository::NewDelivery {
+        account_id: app.account_id,
+        id: orderpay::ids::DeliveryId::generate(),
+        endpoint_id: orderpay::ids::EndpointId::parse(&id_of(&endpoint)).unwrap(),
+        event_id: orderpay::ids::EventId::parse(&event_id).unwrap(),
+        origin: orderpay::merchant_webhooks::DeliveryOrigin::Redeliver,
+    };
+    let mut conn = app.db().await;
+    orderpay::merchant_webhooks::repository::insert_deliveries(&mut conn, &[redelivery], Utc::now())
+        .await
+        .unwrap();
+    let waiting = "SELECT count(*) AS count FROM pg_stat_activity WHERE datname = current_database() \
+                   AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()";
+    wait_for("the worker's claim waits for the event", Duration::from_secs(10), async || {
+        (app.count(waiting).await == 1).then_some(())
+    })
+    .await;
+    let cancelled = "SELECT count(pg_cancel_backend(pid)) AS count FROM pg_stat_activity \
+                     WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()";
+    assert_eq!(app.count(cancelled).await, 1);
+    diesel::sql_query("ROLLBACK").execute(&mut holder).await.unwrap();
+
+    let delivery = delivery_when(&app, &id_of(&endpoint), "delivered", Duration::from_secs(10)).await;
+    assert_eq!(delivery.attempts, 1, "the failed claim used up no attempt");
+    let attempts = attempts(&app, &delivery.id).await;
+    assert_eq!(attempts.iter().map(|a| (a.attempt, a.http_status)).collect::<Vec<_>>(), [(1, Some(200))]);
+    assert_eq!(receiver.webhook_ids("/hook"), BTreeSet::from([event_id]));
+}
+
+#[tokio::test]
 async fn five_hundred_events_are_each_delivered_once_with_every_attempt_recorded() {
     // Enough at once that outcomes are recorded many to a batch and claims refill half-free slots.
     let app = webhooks_app(|_| {}).await;
@@ -889,6 +978,191 @@ async fn a_rotated_secret_signs_beside_the_new_one_until_it_expires_and_no_secre
     assert!(app.count("SELECT count(*) AS count FROM webhook_endpoints WHERE secret IS NOT NULL").await == 1);
 }
 
+/// `orderpay serve` with merchant webhooks under the keys `keys` (ORDERPAY_ENCRYPTION_KEY as
+/// written), delivering fast to local receivers; `log`, when given, gets its logs.
+async fn keyed_service(app: &TestApp, keys: &str, log: Option<&std::path::Path>) -> ServiceProcess {
+    let env = [
+        ("ORDERPAY_ENCRYPTION_KEY", keys),
+        ("ORDERPAY_WEBHOOK_ALLOW_PRIVATE", "true"),
+        ("ORDERPAY_WEBHOOK_REQUIRE_HTTPS", "false"),
+        ("ORDERPAY_WEBHOOK_POLL_MS", "20"),
+        ("ORDERPAY_RELAY_INTERVAL_MS", "20"),
+        ("ORDERPAY_WEBHOOK_TIMEOUT_MS", "2000"),
+        ("ORDERPAY_WEBHOOK_LEASE_MS", "2500"),
+        ("ORDERPAY_WEBHOOK_RETRY_BASE_MS", "50"),
+        ("ORDERPAY_WEBHOOK_RETRY_CAP_MS", "200"),
+        ("RUST_LOG", "info"),
+    ];
+    ServiceProcess::start_logging_to(&app.database_url, &app.provider.address, &env, log).await
+}
+
+/// An endpoint created through `service`'s API; returned as answered (with its secret).
+async fn create_endpoint_at(app: &TestApp, service: &ServiceProcess, url: &str) -> Value {
+    let response = app
+        .client
+        .post(format!("{}/webhook_endpoints", service.address))
+        .bearer_auth(&app.api_key)
+        .json(&json!({"url": url, "enabled_events": ["order.created"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    json(response).await
+}
+
+async fn rotate_at(app: &TestApp, service: &ServiceProcess, endpoint: &Value) -> Value {
+    let response = app
+        .client
+        .post(format!("{}/webhook_endpoints/{}/rotate_secret", service.address, id_of(endpoint)))
+        .bearer_auth(&app.api_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    json(response).await
+}
+
+/// Creates an order; waits until `path` of `receiver` has received its order.created, and
+/// returns that request.
+async fn next_event_at(app: &TestApp, receiver: &Receiver, paths: &[&str]) -> Vec<Received> {
+    let order = app.create_order().await;
+    let order_id = order["id"].as_str().unwrap().to_owned();
+    let mut found = Vec::new();
+    for path in paths {
+        let request =
+            wait_for(&format!("the order's event at {path}"), Duration::from_secs(15), async || {
+                receiver
+                    .received_at(path)
+                    .into_iter()
+                    .find(|request| request.json()["data"]["object"]["id"] == order_id.as_str())
+            })
+            .await;
+        found.push(request);
+    }
+    found
+}
+
+#[tokio::test]
+async fn rotating_the_encryption_key_with_two_keys_keeps_every_endpoint_receiving() {
+    // The app in the test only writes events; each `serve` in turn relays and delivers them.
+    let app = spawn_app().await;
+    let receiver = Receiver::ok().await;
+    let (old_key, next_key) = (new_encryption_key(), new_encryption_key());
+    let mut old = keyed_service(&app, &old_key, None).await;
+    let sealed_old = create_endpoint_at(&app, &old, &receiver.url("/old")).await;
+    let [first] = next_event_at(&app, &receiver, &["/old"]).await.try_into().unwrap();
+    assert!(verifies(&secret_of(&sealed_old), &first));
+    old.kill();
+
+    // The new key first, the old one after it: what the old one sealed still opens and signs,
+    // what is made now is sealed under the new one, and a rotation keeps the old secret signing.
+    let both = keyed_service(&app, &format!("{next_key},{old_key}"), None).await;
+    let sealed_new = create_endpoint_at(&app, &both, &receiver.url("/new")).await;
+    let [old_endpoint, new_endpoint] =
+        next_event_at(&app, &receiver, &["/old", "/new"]).await.try_into().unwrap();
+    assert_eq!(signatures_verified_by(&secret_of(&sealed_old), &old_endpoint), [true]);
+    assert_eq!(signatures_verified_by(&secret_of(&sealed_new), &new_endpoint), [true]);
+    let rotated = rotate_at(&app, &both, &sealed_old).await;
+    assert!(rotated["previous_secret_expires_at"].is_string(), "the old secret keeps signing: {rotated}");
+    let [after_rotation] = next_event_at(&app, &receiver, &["/old"]).await.try_into().unwrap();
+    assert_eq!(signatures_verified_by(&secret_of(&rotated), &after_rotation), [true, false]);
+    assert_eq!(signatures_verified_by(&secret_of(&sealed_old), &after_rotation), [false, true]);
+    let failed =
+        app.count("SELECT count(*) AS count FROM webhook_delivery_attempts WHERE error IS NOT NULL").await;
+    assert_eq!(failed, 0, "no attempt failed");
+}
+
+#[tokio::test]
+async fn resealing_under_the_new_key_then_dropping_the_old_one_keeps_every_endpoint_receiving() {
+    let app = spawn_app().await;
+    let receiver = Receiver::ok().await;
+    let (old_key, next_key) = (new_encryption_key(), new_encryption_key());
+    let mut old = keyed_service(&app, &old_key, None).await;
+    let plain = create_endpoint_at(&app, &old, &receiver.url("/plain")).await;
+    let first = create_endpoint_at(&app, &old, &receiver.url("/rotated")).await;
+    // Mid-rotation: a current and a previous secret, both under the old key.
+    let rotated = rotate_at(&app, &old, &first).await;
+    old.kill();
+
+    let both = format!("{next_key},{old_key}");
+    let env = [("ORDERPAY_ENCRYPTION_KEY", both.as_str())];
+    let resealed = app.cli_with(&["secrets", "reseal", "--json", "--batch-size", "1"], &env).await;
+    assert!(resealed.status.success(), "{}", String::from_utf8_lossy(&resealed.stderr));
+    let report: Value = serde_json::from_slice(&resealed.stdout).unwrap();
+    assert_eq!((report["resealed"].as_u64(), report["current"].as_u64()), (Some(2), Some(0)), "{report}");
+    assert_eq!(report["unreadable"], json!([]));
+    let again = app.cli_with(&["secrets", "reseal", "--json"], &env).await;
+    let report: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(
+        (report["resealed"].as_u64(), report["current"].as_u64()),
+        (Some(0), Some(2)),
+        "idempotent: {report}"
+    );
+
+    // The old key dropped: everything signs as before, the rotated endpoint with both secrets.
+    let _new = keyed_service(&app, &next_key, None).await;
+    let [to_plain, to_rotated] =
+        next_event_at(&app, &receiver, &["/plain", "/rotated"]).await.try_into().unwrap();
+    assert_eq!(signatures_verified_by(&secret_of(&plain), &to_plain), [true]);
+    assert_eq!(signatures_verified_by(&secret_of(&rotated), &to_rotated), [true, false]);
+    assert_eq!(signatures_verified_by(&secret_of(&first), &to_rotated), [false, true]);
+    let keyless = app.cli(&["secrets", "reseal"]).await;
+    assert!(!keyless.status.success(), "without ORDERPAY_ENCRYPTION_KEY it refuses");
+}
+
+#[tokio::test]
+async fn a_secret_that_opens_under_no_key_is_a_clear_error_on_its_endpoint_and_a_rotation_signs_again() {
+    let app = spawn_app().await;
+    let receiver = Receiver::ok().await;
+    let mut made = keyed_service(&app, &new_encryption_key(), None).await;
+    let endpoint = create_endpoint_at(&app, &made, &receiver.url("/hook")).await;
+    made.kill();
+
+    // Started with another key alone: it says so at start, and every delivery to the endpoint
+    // fails with an error that says what to do, counted.
+    let log = std::env::temp_dir().join(format!("orderpay-wrong-key-{}.log", uuid::Uuid::now_v7()));
+    let wrong = keyed_service(&app, &new_encryption_key(), Some(&log)).await;
+    let started = wait_for("the start's check", Duration::from_secs(10), async || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.contains("opens under no key").then_some(text)
+    })
+    .await;
+    assert!(started.contains(&id_of(&endpoint)), "{started}");
+    app.create_order().await;
+    let failing = wait_for("the endpoint is failing", Duration::from_secs(15), async || {
+        let listed = app.cli_json(&["webhooks", "failing"]).await;
+        listed.as_array().unwrap().first().cloned()
+    })
+    .await;
+    assert_eq!(failing["endpoint_id"], id_of(&endpoint).as_str());
+    let error = failing["last_error"].as_str().unwrap();
+    assert!(
+        error.contains("opens under no key of ORDERPAY_ENCRYPTION_KEY") && error.contains("rotate"),
+        "{error}"
+    );
+    assert!(receiver.received().is_empty(), "nothing was sent unsigned");
+    let metrics =
+        app.client.get(format!("{}/metrics", wrong.address)).send().await.unwrap().text().await.unwrap();
+    let counted: f64 = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("orderpay_webhook_secret_errors_total "))
+        .expect("the counter")
+        .parse()
+        .unwrap();
+    assert!(counted >= 1.0, "{metrics}");
+
+    // A rotation answers 200 only because deliveries can be signed again: the old secret cannot
+    // sign beside the new one, so there is no overlap, and the next attempt is signed.
+    let rotated = rotate_at(&app, &wrong, &endpoint).await;
+    assert_eq!(rotated["previous_secret_expires_at"], Value::Null, "{rotated}");
+    let delivered = delivery_when(&app, &id_of(&endpoint), "delivered", Duration::from_secs(15)).await;
+    assert!(delivered.attempts >= 2);
+    let request = receiver.received().pop().unwrap();
+    assert_eq!(signatures_verified_by(&secret_of(&rotated), &request), [true], "the new secret alone");
+    drop(wrong);
+    let _ = std::fs::remove_file(&log);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Where webhooks may go
 
@@ -922,6 +1196,87 @@ async fn urls_at_non_public_addresses_are_refused_unless_allowed_and_unknown_nam
     for url in NOT_PUBLIC {
         create_endpoint(&allowed, url, &["*"]).await;
     }
+}
+
+#[tokio::test]
+async fn documentation_and_translated_addresses_are_refused_like_the_other_reserved_ranges() {
+    let app = webhooks_app(private_addresses_refused).await;
+    for (url, reason) in [
+        ("https://192.0.2.10/hook", "a documentation address"),
+        ("https://198.51.100.10/hook", "a documentation address"),
+        ("https://203.0.113.10/hook", "a documentation address"),
+        ("https://[2001:db8::10]/hook", "a documentation address"),
+        ("https://[3fff:0:1::10]/hook", "a documentation address"),
+        ("https://[::ffff:0:808:808]/hook", "a translated address"),
+        ("https://[64:ff9b:1::808:808]/hook", "a translated address"),
+        ("https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/hook", "a translated address"),
+    ] {
+        let response =
+            post_endpoint(&app, &json!({"url": url, "enabled_events": ["*"]}), Some(&new_key())).await;
+        let problem = assert_problem(response, 422, "webhook-url-not-allowed").await;
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains(reason) && detail.contains("public addresses only"), "{url}: {problem}");
+    }
+    assert_eq!(app.count("SELECT count(*) AS count FROM webhook_endpoints").await, 0, "nothing stored");
+    assert_eq!(app.keys_stored().await, 0, "nor their keys");
+}
+
+#[tokio::test]
+async fn new_http_urls_are_refused_while_endpoints_made_before_keep_receiving_flagged_insecure() {
+    let app = webhooks_app(|webhooks| webhooks.require_https = true).await;
+    let receiver = Receiver::ok().await;
+    let http = json!({"url": receiver.url("/hook"), "enabled_events": ["order.created"]});
+    let refused = post_endpoint(&app, &http, Some(&new_key())).await;
+    let problem = assert_problem(refused, 422, "webhook-url-not-allowed").await;
+    assert!(problem["detail"].as_str().unwrap().contains("https URLs only"), "{problem}");
+    assert_eq!(app.count("SELECT count(*) AS count FROM webhook_endpoints").await, 0, "nothing stored");
+    assert_eq!(app.keys_stored().await, 0, "nor its key");
+
+    // An https endpoint is accepted and secure; one registered over http before https was
+    // required (its stored URL set back to the receiver's plain http) keeps receiving.
+    let secure = create_endpoint(&app, "https://shop.example.com/hook", &["order.paid"]).await;
+    assert_eq!(secure["insecure"], false, "{secure}");
+    let legacy =
+        create_endpoint(&app, &receiver.url("/hook").replace("http:", "https:"), &["order.created"]).await;
+    assert_eq!(legacy["insecure"], false);
+    app.execute(&format!(
+        "UPDATE webhook_endpoints SET url = '{}' WHERE id = '{}'",
+        receiver.url("/hook"),
+        id_of(&legacy)
+    ))
+    .await;
+    let listed = app.get_json("/webhook_endpoints").await;
+    let flags: BTreeMap<String, Value> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|endpoint| (id_of(endpoint), endpoint["insecure"].clone()))
+        .collect();
+    assert_eq!(flags, BTreeMap::from([(id_of(&secure), json!(false)), (id_of(&legacy), json!(true))]));
+    assert_eq!(app.get_json(&format!("/webhook_endpoints/{}", id_of(&legacy))).await["insecure"], true);
+    app.create_order().await;
+    let delivery = delivery_when(&app, &id_of(&legacy), "delivered", Duration::from_secs(10)).await;
+    assert_eq!(delivery.attempts, 1);
+    assert!(verifies(&secret_of(&legacy), &receiver.received()[0]), "signed as any other");
+
+    // A service starting with such an endpoint says so, naming it.
+    let log = std::env::temp_dir().join(format!("orderpay-insecure-{}.log", uuid::Uuid::now_v7()));
+    let env = [("ORDERPAY_ENCRYPTION_KEY", new_encryption_key()), ("RUST_LOG", "warn".to_owned())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(name, value)| (*name, value.as_str())).collect();
+    let service =
+        ServiceProcess::start_logging_to(&app.database_url, &app.provider.address, &env, Some(&log)).await;
+    let logged = wait_for("the warning about the http endpoint", Duration::from_secs(10), async || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.contains("plain http URLs").then_some(text)
+    })
+    .await;
+    drop(service);
+    let _ = std::fs::remove_file(&log);
+    let line = logged.lines().find(|line| line.contains("plain http URLs")).unwrap();
+    assert!(
+        line.contains("WARN") && line.contains(&id_of(&legacy)) && !line.contains(&id_of(&secure)),
+        "{line}"
+    );
 }
 
 #[tokio::test]
@@ -1158,6 +1513,87 @@ async fn deleting_an_endpoint_stops_its_pending_deliveries() {
     assert_eq!(deliveries(&app, &id_of(&doomed)).await.len(), 1, "and no new deliveries");
 }
 
+/// A relay round that writes its deliveries with the webhooks relay's own code, then waits to
+/// commit until the test lets it. It keeps its progress in the `nats` cursor (no NATS relay runs
+/// in the test app), so that the app's own webhooks relay, kept out by the test holding its
+/// lock, cannot hand the event on first.
+struct HeldRound {
+    relay: orderpay::merchant_webhooks::relay::WebhookRelay,
+    written: watch::Sender<bool>,
+    release: watch::Receiver<bool>,
+}
+
+impl orderpay::events::relay::Relay for HeldRound {
+    const NAME: &'static str = "nats";
+
+    async fn hand_on(
+        &self,
+        conn: &mut diesel_async::AsyncPgConnection,
+        batch: &[orderpay::events::Event],
+    ) -> anyhow::Result<()> {
+        self.relay.hand_on(conn, batch).await?;
+        self.written.send_replace(true);
+        let mut release = self.release.clone();
+        let _ = release.wait_for(|released| *released).await;
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn deleting_an_endpoint_while_the_relay_writes_its_deliveries_cancels_those_too() {
+    // The worst interleaving on purpose: a relay round has taken the endpoint (FOR SHARE) and
+    // written its delivery, uncommitted, when the DELETE comes; the DELETE waits for the round,
+    // which then commits. The delivery the DELETE did not see when it started must be canceled.
+    use diesel_async::RunQueryDsl;
+    let app = webhooks_app(|_| {}).await;
+    let mut webhooks_relay = app.db().await;
+    diesel::sql_query("BEGIN").execute(&mut webhooks_relay).await.unwrap();
+    diesel::sql_query("SELECT pg_advisory_xact_lock(hashtextextended('orderpay.relay.webhooks', 0))")
+        .execute(&mut webhooks_relay)
+        .await
+        .unwrap();
+    let endpoint = create_endpoint(&app, "http://127.0.0.1:9/hook", &["order.created"]).await;
+    app.create_order().await;
+
+    let (written, mut is_written) = watch::channel(false);
+    let (release, released) = watch::channel(false);
+    let round = {
+        let pool = orderpay::db::background_pool(&app.settings.database, 2);
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let relay = orderpay::merchant_webhooks::relay::WebhookRelay::new(wake);
+        let held = HeldRound { relay, written, release: released };
+        tokio::spawn(async move {
+            // Rounds see only events older than every running transaction of the server.
+            while orderpay::events::relay::round(&pool, &held, 100).await.unwrap() == 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(10), is_written.wait_for(|written| *written))
+        .await
+        .expect("the round wrote its delivery")
+        .unwrap();
+    let deleting = {
+        let request = app.request(Method::DELETE, &format!("/webhook_endpoints/{}", id_of(&endpoint)));
+        tokio::spawn(request.send())
+    };
+    let waiting = "SELECT count(*) AS count FROM pg_stat_activity WHERE datname = current_database() \
+                   AND wait_event_type = 'Lock' AND query LIKE '%webhook_endpoints%' AND pid <> pg_backend_pid()";
+    wait_for("the DELETE waits for the round", Duration::from_secs(10), async || {
+        (app.count(waiting).await == 1).then_some(())
+    })
+    .await;
+    release.send_replace(true);
+    round.await.unwrap();
+    let deleted = deleting.await.unwrap().unwrap();
+    assert_eq!(deleted.status(), 200);
+
+    let rows = deliveries(&app, &id_of(&endpoint)).await;
+    assert_eq!(rows.len(), 1, "the round's delivery: {rows:?}");
+    assert_eq!(rows[0].status, "canceled", "{rows:?}");
+    assert_eq!(rows[0].next_attempt_at, None);
+}
+
 #[tokio::test]
 async fn without_an_encryption_key_there_are_no_webhook_endpoints() {
     let app = spawn_app().await;
@@ -1188,6 +1624,7 @@ fn serve_refuses_a_malformed_encryption_key_and_lists_the_webhook_settings() {
     for variable in [
         "ORDERPAY_ENCRYPTION_KEY",
         "ORDERPAY_WEBHOOK_ALLOW_PRIVATE",
+        "ORDERPAY_WEBHOOK_REQUIRE_HTTPS",
         "ORDERPAY_WEBHOOK_TIMEOUT_MS",
         "ORDERPAY_WEBHOOK_LEASE_MS",
         "ORDERPAY_WEBHOOK_RETRY_BASE_MS",

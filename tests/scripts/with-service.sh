@@ -35,9 +35,10 @@ export ORDERPAY_PROVIDER_WEBHOOK_SECRET="$webhook_secret"
 export MOCK_PROVIDER_WEBHOOK_SECRET="$webhook_secret"
 export MOCK_PROVIDER_WEBHOOK_URL="http://127.0.0.1:$port/provider/webhooks"
 # Merchant webhooks: /webhook_endpoints exists, and endpoints the outside tools register may be
-# local (they are delivered to, and fail, like any other).
+# local and plain http (they are delivered to, and fail, like any other).
 export ORDERPAY_ENCRYPTION_KEY="$(head -c 32 /dev/urandom | base64 | tr -d '\n')"
 export ORDERPAY_WEBHOOK_ALLOW_PRIVATE=true
+export ORDERPAY_WEBHOOK_REQUIRE_HTTPS=false
 
 pids=()
 cleanup() {

@@ -1,0 +1,1 @@
+ALTER TABLE relay_cursors DROP COLUMN system_identifier;
