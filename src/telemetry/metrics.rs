@@ -159,11 +159,14 @@ pub const PAYMENT_STATUSES: &[&str] = &["succeeded", "requires_capture", "failed
 /// `status` of `orderpay_refunds_settled_total`.
 pub const REFUND_STATUSES: &[&str] = &["succeeded", "failed"];
 /// `result` of `orderpay_late_charges_total`.
-pub const LATE_CHARGE_RESULTS: &[&str] = &["refunded", "voided"];
+pub const LATE_CHARGE_RESULTS: &[&str] = &["refunded", "refund_failed", "voided"];
+/// `to` of `orderpay_refunds_corrected_total`.
+pub const REFUND_CORRECTIONS: &[&str] = &["succeeded", "failed"];
 /// `result` of `orderpay_reconciler_payments_total`.
 pub const RECONCILER_RESULTS: &[&str] = &["settled", "redriven", "rescheduled", "stuck", "gave_up", "error"];
 /// `result` of `orderpay_provider_webhooks_total`.
-pub const PROVIDER_WEBHOOK_RESULTS: &[&str] = &["applied", "duplicate", "stale", "unknown", "rejected"];
+pub const PROVIDER_WEBHOOK_RESULTS: &[&str] =
+    &["applied", "duplicate", "stale", "unknown", "mismatch", "rejected"];
 /// `result` of `orderpay_webhook_deliveries_total`.
 pub const WEBHOOK_DELIVERY_RESULTS: &[&str] = &["delivered", "failed", "gave_up"];
 
@@ -173,10 +176,12 @@ fn export_at_start() {
     let scrape = [("method", "GET"), ("route", "/metrics"), ("status", "200")];
     counter!("orderpay_http_requests_total", &scrape).increment(0);
     let _ = histogram!(HTTP_DURATION, &scrape);
-    let labelled: [(&'static str, &'static str, &[&'static str]); 7] = [
+    let labelled: [(&'static str, &'static str, &[&'static str]); 9] = [
         ("orderpay_idempotency_requests_total", "outcome", IDEMPOTENCY_OUTCOMES),
         ("orderpay_payments_settled_total", "status", PAYMENT_STATUSES),
         ("orderpay_refunds_settled_total", "status", REFUND_STATUSES),
+        ("orderpay_refunds_corrected_total", "to", REFUND_CORRECTIONS),
+        ("orderpay_guard_violations_total", "constraint", &crate::db::MONEY_GUARDS),
         ("orderpay_late_charges_total", "result", LATE_CHARGE_RESULTS),
         ("orderpay_reconciler_payments_total", "result", RECONCILER_RESULTS),
         ("orderpay_provider_webhooks_total", "result", PROVIDER_WEBHOOK_RESULTS),
@@ -226,8 +231,6 @@ pub fn payment_settled(status: &'static str) {
     counter!("orderpay_payments_settled_total", "status" => status).increment(1);
 }
 
-/// `result`: refunded (a charge that landed after its payment was given up on, refunded by the
-/// system), voided (a late authorization).
 pub fn late_charges_unrefunded(count: i64) {
     gauge!("orderpay_late_charges_unrefunded").set(count as f64);
 }
@@ -240,6 +243,8 @@ pub fn guard_violation(constraint: &'static str) {
     counter!("orderpay_guard_violations_total", "constraint" => constraint).increment(1);
 }
 
+/// `result`: refunded (a system refund of a charge that landed after its payment failed
+/// succeeded), refund_failed (one failed), voided (a late authorization).
 pub fn late_charge(result: &'static str) {
     counter!("orderpay_late_charges_total", "result" => result).increment(1);
 }
