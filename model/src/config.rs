@@ -190,8 +190,9 @@ impl Config {
         self.intents.iter().filter(|i| matches!(i, Intent::Refund(_))).count()
     }
 
-    /// An automatic payment, a refund and its retry, one reconciler; the charge may land late,
-    /// the provider may decline once; webhooks: the late-charge and late-refund paths.
+    /// An automatic payment, a refund and its retry (its key may expire in between), one
+    /// reconciler; the charge or the refund may land late, the provider may decline once and
+    /// reverse a refund once; webhooks: the late-charge and late-refund paths, the corrections.
     pub fn unit_charges() -> Config {
         Config {
             name: "unit: a charge, a refund, late charges and refunds",
@@ -204,7 +205,7 @@ impl Config {
             system_refunds: 2,
             operator: false,
             webhooks: true,
-            faults: Faults { late: 1, declines: 1, reversals: 1, ..Faults::NONE },
+            faults: Faults { late: 1, declines: 1, reversals: 1, key_expiries: 1, ..Faults::NONE },
             mutation: None,
             defect: None,
         }

@@ -169,6 +169,17 @@ pub fn for_config(config: &Config) -> Vec<Property<Protocol>> {
             });
         }
     }
+    if refunds && faults.key_expiries > 0 && config.requests_per_key > 1 {
+        sometimes("a refund retried past its key's lifetime answers the same refund", |_, s| {
+            // Told after the expiry (which forgets what the key was told before), and told the
+            // refund's own answer.
+            s.budgets.key_expiries == 0
+                && s.refunds.iter().any(|r| {
+                    r.intent
+                        .is_some_and(|i| r.row.answer.is_some() && s.ghost.told[i as usize] == r.row.answer)
+                })
+        });
+    }
     if refunds {
         sometimes("the books balance after a refund", |_, s| {
             quiescent(s) && s.refunds.iter().any(|r| r.status == OpStatus::Succeeded)
