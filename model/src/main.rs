@@ -5,7 +5,7 @@
 //! ```text
 //! orderpay-model unit | large | mutants | defects
 //! orderpay-model walk <unit-config-index> <seed> <max-steps>   # JSON steps on stdout
-//! orderpay-model counterexample <mutant-index>                  # JSON steps on stdout
+//! orderpay-model counterexample <mutant-index> [correct]        # JSON steps on stdout
 //! ```
 
 use std::process::ExitCode;
@@ -87,8 +87,13 @@ fn main() -> ExitCode {
         Some("counterexample") => match arg(1).and_then(|i| Mutation::ALL.get(i as usize)) {
             Some(&mutation) => match check::kill(mutation) {
                 Some(killed) => {
-                    let protocol = Protocol::new(Config::for_mutation(mutation));
-                    let records = trace::records(&protocol, &killed.actions);
+                    let mutated = Config::for_mutation(mutation);
+                    let records = if args.get(2).is_some_and(|a| a == "correct") {
+                        // The same steps with the mutation switched off, as far as they go.
+                        trace::replay(&Protocol::new(Config { mutation: None, ..mutated }), &killed.actions)
+                    } else {
+                        trace::records(&Protocol::new(mutated), &killed.actions)
+                    };
                     println!("{}", serde_json::to_string_pretty(&records).expect("JSON"));
                     true
                 }
@@ -129,7 +134,7 @@ fn table(what: &str, configs: &[(&str, Config)]) -> bool {
 
 fn usage() -> bool {
     eprintln!(
-        "usage: orderpay-model unit | large | mutants | walk <config> <seed> <steps> | counterexample <mutant>"
+        "usage: orderpay-model unit | large | mutants | walk <config> <seed> <steps> | counterexample <mutant> [correct]"
     );
     false
 }

@@ -333,6 +333,25 @@ pub fn records(protocol: &Protocol, actions: &[Action]) -> Vec<StepRecord> {
     records
 }
 
+/// `actions` replayed from the initial state as far as each is enabled: a mutant's
+/// counterexample in the model without the mutation, where it stops at the step the guard
+/// forbids (or runs on, harmless). Returns the records of the steps taken.
+pub fn replay(protocol: &Protocol, actions: &[Action]) -> Vec<StepRecord> {
+    let mut state = protocol.initial();
+    let mut enabled = Vec::new();
+    let mut taken = Vec::new();
+    for &action in actions {
+        enabled.clear();
+        stateright::Model::actions(protocol, &state, &mut enabled);
+        if !enabled.contains(&action) {
+            break;
+        }
+        state = protocol.apply(&state, action);
+        taken.push(action);
+    }
+    records(protocol, &taken)
+}
+
 /// A random walk of at most `max_steps` steps from the initial state, chosen by `seed`
 /// (xorshift: the same seed, the same walk).
 pub fn random_walk(protocol: &Protocol, seed: u64, max_steps: usize) -> Vec<Action> {

@@ -77,6 +77,21 @@ fn a_counterexample_reads_as_the_service_s_statements() {
 }
 
 #[test]
+fn a_counterexample_replayed_without_its_mutation_stops_where_the_guard_forbids() {
+    let killed = check::kill(Mutation::NoInFlightGuard).expect("killed");
+    let correct = Config { mutation: None, ..Config::for_mutation(Mutation::NoInFlightGuard) };
+    let replayed = trace::replay(&Protocol::new(correct), &killed.actions);
+    assert!(replayed.len() < killed.actions.len(), "the give-up is not enabled without the mutant");
+    let last = &replayed.last().expect("steps").state;
+    assert!(
+        properties::for_config(&Config::for_mutation(Mutation::NoInFlightGuard))
+            .iter()
+            .filter(|p| p.expectation == stateright::Expectation::Always)
+            .all(|p| (p.condition)(&Protocol::new(Config::for_mutation(Mutation::NoInFlightGuard)), last))
+    );
+}
+
+#[test]
 fn a_random_walk_exports_as_steps_whose_states_follow_from_their_actions() {
     let protocol = Protocol::new(Config::unit_charges());
     let (seed, walk) = (1..100)
