@@ -217,6 +217,20 @@ pub fn for_config(config: &Config) -> Vec<Property<Protocol>> {
             });
         }
     }
+    if config.manual() && faults.late > 0 && config.reconcilers > 0 {
+        sometimes("a late authorization is voided", |_, s| {
+            s.payment
+                .as_ref()
+                .is_some_and(|p| p.status == PaymentStatus::Failed && p.late == LateCharge::Ended)
+                && s.provider.charge.is_some_and(|c| c.status == ChargeStatus::Voided)
+        });
+        if config.intents.iter().any(|i| matches!(i, Intent::Capture(_))) {
+            sometimes("a capture given up on and carried out later is recorded", |_, s| {
+                let gave_up = s.actions.iter().any(|a| a.row.answer == Some(Answer::ActionFailed));
+                gave_up && s.payment.as_ref().is_some_and(|p| p.status == PaymentStatus::Succeeded)
+            });
+        }
+    }
     if config.intents.contains(&Intent::Void) {
         sometimes("a void succeeds", |_, s| {
             s.actions.iter().any(|a| a.kind == ActionKind::Void && a.status == OpStatus::Succeeded)
