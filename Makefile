@@ -190,9 +190,20 @@ alerts-check: db ## check deploy/: promtool check and test rules (promtool insta
 	fi
 
 .PHONY: lint
-lint: ## rustfmt check and clippy with warnings denied
+lint: ## rustfmt check and clippy with warnings denied, for every workspace member
 	cargo fmt --all -- --check
-	cargo clippy --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets -- -D warnings
+
+.PHONY: model
+model: ## check the protocol's model (docs/model.md): the unit configurations, the large one, the mutants and the defects, with state counts and times
+	cargo test -p orderpay-model
+	cargo build --release -p orderpay-model
+	for check in unit large mutants defects; do
+	  echo "== $$check"
+	  start=$$(date +%s)
+	  target/release/orderpay-model $$check
+	  echo "($$check: $$(( $$(date +%s) - start )) s)"
+	done
 
 .PHONY: clean-test-dbs
 clean-test-dbs: db ## drop databases left by interrupted test runs

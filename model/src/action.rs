@@ -1,0 +1,124 @@
+//! The model's actions. Each names, in its doc comment, the statement or function of the
+//! service it stands for (docs/model.md has the same table), so that a reader can hold the model
+//! against the code and a conformance test can drive the service through the same step.
+
+use serde::Serialize;
+
+use crate::state::{Op, Proc, Resolution};
+
+/// How the provider treats a request it acts on, where it has a choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Choice {
+    /// Charges, captures, voids, refunds: done.
+    Succeed,
+    /// Declines the charge, the capture or the refund.
+    Decline,
+    /// Answers `pending`, and settles later.
+    Pend,
+}
+
+/// One step of one process, of the provider, or of time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Action {
+    // --- A client's request ---
+    /// A request with intent `i`'s key, the first or a retry: the kind's start statement after
+    /// `idempotency/claim_key.sql` (`payments/start_payment.sql`,
+    /// `payments/start_capture_or_void.sql`, `refunds/start_refund.sql`), or, for a key seen
+    /// before, `operations::request::existing_key` (a replay, 409 in use, or a takeover by
+    /// `operations::leases::lease`).
+    Request(u8),
+    /// Only with the mutant `StartReadsWithoutLock`: the refund's start reads the payment
+    /// before it holds the lock (`refunds/start_refund.sql` split in two).
+    ReadUnlocked(u8),
+
+    // --- The engine, for every driver (`operations::drive` and what follows it) ---
+    /// `Kind::look_up`: the provider's view by the downstream key (`find_charge`,
+    /// `get_charge`, `find_refund`).
+    LookUp(Proc),
+    /// `operations::leases::mark_sending`: `last_send_at` under the lease, before a re-send.
+    MarkSending(Proc),
+    /// `Kind::send`: the request leaves (`create_charge`, `capture_charge`, `cancel_charge`,
+    /// `create_refund`; the late void's `cancel_charge`).
+    Send(Proc),
+    /// The provider's answer reaches the process that sent the request.
+    AnswerArrives(Proc),
+    /// `ORDERPAY_PROVIDER_TIMEOUT_MS` passes (or the connection breaks): the answer is lost, or
+    /// never comes; the outcome is unknown.
+    TimesOut(Proc),
+    /// `Kind::settle`: `payments/settle_payment.sql`, `payments/settle_capture_or_void.sql`,
+    /// `refunds/settle_refund.sql`.
+    Settle(Proc),
+    /// `Kind::settle` with `GaveUp` (the reconciler's last check found nothing): the same
+    /// statements with the give-up guard (`last_send_at` quiet).
+    GiveUp(Proc),
+    /// `operations::leases::release`: the outcome stays unknown (a request then answers 202).
+    Release(Proc),
+
+    // --- The reconciler ---
+    /// `operations::leases::lease` with `LeaseTarget::Due`: reconciler `r` claims `op`,
+    /// counting an attempt (`operations::reconciler::pass_over`).
+    Claim(u8, Op),
+    /// `operations::late_charge::look`: the late-charge watch looks the payment's key up
+    /// (`payments::repository::watch_late`, `find_charge`).
+    LateChargeLook(u8),
+    /// What the late-charge watch does with what it saw: `operations::late_charge::take_back`
+    /// (`record_late_charge` and `refunds/start_refund.sql` for a system refund, one
+    /// transaction), the late void, or `watch_late_again` (next look, or the end of the watch).
+    LateChargeAct(u8),
+    /// A new system refund for a late charge whose last one is definitely not carried out
+    /// (`refunds/start_refund.sql` with no key, payment `failed`).
+    StartSystemRefund(u8),
+    /// The late-refund watch looks refund `k` up (`find_refund`): a refund given up on, or a
+    /// succeeded one a webhook said failed.
+    LateRefundLook(u8, u8),
+    /// What the late-refund watch does with what it saw: a correction (failed -> succeeded,
+    /// succeeded -> failed, one statement with the order's and the refund's events), or the
+    /// end of the watch.
+    LateRefundAct(u8),
+    /// `operations::authorization::watch`: looks a watched authorization's charge up.
+    AuthorizationLook(u8),
+    /// `payments/end_authorization.sql` via `operations::authorization::end_on`.
+    AuthorizationEnd(u8),
+
+    // --- The operator (`orderpay payments resolve`, `operations::operator::resolve`) ---
+    /// `take_lease`: the payment's lease by compare-and-set, as a takeover.
+    OperatorLease,
+    /// The provider's view under the lease (`look_up`), judged (`judge`) against `--as to`,
+    /// with or without `--force`; a refusal releases the lease.
+    OperatorLook { to: Resolution, force: bool },
+    /// `Charges::settle` with `ChargeOutcome::Resolved` (actor `operator`).
+    OperatorSettle,
+    /// `late_charge::take_back` after a forced failure over money the provider holds.
+    OperatorTakeBack,
+
+    // --- The provider ---
+    /// The provider acts on request `index` (now, or later than the sender waited, or later
+    /// than any timeout).
+    ProviderActs { index: u8, choice: Choice },
+    /// Time: `op`'s last send is older than the provider timeout plus
+    /// `ORDERPAY_GIVE_UP_MARGIN_MS`. A request the provider has not acted on yet either never
+    /// will or will act late.
+    SendsGoQuiet(Op),
+    /// The provider never acts on request `index`.
+    ProviderDrops(u8),
+    /// A pending charge settles at the provider.
+    ChargeSettles,
+    /// A pending refund `k` settles at the provider.
+    RefundSettles(u8),
+    /// The authorization expires at the provider.
+    AuthorizationExpires,
+    /// Refund `k` is reversed at the provider (`pm_refund_reversed`).
+    RefundReversed(u8),
+    /// Webhook `index` is delivered to `POST /provider/webhooks`
+    /// (`operations::webhooks::receive`); `again`: a copy stays in flight, to be delivered after
+    /// its `provider_webhooks` row was swept.
+    Deliver { index: u8, again: bool },
+
+    // --- Faults and time ---
+    /// The process dies between two statements (SIGKILL); its leases stay until they run out.
+    Crash(Proc),
+    /// `op`'s lease runs out (`lease_until` passes).
+    LeaseRunsOut(Op),
+    /// Intent `i`'s key is swept past its retention (`idempotency::store::delete_expired`).
+    KeyExpires(u8),
+}
