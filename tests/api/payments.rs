@@ -63,6 +63,7 @@ async fn a_decline_is_final_and_stored_and_a_new_key_can_pay() {
 
     let replay = app.pay(&order_id, "pm_card_declined", &key).await;
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.headers()["orderpay-should-retry"], "false", "a final answer replays as it is");
     assert_eq!(assert_problem(replay, 402, "payment-declined").await, problem);
 
     let paid = app.pay(&order_id, "pm_card_ok", &new_key()).await;
@@ -195,6 +196,7 @@ async fn a_duplicate_while_the_first_is_at_the_provider_is_told_to_wait() {
     assert_eq!(first.status(), 202);
     let retry_after: u64 = second.headers()["retry-after"].to_str().unwrap().parse().unwrap();
     assert!((1..=2).contains(&retry_after), "Retry-After {retry_after}");
+    assert_eq!(second.headers()["orderpay-should-retry"], "true");
     let problem = assert_problem(second, 409, "idempotency-key-in-use").await;
     assert_eq!(problem["resource_id"], json(first).await["id"]);
 }
