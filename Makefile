@@ -192,7 +192,7 @@ alerts-check: db ## check deploy/: promtool check and test rules (promtool insta
 .PHONY: lint
 lint: ## rustfmt check and clippy with warnings denied
 	cargo fmt --all -- --check
-	cargo clippy --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets -- -D warnings
 
 .PHONY: clean-test-dbs
 clean-test-dbs: db ## drop databases left by interrupted test runs

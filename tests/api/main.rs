@@ -12,6 +12,7 @@ mod abuse;
 mod captures;
 mod chaos;
 mod cli;
+mod clients;
 mod database;
 mod errors;
 mod events;
