@@ -10,8 +10,8 @@
 //! - `unavailable`: the proxy answers 503 itself (nothing forwarded, no `Retry-After`);
 //! - `delay`: the request is forwarded after `delay_ms`.
 //!
-//! Besides, answers to requests whose path starts with `hold` are kept until a release (or until
-//! the hold is cleared), as a slow network would keep them. Each exchange uses a connection of its
+//! Besides, answers to requests that start with `hold` (`/payments`, or `POST /payments`) are kept
+//! until a release (or until the hold is cleared), as a slow network would keep them. Each exchange uses a connection of its
 //! own upstream (`Connection: close`), and the client's connection closes after its answer.
 //!
 //! The proxy is steered over HTTP on its own port under `/_faults` (never forwarded):
@@ -42,8 +42,11 @@ pub struct Faults {
     pub delay_ms: u64,
     /// Only requests whose path starts with one of these are faulted (all when empty).
     pub paths: Vec<String>,
-    /// Answers to requests whose path starts with this are held until a release.
+    /// Answers to requests that start with this are held until a release: a path prefix
+    /// (`/payments`), or a method and a path prefix (`POST /payments`).
     pub hold: Option<String>,
+    /// At most this many faults, then none (unlimited when absent).
+    pub times: Option<u64>,
     /// The random sequence's seed (a fixed one repeats a run's choices); 0 takes the clock's.
     pub seed: u64,
 }
@@ -187,14 +190,20 @@ fn next_random(seed: &mut u64) -> f64 {
 }
 
 /// The fault for a request to `path`, if any, and whether its answer is held.
-fn choose(state: &State, path: &str) -> (Option<Fault>, bool, Duration) {
+fn choose(state: &State, method: &str, path: &str) -> (Option<Fault>, bool, Duration) {
     let mut guard = state.faults.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let (faults, seed) = &mut *guard;
-    let held = faults.hold.as_deref().is_some_and(|prefix| path.starts_with(prefix));
+    let held = faults.hold.as_deref().is_some_and(|hold| match hold.split_once(' ') {
+        Some((held_method, prefix)) => held_method == method && path.starts_with(prefix),
+        None => path.starts_with(hold),
+    });
     let eligible = faults.paths.is_empty() || faults.paths.iter().any(|prefix| path.starts_with(prefix));
     let delay = Duration::from_millis(faults.delay_ms);
-    if !eligible || faults.rate <= 0.0 || next_random(seed) >= faults.rate {
+    if !eligible || faults.times == Some(0) || faults.rate <= 0.0 || next_random(seed) >= faults.rate {
         return (None, held, delay);
+    }
+    if let Some(times) = &mut faults.times {
+        *times -= 1;
     }
     let kinds: &[Fault] = if faults.kinds.is_empty() { &ALL } else { &faults.kinds };
     let index = ((next_random(seed) * kinds.len() as f64) as usize).min(kinds.len() - 1);
@@ -291,7 +300,7 @@ async fn exchange(mut client: TcpStream, state: Arc<State>) {
         return;
     }
     state.counters.exchanges.fetch_add(1, Ordering::SeqCst);
-    let (fault, held, delay) = choose(&state, &request.path);
+    let (fault, held, delay) = choose(&state, &request.method, &request.path);
     let counters = &state.counters;
     match fault {
         Some(Fault::Reset) => {
@@ -376,7 +385,7 @@ mod tests {
             counters: Counters::default(),
             releases: watch::channel(0).0,
         };
-        let chosen: Vec<Option<Fault>> = (0..10_000).map(|_| choose(&state, "/orders").0).collect();
+        let chosen: Vec<Option<Fault>> = (0..10_000).map(|_| choose(&state, "POST", "/orders").0).collect();
         let faulted = chosen.iter().flatten().count();
         assert!((1_800..2_200).contains(&faulted), "{faulted} of 10000 at 20%");
         assert!(chosen.iter().flatten().all(|fault| matches!(fault, Fault::Drop | Fault::Unavailable)));
@@ -390,17 +399,30 @@ mod tests {
             faults: Mutex::new(seeded(Faults {
                 rate: 1.0,
                 paths: vec!["/payments".into()],
-                hold: Some("/payments".into()),
+                hold: Some("POST /payments".into()),
                 seed: 3,
                 ..Faults::default()
             })),
             counters: Counters::default(),
             releases: watch::channel(0).0,
         };
-        assert_eq!(choose(&state, "/orders").0, None);
-        assert!(!choose(&state, "/orders").1);
-        let (fault, held, _) = choose(&state, "/payments");
+        assert_eq!(choose(&state, "POST", "/orders").0, None);
+        assert!(!choose(&state, "POST", "/orders").1);
+        let (fault, held, _) = choose(&state, "POST", "/payments");
         assert!(fault.is_some() && held);
+        assert!(!choose(&state, "GET", "/payments/01a2").1, "only the method named is held");
+    }
+
+    #[test]
+    fn a_number_of_faults_then_none() {
+        let state = State {
+            upstream: String::new(),
+            faults: Mutex::new(seeded(Faults { rate: 1.0, times: Some(2), seed: 5, ..Faults::default() })),
+            counters: Counters::default(),
+            releases: watch::channel(0).0,
+        };
+        let chosen: Vec<bool> = (0..5).map(|_| choose(&state, "POST", "/payments").0.is_some()).collect();
+        assert_eq!(chosen, [true, true, false, false, false]);
     }
 
     #[test]
