@@ -152,6 +152,14 @@ clients-test: db node clients-build ## the TypeScript client's tests (the shared
 	npm --prefix clients/typescript test
 	tests/scripts/with-service.sh npm --prefix clients/typescript run --silent test:service
 	tests/scripts/with-service.sh tests/scripts/clients-examples.sh
+	# Both package (clients-package also builds the crate from its package, a minute more).
+	cargo package --quiet -p orderpay-client --no-verify --allow-dirty
+	(cd clients/typescript && npm pack --dry-run --silent >/dev/null)
+
+.PHONY: clients-package
+clients-package: clients-build ## package both clients: cargo package (built from the package) and npm pack, into target/
+	cargo package -p orderpay-client
+	cd clients/typescript && npm pack --pack-destination ../../target
 
 .PHONY: clients-faults
 clients-faults: db node clients-build ## both clients through 20% faults: 1,000 intents each with retries, at the defaults, and with none (CLIENT_FAULT_INTENTS); target/clients-faults.txt

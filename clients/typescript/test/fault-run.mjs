@@ -5,7 +5,7 @@
 //   node test/fault-run.mjs INTENTS MODES   (MODES: retries,defaults,naive)
 
 import { MemoryKeyStore, OrderpayClient } from "../dist/index.js";
-import { charges, count, order, service, startProxy, text } from "./support.mjs";
+import { charges, count, countLater, order, service, startProxy, text } from "./support.mjs";
 
 function percentile(sorted, share) {
   return sorted[Math.min(Math.max(Math.ceil(sorted.length * share), 1), sorted.length) - 1];
@@ -49,7 +49,7 @@ export async function faultRun({ mode, intents, inFlight = 16 }) {
   let running = true;
   const sampler = (async () => {
     while (running) {
-      mostDuplicated = Math.max(mostDuplicated, count(duplicatesSql));
+      mostDuplicated = Math.max(mostDuplicated, await countLater(duplicatesSql));
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
   })();

@@ -2,8 +2,9 @@
 // ORDERPAY_KEY, MOCK_PROVIDER_URL, DATABASE_URL), the fault proxy program, and counts in the
 // database (psql) and at the mock provider.
 
-import { execFileSync, spawn } from "node:child_process";
+import { execFile, execFileSync, spawn } from "node:child_process";
 import { createInterface } from "node:readline";
+import { promisify } from "node:util";
 
 export const service = {
   url: process.env.ORDERPAY_URL,
@@ -50,6 +51,12 @@ export function text(sql) {
 /** One number from the service's database. */
 export function count(sql) {
   return Number(text(sql));
+}
+
+/** One number from the service's database, without holding up the event loop meanwhile. */
+export async function countLater(sql) {
+  const { stdout } = await promisify(execFile)("psql", [service.database, "-Atc", sql], { encoding: "utf8" });
+  return Number(stdout.trim());
 }
 
 /** Every charge the mock provider made. */
