@@ -110,15 +110,20 @@ async fn two_concurrent_sends_of_one_intent_converge_on_one_result() {
     let two = client(&app.address, &app).key_store(store).build().unwrap();
     let order_id = one.create_order(&order("i-3"), Key::intent("i-3")).await.unwrap().value.id;
     let pay = payment(&order_id, "pm_card_ok");
-    let (first, second) = tokio::join!(one.pay_and_wait(&pay, Key::intent("i-3")), async {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        two.pay_and_wait(&pay, Key::intent("i-3")).await
-    });
-    let (first, second) = (first.unwrap(), second.unwrap());
+    let (first, second) = tokio::join!(
+        tokio::spawn({
+            let (one, pay) = (one.clone(), pay.clone());
+            async move { one.pay_and_wait(&pay, Key::intent("i-3")).await }
+        }),
+        tokio::spawn(async move { two.pay_and_wait(&pay, Key::intent("i-3")).await })
+    );
+    let (first, second) = (first.unwrap().unwrap(), second.unwrap().unwrap());
     assert_eq!(first.value, second.value, "one result");
     assert_eq!(first.key, second.key, "one key");
     assert_eq!(first.value.status, "succeeded");
-    assert!(second.replayed && second.attempts >= 2, "the second waited for the first: {second:?}");
+    let waited = if first.replayed { &first } else { &second };
+    assert!(first.replayed != second.replayed, "one ran, the other replayed it");
+    assert!(waited.attempts >= 2, "the other waited for it: {waited:?}");
     assert_eq!(app.payments_stored().await, 1);
     assert_eq!(app.provider.charges().await.len(), 1);
 }

@@ -378,6 +378,9 @@ impl Client {
                 if stored.first_sent_at_ms.is_none() {
                     stored.first_sent_at_ms = Some(now);
                     store.save(intent, operation, &stored).map_err(|error| invalid(error.to_string()))?;
+                    // Another send of the intent may have saved its key first: that one is kept.
+                    let kept = store.load(intent, operation).map_err(|error| invalid(error.to_string()))?;
+                    return Ok(kept.map_or(stored.key, |kept| kept.key));
                 }
                 Ok(stored.key)
             }

@@ -53,9 +53,27 @@ pub struct StoreError(pub String);
 /// Where the keys of intents live. `save` returns once the key is durable where the caller
 /// needs it: the client saves a new key before its first send, and the first send's time with
 /// it, so a process that crashed finds the same key when it resumes the intent.
+///
+/// The first key saved for an (intent, operation) is the one kept: a `save` of another key for
+/// it changes nothing (a `save` of the same key may record its first send's time). The client
+/// reads the key back after saving it, so two sends of one intent racing each other share the
+/// key that won.
 pub trait KeyStore: Send + Sync {
     fn load(&self, intent: &str, operation: &str) -> Result<Option<StoredKey>, StoreError>;
     fn save(&self, intent: &str, operation: &str, key: &StoredKey) -> Result<(), StoreError>;
+}
+
+/// The first key saved is kept; the same key again records its first send's time.
+fn keep_first<K>(slot: std::collections::hash_map::Entry<'_, K, StoredKey>, key: &StoredKey) {
+    match slot {
+        std::collections::hash_map::Entry::Vacant(vacant) => {
+            vacant.insert(key.clone());
+        }
+        std::collections::hash_map::Entry::Occupied(mut kept) if kept.get().key == key.key => {
+            kept.get_mut().first_sent_at_ms = kept.get().first_sent_at_ms.or(key.first_sent_at_ms);
+        }
+        std::collections::hash_map::Entry::Occupied(_) => {}
+    }
 }
 
 /// Keys in this process's memory: they survive retries and resumed calls, not a restart.
@@ -78,7 +96,7 @@ impl KeyStore for MemoryKeyStore {
 
     fn save(&self, intent: &str, operation: &str, key: &StoredKey) -> Result<(), StoreError> {
         let mut keys = self.keys.lock().map_err(|_| StoreError("poisoned".into()))?;
-        keys.insert((intent.to_owned(), operation.to_owned()), key.clone());
+        keep_first(keys.entry((intent.to_owned(), operation.to_owned())), key);
         Ok(())
     }
 }
@@ -123,7 +141,7 @@ impl KeyStore for FileKeyStore {
     fn save(&self, intent: &str, operation: &str, key: &StoredKey) -> Result<(), StoreError> {
         let _guard = self.lock.lock().map_err(|_| StoreError("poisoned".into()))?;
         let mut contents = self.read()?;
-        contents.keys.insert(entry(intent, operation), key.clone());
+        keep_first(contents.keys.entry(entry(intent, operation)), key);
         let bytes = serde_json::to_vec(&contents).map_err(|error| StoreError(error.to_string()))?;
         let temporary = self.path.with_extension("tmp");
         std::fs::write(&temporary, bytes)

@@ -5,7 +5,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use orderpay_client::retry::{self, Decision, Outcome, Settings, Stop, Transport};
-use orderpay_client::{StoredKey, Webhook, WebhookError, keys, operations};
+use orderpay_client::{
+    FileKeyStore, KeyStore, MemoryKeyStore, StoredKey, Webhook, WebhookError, keys, operations,
+};
 use serde_json::Value;
 
 fn repository_file(path: &str) -> String {
@@ -208,4 +210,29 @@ fn webhook_signatures_follow_the_standard_webhooks_reference() {
         WebhookError::NoMatchingSignature
     );
     assert_eq!(Webhook::new(&["whsec_***"]).unwrap_err(), WebhookError::InvalidSecret);
+}
+
+#[test]
+fn a_key_store_keeps_the_first_key_of_an_intent() {
+    let file = std::env::temp_dir().join(format!("orderpay-keys-{}.json", keys::new_key()));
+    let stores: [Box<dyn KeyStore>; 2] =
+        [Box::new(MemoryKeyStore::new()), Box::new(FileKeyStore::new(&file))];
+    for store in stores {
+        let first = StoredKey { key: "first".into(), first_sent_at_ms: None };
+        store.save("intent", "createOrder", &first).unwrap();
+        store
+            .save("intent", "createOrder", &StoredKey { key: "second".into(), first_sent_at_ms: Some(1) })
+            .unwrap();
+        assert_eq!(
+            store.load("intent", "createOrder").unwrap(),
+            Some(first.clone()),
+            "the first key is kept"
+        );
+        store.save("intent", "createOrder", &StoredKey { first_sent_at_ms: Some(7), ..first }).unwrap();
+        assert_eq!(store.load("intent", "createOrder").unwrap().unwrap().first_sent_at_ms, Some(7));
+        assert_eq!(store.load("intent", "createPayment").unwrap(), None, "one key per operation");
+    }
+    // The file's keys outlive the store that wrote them.
+    assert_eq!(FileKeyStore::new(&file).load("intent", "createOrder").unwrap().unwrap().key, "first");
+    std::fs::remove_file(file).unwrap();
 }

@@ -217,6 +217,8 @@ export class OrderpayClient {
       stored = { ...stored, firstSentAtMs: now };
       try {
         await this.keyStore.save(options.intent, operation, stored);
+        // Another send of the intent may have saved its key first: that one is kept.
+        return (await this.keyStore.load(options.intent, operation))?.key ?? stored.key;
       } catch (error) {
         throw invalid(`the key store failed: ${String(error)}`, stored.key);
       }

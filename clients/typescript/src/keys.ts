@@ -10,7 +10,10 @@ export interface StoredKey {
 
 /**
  * Where the keys of intents live. `save` resolves once the key is durable where the caller needs
- * it: the client saves a new key, with its first send's time, before that send.
+ * it: the client saves a new key, with its first send's time, before that send. The first key
+ * saved for an (intent, operation) is the one kept: saving another changes nothing (saving the
+ * same key may record its first send's time). The client reads the key back after saving it, so
+ * two sends of one intent racing each other share the key that won.
  */
 export interface KeyStore {
   load(intent: string, operation: string): Promise<StoredKey | undefined>;
@@ -27,7 +30,12 @@ export class MemoryKeyStore implements KeyStore {
   }
 
   async save(intent: string, operation: string, key: StoredKey): Promise<void> {
-    this.keys.set(`${intent}\u001f${operation}`, { ...key });
+    const slot = `${intent}\u001f${operation}`;
+    const kept = this.keys.get(slot);
+    if (!kept) this.keys.set(slot, { ...key });
+    else if (kept.key === key.key && kept.firstSentAtMs === undefined && key.firstSentAtMs !== undefined) {
+      this.keys.set(slot, { ...kept, firstSentAtMs: key.firstSentAtMs });
+    }
   }
 }
 

@@ -132,3 +132,22 @@ test("webhook signatures follow the Standard Webhooks reference", async () => {
   await assert.rejects(verifyWebhook({ secrets: [other], headers: headers(expected), body, nowSec: timestamp }), /no signature/);
   await assert.rejects(verifyWebhook({ secrets: ["whsec_***"], headers: headers(expected), body, nowSec: timestamp }), /whsec_/);
 });
+
+test("two sends of one intent racing each other share the key that was saved first", async () => {
+  const keys = [];
+  const fetch = async (_url, init) => {
+    keys.push(init.headers["idempotency-key"]);
+    return new Response("{}", { status: 201 });
+  };
+  const client = new OrderpayClient({ baseUrl: "http://127.0.0.1:9", apiKey: "sk_x", fetch });
+  const order = { currency: "USD", items: [{ sku: "tee", quantity: 1, unit_price: "1.00" }] };
+  const [one, two] = await Promise.all([client.createOrder(order, { intent: "i" }), client.createOrder(order, { intent: "i" })]);
+  assert.equal(one.key, two.key);
+  assert.deepEqual(keys, [one.key, one.key]);
+  const store = new MemoryKeyStore();
+  await store.save("i", "createOrder", { key: "first" });
+  await store.save("i", "createOrder", { key: "second", firstSentAtMs: 1 });
+  await store.save("i", "createOrder", { key: "first", firstSentAtMs: 7 });
+  assert.deepEqual(await store.load("i", "createOrder"), { key: "first", firstSentAtMs: 7 });
+  assert.equal(await store.load("i", "createPayment"), undefined);
+});
