@@ -158,12 +158,12 @@ async fn an_expired_authorization_refuses_its_capture_and_frees_the_order() {
 
 #[tokio::test]
 async fn the_reconciler_cancels_authorizations_the_provider_let_go() {
-    let app = spawn_app_with(|_, mock| mock.auth_ttl = Duration::from_millis(200)).await;
+    let app = spawn_app_with(|_, mock| mock.auth_ttl = Duration::from_millis(1000)).await;
     let (order_id, payment) = app.authorized_order("30.00", "pm_card_ok").await;
     let payment_id = payment["id"].as_str().unwrap();
     let first = app.reconcile_once().await;
     assert_eq!(first.claimed, 0, "not due before it expires");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let pass = app.reconcile_once().await;
     assert_eq!((pass.claimed, pass.settled), (1, 1), "{pass:?}");
     let payment = app.get_payment(payment_id).await;
