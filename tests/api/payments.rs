@@ -74,6 +74,64 @@ async fn a_decline_is_final_and_stored_and_a_new_key_can_pay() {
 }
 
 #[tokio::test]
+async fn an_app_that_lost_a_payment_id_finds_it_through_its_order_or_the_payments_list() {
+    let app = spawn_app().await;
+    let order_key = new_key();
+    let created = app.post_order(&crate::helpers::order_body(), Some(&order_key)).await;
+    assert_eq!(created.status(), 201);
+    let created = created.text().await.unwrap();
+    let order_id = serde_json::from_str::<Value>(&created).unwrap()["id"].as_str().unwrap().to_owned();
+    let declined =
+        assert_problem(app.pay(&order_id, "pm_card_declined", &new_key()).await, 402, "payment-declined")
+            .await["payment_id"]
+            .clone();
+    let paid = json(app.pay(&order_id, "pm_card_ok", &new_key()).await).await["id"].clone();
+    let unpaid = app.create_order().await["id"].as_str().unwrap().to_owned();
+
+    // The order as read lists its payments, oldest first; one without payments, none.
+    let order = app.get_json(&format!("/orders/{order_id}")).await;
+    assert_eq!(order["payment_ids"], json!([declined, paid]));
+    assert_eq!(app.get_json(&format!("/orders/{unpaid}")).await["payment_ids"], json!([]));
+    let orders = app.get_json("/orders").await;
+    let listed: Vec<&Value> = orders["data"].as_array().unwrap().iter().map(|o| &o["payment_ids"]).collect();
+    assert_eq!(listed, [&json!([]), &json!([declined, paid])]);
+    // The creation's stored answer is what was decided then: replayed byte for byte, no payments.
+    let replay = app.post_order(&crate::helpers::order_body(), Some(&order_key)).await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    let replay = replay.text().await.unwrap();
+    assert_eq!(replay, created);
+    assert_eq!(serde_json::from_str::<Value>(&replay).unwrap()["payment_ids"], json!([]));
+    // The order.paid event carries the order as a read right after the change did.
+    let events = app.get_json("/events?type=order.paid").await;
+    assert_eq!(events["data"][0]["data"]["object"]["payment_ids"], json!([declined, paid]));
+
+    // GET /payments: newest first, by order and status, with the cursor of every list.
+    let of_order = app.get_json(&format!("/payments?order_id={order_id}")).await;
+    assert_eq!(of_order["object"], "list");
+    let ids: Vec<&Value> = of_order["data"].as_array().unwrap().iter().map(|p| &p["id"]).collect();
+    assert_eq!(ids, [&paid, &declined]);
+    assert_eq!(of_order["data"][0], app.get_payment(paid.as_str().unwrap()).await);
+    let failed = app.get_json(&format!("/payments?order_id={order_id}&status=failed")).await;
+    assert_eq!(failed["data"].as_array().unwrap().len(), 1);
+    assert_eq!(failed["data"][0]["id"], declined);
+    let first = app.get_json("/payments?limit=1").await;
+    assert_eq!((first["data"][0]["id"].clone(), first["has_more"].clone()), (paid.clone(), json!(true)));
+    let rest = app.get_json(&format!("/payments?limit=1&starting_after={}", paid.as_str().unwrap())).await;
+    assert_eq!((rest["data"][0]["id"].clone(), rest["has_more"].clone()), (declined.clone(), json!(false)));
+    assert!(
+        app.get_json(&format!("/payments?order_id={unpaid}")).await["data"].as_array().unwrap().is_empty()
+    );
+
+    for bad in ["status=settled", "order_id=42", "starting_after=nope", "limit=0", "colour=red"] {
+        let response = app.request(Method::GET, &format!("/payments?{bad}")).send().await.unwrap();
+        assert_problem(response, 400, "invalid-parameter").await;
+    }
+    let (_, other_key) = app.create_account("someone else").await;
+    let theirs = app.client.get(app.url("/payments")).bearer_auth(&other_key).send().await.unwrap();
+    assert_eq!(json(theirs).await["data"], json!([]));
+}
+
+#[tokio::test]
 async fn a_paid_order_refuses_another_payment_without_calling_the_provider() {
     let app = spawn_app().await;
     let order_id = order_id(&app).await;
@@ -451,62 +509,4 @@ async fn a_key_is_bound_to_the_canonical_route_not_the_typed_one() {
     let lower = app.cancel_order(&order_id, Some(&key)).await;
     assert_eq!(lower.status(), 200);
     assert_eq!(lower.headers()["idempotent-replayed"], "true");
-}
-
-#[tokio::test]
-async fn an_app_that_lost_a_payment_id_finds_it_through_its_order_or_the_payments_list() {
-    let app = spawn_app().await;
-    let order_key = new_key();
-    let created = app.post_order(&crate::helpers::order_body(), Some(&order_key)).await;
-    assert_eq!(created.status(), 201);
-    let created = created.text().await.unwrap();
-    let order_id = serde_json::from_str::<Value>(&created).unwrap()["id"].as_str().unwrap().to_owned();
-    let declined =
-        assert_problem(app.pay(&order_id, "pm_card_declined", &new_key()).await, 402, "payment-declined")
-            .await["payment_id"]
-            .clone();
-    let paid = json(app.pay(&order_id, "pm_card_ok", &new_key()).await).await["id"].clone();
-    let unpaid = app.create_order().await["id"].as_str().unwrap().to_owned();
-
-    // The order as read lists its payments, oldest first; one without payments, none.
-    let order = app.get_json(&format!("/orders/{order_id}")).await;
-    assert_eq!(order["payment_ids"], json!([declined, paid]));
-    assert_eq!(app.get_json(&format!("/orders/{unpaid}")).await["payment_ids"], json!([]));
-    let orders = app.get_json("/orders").await;
-    let listed: Vec<&Value> = orders["data"].as_array().unwrap().iter().map(|o| &o["payment_ids"]).collect();
-    assert_eq!(listed, [&json!([]), &json!([declined, paid])]);
-    // The creation's stored answer is what was decided then: replayed byte for byte, no payments.
-    let replay = app.post_order(&crate::helpers::order_body(), Some(&order_key)).await;
-    assert_eq!(replay.headers()["idempotent-replayed"], "true");
-    let replay = replay.text().await.unwrap();
-    assert_eq!(replay, created);
-    assert_eq!(serde_json::from_str::<Value>(&replay).unwrap()["payment_ids"], json!([]));
-    // The order.paid event carries the order as a read right after the change did.
-    let events = app.get_json("/events?type=order.paid").await;
-    assert_eq!(events["data"][0]["data"]["object"]["payment_ids"], json!([declined, paid]));
-
-    // GET /payments: newest first, by order and status, with the cursor of every list.
-    let of_order = app.get_json(&format!("/payments?order_id={order_id}")).await;
-    assert_eq!(of_order["object"], "list");
-    let ids: Vec<&Value> = of_order["data"].as_array().unwrap().iter().map(|p| &p["id"]).collect();
-    assert_eq!(ids, [&paid, &declined]);
-    assert_eq!(of_order["data"][0], app.get_payment(paid.as_str().unwrap()).await);
-    let failed = app.get_json(&format!("/payments?order_id={order_id}&status=failed")).await;
-    assert_eq!(failed["data"].as_array().unwrap().len(), 1);
-    assert_eq!(failed["data"][0]["id"], declined);
-    let first = app.get_json("/payments?limit=1").await;
-    assert_eq!((first["data"][0]["id"].clone(), first["has_more"].clone()), (paid.clone(), json!(true)));
-    let rest = app.get_json(&format!("/payments?limit=1&starting_after={}", paid.as_str().unwrap())).await;
-    assert_eq!((rest["data"][0]["id"].clone(), rest["has_more"].clone()), (declined.clone(), json!(false)));
-    assert!(
-        app.get_json(&format!("/payments?order_id={unpaid}")).await["data"].as_array().unwrap().is_empty()
-    );
-
-    for bad in ["status=settled", "order_id=42", "starting_after=nope", "limit=0", "colour=red"] {
-        let response = app.request(Method::GET, &format!("/payments?{bad}")).send().await.unwrap();
-        assert_problem(response, 400, "invalid-parameter").await;
-    }
-    let (_, other_key) = app.create_account("someone else").await;
-    let theirs = app.client.get(app.url("/payments")).bearer_auth(&other_key).send().await.unwrap();
-    assert_eq!(json(theirs).await["data"], json!([]));
 }
