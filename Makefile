@@ -126,12 +126,72 @@ run: db build ## run the mock provider and the service against the local Postgre
 	  ORDERPAY_WEBHOOK_ALLOW_PRIVATE=true ORDERPAY_WEBHOOK_REQUIRE_HTTPS=false $(BIN) serve
 
 .PHONY: test
-test: db nats ## run the tests (all but chaos) against the local PostgreSQL and NATS, one database per test
+test: db nats node ## run the tests (all but chaos) against the local PostgreSQL and NATS, one database per test; then clients-test
 	if cargo nextest --version >/dev/null 2>&1; then
 	  cargo nextest run --workspace --all-targets --no-fail-fast -E 'not test(/^chaos::/)'
 	else
 	  cargo test --workspace --no-fail-fast -- --skip chaos::
 	fi
+	$(MAKE) --no-print-directory clients-test
+
+.PHONY: node
+node: ## make sure Node.js and npm are installed (Debian's nodejs and npm when missing)
+	@if command -v node >/dev/null && command -v npm >/dev/null; then exit 0; fi
+	echo "installing Debian's nodejs and npm"
+	apt-get install -y -q nodejs npm >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q nodejs npm >/dev/null; }
+
+.PHONY: clients-build
+clients-build: node ## build the TypeScript client (clients/typescript/dist; its packages installed when missing)
+	cd clients/typescript
+	[ -d node_modules ] || npm ci --no-audit --no-fund
+	npm run --silent build
+
+.PHONY: clients-test
+clients-test: db node clients-build ## the TypeScript client's tests (the shared vectors; the real service through the fault proxy) and both checkout examples
+	cargo build --quiet -p orderpay -p orderpay-fault-proxy --bins
+	npm --prefix clients/typescript test
+	tests/scripts/with-service.sh npm --prefix clients/typescript run --silent test:service
+	tests/scripts/with-service.sh tests/scripts/clients-examples.sh
+	# Both package (clients-package also builds the crate from its package, a minute more).
+	cargo package --quiet -p orderpay-client --no-verify --allow-dirty
+	(cd clients/typescript && npm pack --dry-run --silent >/dev/null)
+
+.PHONY: clients-package
+clients-package: clients-build ## package both clients: cargo package (built from the package) and npm pack, into target/
+	cargo package -p orderpay-client
+	cd clients/typescript && npm pack --pack-destination ../../target
+
+.PHONY: clients-faults
+clients-faults: db node clients-build ## both clients through 20% faults: 1,000 intents each with retries, at the defaults, and with none (CLIENT_FAULT_INTENTS); target/clients-faults.txt
+	intents=$${CLIENT_FAULT_INTENTS:-1000}
+	cargo build --quiet -p orderpay -p orderpay-fault-proxy --bins
+	export CLIENT_FAULT_INTENTS=$$intents CLIENT_FAULT_MODES=retries,defaults,naive
+	if cargo nextest --version >/dev/null 2>&1; then
+	  CLIENT_FAULT_REPORT=target/clients-faults-rust.txt cargo nextest run --test api --no-capture -E 'test(/^clients::faulted/)'
+	else
+	  CLIENT_FAULT_REPORT=target/clients-faults-rust.txt cargo test --test api -- clients::faulted --nocapture
+	fi
+	tests/scripts/with-service.sh node clients/typescript/test/fault-run.mjs $$intents retries,defaults,naive \
+	  > target/clients-faults-typescript.txt
+	cat target/clients-faults-rust.txt target/clients-faults-typescript.txt | tee target/clients-faults.txt
+
+.PHONY: checkout-check
+checkout-check: db build node clients-build ## the checkout example in headless Chromium: double click, reload while held, offline, a dropped answer
+	cargo build --quiet -p orderpay-fault-proxy
+	. tests/scripts/chromium.sh
+	cd examples/checkout && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && cd ../..
+	tests/scripts/with-service.sh npm --prefix examples/checkout test
+
+.PHONY: demo
+demo: node clients-build ## the checkout example (http://127.0.0.1:3000) beside `make run`'s service, with an account of its own
+	@if ! curl -fsS "http://$(ORDERPAY_LISTEN)/readyz" >/dev/null 2>&1; then
+	  echo "No orderpay answers at http://$(ORDERPAY_LISTEN): start it with \`make run\` in another terminal." >&2
+	  exit 1
+	fi
+	cd examples/checkout && { [ -d node_modules ] || npm ci --no-audit --no-fund --omit=dev; } && cd ../..
+	key=$$($(BIN) accounts create "checkout demo" 2>/dev/null)
+	echo "  The checkout: http://$${CHECKOUT_LISTEN:-127.0.0.1:3000}/ (its own account; Ctrl-C stops it)"
+	ORDERPAY_URL="http://$(ORDERPAY_LISTEN)" ORDERPAY_KEY="$$key" node examples/checkout/server.mjs
 
 .PHONY: chaos
 chaos: db ## crash, fault, outage and database failover tests (CHAOS_ORDERS, CHAOS_KILLS make them bigger)

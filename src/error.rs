@@ -7,7 +7,7 @@
 //! `invalid-state`) is stored with an idempotency key and replayed later.
 
 use actix_web::http::StatusCode;
-use actix_web::http::header::{self, HeaderValue};
+use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -18,6 +18,11 @@ use crate::ids::{OrderId, PaymentId, RefundId};
 use crate::money::Amount;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// `Orderpay-Should-Retry: true|false`, where the service knows better than a client's table
+/// whether sending the same request again can change the answer: `true` on 409
+/// `idempotency-key-in-use` and 503, `false` on 422 and on a replayed stored answer.
+pub const SHOULD_RETRY: HeaderName = HeaderName::from_static("orderpay-should-retry");
 
 /// One field that failed validation, named by its JSON path (`items[0].quantity`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -286,6 +291,17 @@ impl ApiError {
         }
     }
 
+    /// Whether the same request sent again can get another answer, where the service knows:
+    /// the first request is still running or a dependency is down (yes); the request itself is
+    /// wrong, or its key names another request (no). `None` leaves it to the client's rules.
+    pub fn should_retry(&self) -> Option<bool> {
+        match self {
+            ApiError::IdempotencyKeyInUse { .. } | ApiError::Unavailable(_) => Some(true),
+            _ if self.status_code() == StatusCode::UNPROCESSABLE_ENTITY => Some(false),
+            _ => None,
+        }
+    }
+
     /// The problem document, serialised. Also what the idempotency store keeps for final
     /// business outcomes.
     pub fn problem_body(&self) -> Vec<u8> {
@@ -355,6 +371,9 @@ impl ResponseError for ApiError {
         }
         let mut response = HttpResponse::build(self.status_code());
         response.insert_header((header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON)));
+        if let Some(retry) = self.should_retry() {
+            response.insert_header((SHOULD_RETRY, if retry { "true" } else { "false" }));
+        }
         match self {
             ApiError::Unauthorized(_) => {
                 response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
@@ -463,6 +482,25 @@ mod tests {
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{error:?}");
         assert_eq!(response.headers().get(header::RETRY_AFTER).map(|v| v.as_bytes()), Some(&b"1"[..]));
         assert_eq!(error.problem_type(), "service-unavailable");
+        assert_eq!(response.headers().get(SHOULD_RETRY).map(|v| v.as_bytes()), Some(&b"true"[..]));
+    }
+
+    #[test]
+    fn the_service_says_whether_a_retry_can_help_where_it_knows() {
+        let header = |error: ApiError| {
+            error.error_response().headers().get(SHOULD_RETRY).map(|v| v.to_str().unwrap().to_owned())
+        };
+        let in_use = ApiError::key_in_use(std::time::Duration::from_secs(1), None);
+        assert_eq!(header(in_use).as_deref(), Some("true"));
+        assert_eq!(header(ApiError::IdempotencyKeyReused("reused".into())).as_deref(), Some("false"));
+        assert_eq!(header(ApiError::Validation(Vec::new())).as_deref(), Some("false"));
+        let too_much = ApiError::RefundExceedsRefundable {
+            refundable_amount: Amount::zero(crate::money::Currency::parse("USD").unwrap()),
+        };
+        assert_eq!(header(too_much).as_deref(), Some("false"));
+        // Everything else is left to the client's table.
+        assert_eq!(header(ApiError::IdempotencyKeyMissing), None);
+        assert_eq!(header(ApiError::Internal(anyhow::anyhow!("bug"))), None);
     }
 
     #[test]

@@ -241,6 +241,14 @@ pub async fn run_migrations(config: &DatabaseConfig) -> anyhow::Result<Vec<Strin
     .context("migration task panicked")?
 }
 
+/// A page out of `limit + 1` rows read newest first: the first `limit`, and whether more follow.
+/// Every list reads one row more than it shows, so that `has_more` costs no second query.
+pub fn page_of<T>(mut rows: Vec<T>, limit: i64) -> (Vec<T>, bool) {
+    let has_more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    (rows, has_more)
+}
+
 /// Creates the database if needed and migrates it: what `serve` and `migrate` do first.
 pub async fn prepare(config: &DatabaseConfig) -> anyhow::Result<()> {
     ensure_database_exists(config).await?;

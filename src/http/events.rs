@@ -26,26 +26,12 @@ pub async fn list(
     Authenticated(account): Authenticated,
     request: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    let query = web::Query::<ListEventsQuery>::from_query(request.query_string())
-        .map_err(|error| ApiError::InvalidParameter(format!("invalid query string: {error}")))?
-        .into_inner();
+    let query: ListEventsQuery = super::list_query(&request)?;
     let limit = super::page_limit(query.limit.as_deref())?;
-    let event_type = query
-        .event_type
-        .as_deref()
-        .map(|text| {
-            EventType::parse(text)
-                .ok_or_else(|| ApiError::InvalidParameter(format!("unknown event type {text:?}")))
-        })
-        .transpose()?;
-    let starting_after = query
-        .starting_after
-        .as_deref()
-        .map(|text| {
-            EventId::parse(text)
-                .ok_or_else(|| ApiError::InvalidParameter("starting_after must be an event id".into()))
-        })
-        .transpose()?;
+    let event_type = super::parameter(query.event_type.as_deref(), EventType::parse, || {
+        format!("unknown event type {:?}", query.event_type.as_deref().unwrap_or_default())
+    })?;
+    let starting_after = super::page_cursor(query.starting_after.as_deref(), "an event", EventId::parse)?;
     let mut conn = state.pool.get().await?;
     let (events, has_more) =
         repository::list(&mut conn, account.id, event_type, limit, starting_after).await?;

@@ -79,7 +79,8 @@ impl IdempotencyHeader {
 }
 
 /// The HTTP answer for an executed or replayed operation: the stored status, headers and body,
-/// plus `Idempotent-Replayed: true` on a replay. (The key itself is echoed by middleware.)
+/// plus `Idempotent-Replayed: true` and `Orderpay-Should-Retry: false` on a replay (the answer
+/// was decided; sending it again replays it again). (The key itself is echoed by middleware.)
 /// `keyed` says whether the request carried a key, for the idempotency metrics.
 pub fn respond(execution: Execution, keyed: bool) -> HttpResponse {
     let replayed = execution.is_replay();
@@ -96,6 +97,7 @@ pub fn respond(execution: Execution, keyed: bool) -> HttpResponse {
     }
     if replayed {
         response.insert_header((IDEMPOTENT_REPLAYED, "true"));
+        response.insert_header((crate::error::SHOULD_RETRY, "false"));
     }
     response.body(stored.body)
 }

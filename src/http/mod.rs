@@ -56,7 +56,7 @@ pub fn routes(config: &mut web::ServiceConfig) {
         .service(resource("/orders", "GET, POST").post(orders::create).get(orders::list))
         .service(resource("/orders/{id}", "GET").get(orders::get))
         .service(resource("/orders/{id}/cancel", "POST").post(orders::cancel))
-        .service(resource("/payments", "POST").post(payments::create))
+        .service(resource("/payments", "GET, POST").post(payments::create).get(payments::list))
         .service(resource("/payments/{id}", "GET").get(payments::get))
         .service(resource("/payments/{id}/capture", "POST").post(payments::capture))
         .service(resource("/payments/{id}/void", "POST").post(payments::void))
@@ -151,10 +151,23 @@ pub fn page_cursor<Id>(
     resource: &str,
     parse: fn(&str) -> Option<Id>,
 ) -> Result<Option<Id>, ApiError> {
-    text.map(|text| {
-        parse(text).ok_or_else(|| ApiError::InvalidParameter(format!("starting_after must be {resource} id")))
-    })
-    .transpose()
+    parameter(text, parse, || format!("starting_after must be {resource} id"))
+}
+
+/// A list's query string, or 400 `invalid-parameter` (an unknown or repeated parameter too).
+pub fn list_query<Query: serde::de::DeserializeOwned>(request: &HttpRequest) -> Result<Query, ApiError> {
+    web::Query::<Query>::from_query(request.query_string())
+        .map(web::Query::into_inner)
+        .map_err(|error| ApiError::InvalidParameter(format!("invalid query string: {error}")))
+}
+
+/// An optional query parameter read by `parse`, or 400 `invalid-parameter` saying `expected`.
+pub fn parameter<T>(
+    text: Option<&str>,
+    parse: impl Fn(&str) -> Option<T>,
+    expected: impl FnOnce() -> String,
+) -> Result<Option<T>, ApiError> {
+    text.map(|text| parse(text).ok_or_else(|| ApiError::InvalidParameter(expected()))).transpose()
 }
 
 /// The app's default service: no route matched.

@@ -217,27 +217,11 @@ pub async fn list(
     Authenticated(account): Authenticated,
     request: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    let query = web::Query::<ListOrdersQuery>::from_query(request.query_string())
-        .map_err(|error| ApiError::InvalidParameter(format!("invalid query string: {error}")))?
-        .into_inner();
+    let query: ListOrdersQuery = super::list_query(&request)?;
     let limit = super::page_limit(query.limit.as_deref())?;
-    let starting_after = query
-        .starting_after
-        .as_deref()
-        .map(|text| {
-            OrderId::parse(text)
-                .ok_or_else(|| ApiError::InvalidParameter("starting_after must be an order id".into()))
-        })
-        .transpose()?;
+    let starting_after = super::page_cursor(query.starting_after.as_deref(), "an order", OrderId::parse)?;
     let (orders, has_more) = service::list(&state.pool, account.id, limit, starting_after).await?;
-    #[derive(Serialize)]
-    struct Page<'a> {
-        object: &'static str,
-        data: Vec<OrderResource<'a>>,
-        has_more: bool,
-    }
-    let page = Page { object: "list", data: orders.iter().map(OrderResource::from).collect(), has_more };
-    Ok(HttpResponse::Ok().json(page))
+    Ok(super::page(orders.iter().map(OrderResource::from).collect(), has_more))
 }
 
 /// `POST /orders/{id}/cancel`

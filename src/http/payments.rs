@@ -15,9 +15,10 @@ use crate::error::{ApiError, FieldError};
 use crate::ids::{OrderId, PaymentId};
 use crate::money::Amount;
 use crate::payments::authorization::Action;
+use crate::payments::representation::PaymentResource;
 use crate::payments::representation::payment_json;
 use crate::payments::service::{self, ActionCommand, PayCommand};
-use crate::payments::{CaptureMethod, PaymentMethod};
+use crate::payments::{CaptureMethod, PaymentMethod, PaymentStatus};
 
 /// `POST /payments` body.
 #[derive(Debug, Deserialize)]
@@ -39,6 +40,16 @@ pub struct CaptureRequest {
     /// Read as written, before deserialising (see `written_amount`); declared for its shape.
     #[serde(rename = "amount")]
     _amount: Option<Value>,
+}
+
+/// `GET /payments` query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListPaymentsQuery {
+    order_id: Option<String>,
+    status: Option<String>,
+    limit: Option<String>,
+    starting_after: Option<String>,
 }
 
 /// `POST /payments/{id}/void` body: nothing, or an empty object.
@@ -189,4 +200,24 @@ pub async fn get(
     let payment_id = super::parse_id("payment", &id, PaymentId::parse)?;
     let payment = service::get(&state.engine, account.id, payment_id).await?;
     Ok(HttpResponse::Ok().content_type("application/json").body(payment_json(&payment)))
+}
+
+/// `GET /payments?order_id=&status=&limit=&starting_after=`
+pub async fn list(
+    state: web::Data<AppState>,
+    Authenticated(account): Authenticated,
+    request: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let query: ListPaymentsQuery = super::list_query(&request)?;
+    let limit = super::page_limit(query.limit.as_deref())?;
+    let order_id = super::parameter(query.order_id.as_deref(), OrderId::parse, || {
+        "order_id must be an order id".to_owned()
+    })?;
+    let status = super::parameter(query.status.as_deref(), PaymentStatus::parse, || {
+        "status must be processing, requires_capture, succeeded, failed or canceled".to_owned()
+    })?;
+    let starting_after = super::page_cursor(query.starting_after.as_deref(), "a payment", PaymentId::parse)?;
+    let (payments, has_more) =
+        service::list(&state.engine, account.id, order_id, status, limit, starting_after).await?;
+    Ok(super::page(payments.iter().map(PaymentResource::from).collect(), has_more))
 }

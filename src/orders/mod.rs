@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, SubsecRound, Utc};
 
-use crate::ids::{AccountId, OrderId};
+use crate::ids::{AccountId, OrderId, PaymentId};
 use crate::money::{Amount, AmountError, Currency};
 
 crate::text_enum! {
@@ -107,6 +107,8 @@ pub struct Order {
     pub customer_id: Option<String>,
     pub metadata: Metadata,
     pub items: Vec<LineItem>,
+    /// Its payments, oldest first: none when it is placed.
+    pub payment_ids: Vec<PaymentId>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -151,6 +153,7 @@ impl Order {
             customer_id: new.customer_id,
             metadata: new.metadata,
             items,
+            payment_ids: Vec::new(),
             created_at: now,
             updated_at: now,
         })

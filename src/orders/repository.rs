@@ -18,7 +18,7 @@ use crate::db::schema::{order_items, orders};
 use crate::events::EventType;
 use crate::idempotency::store::{ClaimParameters, ResourceKind};
 use crate::idempotency::{KeyedRequest, StoredResponse};
-use crate::ids::{AccountId, EventId, OrderId};
+use crate::ids::{AccountId, EventId, OrderId, PaymentId};
 use crate::money::{Amount, Currency};
 
 #[derive(Queryable, Selectable)]
@@ -52,8 +52,17 @@ fn corrupt(what: impl Into<String>) -> DbError {
     DbError::DeserializationError(what.into().into())
 }
 
+/// The ids of the order's payments, oldest first, read in the order's own query
+/// (`payments_by_order`): one round trip still, on the settle's path too.
+fn payment_ids() -> diesel::expression::SqlLiteral<diesel::sql_types::Array<diesel::sql_types::Uuid>> {
+    diesel::dsl::sql(
+        "ARRAY(SELECT payments.id FROM payments WHERE payments.account_id = orders.account_id \
+         AND payments.order_id = orders.id ORDER BY payments.id)",
+    )
+}
+
 impl OrderRow {
-    fn into_order(self, items: Vec<ItemRow>) -> QueryResult<Order> {
+    fn into_order(self, items: Vec<ItemRow>, payment_ids: Vec<PaymentId>) -> QueryResult<Order> {
         let currency =
             Currency::parse(&self.currency).map_err(|e| corrupt(format!("order currency: {e}")))?;
         let amount = |value: Decimal| {
@@ -83,6 +92,7 @@ impl OrderRow {
             metadata: serde_json::from_value::<Metadata>(self.metadata)
                 .map_err(|e| corrupt(format!("order metadata: {e}")))?,
             items,
+            payment_ids,
             created_at: self.created_at,
             updated_at: self.updated_at,
         })
@@ -164,7 +174,7 @@ pub async fn find(
 ) -> QueryResult<Option<Order>> {
     // One round trip: the order joined to its items (a payment's settle renders the order for
     // its event with this, so it is on the hot path).
-    let rows: Vec<(OrderRow, Option<ItemRow>)> = orders::table
+    let rows: Vec<(OrderRow, Vec<PaymentId>, Option<ItemRow>)> = orders::table
         .left_join(
             order_items::table
                 .on(order_items::account_id.eq(orders::account_id).and(order_items::order_id.eq(orders::id))),
@@ -172,13 +182,13 @@ pub async fn find(
         .filter(orders::account_id.eq(account_id))
         .filter(orders::id.eq(id))
         .order(order_items::line_number)
-        .select((OrderRow::as_select(), Option::<ItemRow>::as_select()))
+        .select((OrderRow::as_select(), payment_ids(), Option::<ItemRow>::as_select()))
         .load(conn)
         .await?;
     let mut rows = rows.into_iter();
-    let Some((order, first_item)) = rows.next() else { return Ok(None) };
-    let items = first_item.into_iter().chain(rows.filter_map(|(_, item)| item)).collect();
-    order.into_order(items).map(Some)
+    let Some((order, payment_ids, first_item)) = rows.next() else { return Ok(None) };
+    let items = first_item.into_iter().chain(rows.filter_map(|(_, _, item)| item)).collect();
+    order.into_order(items, payment_ids).map(Some)
 }
 
 /// A page of the account's orders, newest first (UUIDv7 ids sort by creation time), strictly
@@ -193,17 +203,20 @@ pub async fn list(
     if let Some(cursor) = starting_after {
         query = query.filter(orders::id.lt(cursor));
     }
-    let mut rows: Vec<OrderRow> =
-        query.order(orders::id.desc()).limit(limit + 1).select(OrderRow::as_select()).load(conn).await?;
-    let has_more = rows.len() as i64 > limit;
-    rows.truncate(limit as usize);
-    let ids: Vec<OrderId> = rows.iter().map(|row| row.id).collect();
+    let rows: Vec<(OrderRow, Vec<PaymentId>)> = query
+        .order(orders::id.desc())
+        .limit(limit + 1)
+        .select((OrderRow::as_select(), payment_ids()))
+        .load(conn)
+        .await?;
+    let (rows, has_more) = crate::db::page_of(rows, limit);
+    let ids: Vec<OrderId> = rows.iter().map(|(row, _)| row.id).collect();
     let mut items = load_items(conn, account_id, &ids).await?;
     let orders = rows
         .into_iter()
-        .map(|row| {
+        .map(|(row, payment_ids)| {
             let order_items = items.remove(&row.id).unwrap_or_default();
-            row.into_order(order_items)
+            row.into_order(order_items, payment_ids)
         })
         .collect::<QueryResult<Vec<_>>>()?;
     Ok((orders, has_more))

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::{LineItem, Metadata, Order, OrderStatus};
 use crate::idempotency::StoredResponse;
-use crate::ids::OrderId;
+use crate::ids::{OrderId, PaymentId};
 use crate::money::Amount;
 
 #[derive(Serialize)]
@@ -19,6 +19,9 @@ pub struct OrderResource<'a> {
     items: Vec<ItemResource<'a>>,
     customer_id: Option<&'a str>,
     metadata: &'a Metadata,
+    /// Its payments' ids, oldest first, as they were when this was rendered: a stored answer
+    /// keeps them as they were then (the creation's: none).
+    payment_ids: &'a [PaymentId],
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -42,6 +45,7 @@ impl<'a> From<&'a Order> for OrderResource<'a> {
             items: order.items.iter().map(ItemResource::from).collect(),
             customer_id: order.customer_id.as_deref(),
             metadata: &order.metadata,
+            payment_ids: &order.payment_ids,
             created_at: order.created_at,
             updated_at: order.updated_at,
         }

@@ -140,6 +140,33 @@ pub async fn account_of(conn: &mut AsyncPgConnection, id: PaymentId) -> QueryRes
     payments::table.filter(payments::id.eq(id)).select(payments::account_id).first(conn).await.optional()
 }
 
+/// A page of the account's payments (of one order, in one status, when given), newest first
+/// (ids are UUIDv7), strictly older than `starting_after` when given; and whether more follow.
+pub async fn list(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    order_id: Option<OrderId>,
+    status: Option<PaymentStatus>,
+    limit: i64,
+    starting_after: Option<PaymentId>,
+) -> QueryResult<(Vec<Payment>, bool)> {
+    let mut query = payments::table.filter(payments::account_id.eq(account_id)).into_boxed();
+    if let Some(order_id) = order_id {
+        query = query.filter(payments::order_id.eq(order_id));
+    }
+    if let Some(status) = status {
+        query = query.filter(payments::status.eq(status));
+    }
+    if let Some(cursor) = starting_after {
+        query = query.filter(payments::id.lt(cursor));
+    }
+    let rows: Vec<PaymentRow> =
+        query.order(payments::id.desc()).limit(limit + 1).select(PaymentRow::as_select()).load(conn).await?;
+    let (rows, has_more) = crate::db::page_of(rows, limit);
+    let payments = rows.into_iter().map(PaymentRow::into_payment).collect::<QueryResult<Vec<_>>>()?;
+    Ok((payments, has_more))
+}
+
 /// The order's payment whose outcome is still unknown, if any (at most one: a unique index).
 pub async fn processing_for_order(
     conn: &mut AsyncPgConnection,

@@ -308,6 +308,20 @@ pub async fn currency_of(
     Ok(Some(payment.currency()))
 }
 
+/// `GET /payments?order_id=&status=&limit=&starting_after=`: a page of the account's payments,
+/// newest first.
+pub async fn list(
+    engine: &Engine,
+    account_id: AccountId,
+    order_id: Option<OrderId>,
+    status: Option<PaymentStatus>,
+    limit: i64,
+    starting_after: Option<PaymentId>,
+) -> Result<(Vec<Payment>, bool), ApiError> {
+    let mut conn = engine.pool.get().await?;
+    Ok(repository::list(&mut conn, account_id, order_id, status, limit, starting_after).await?)
+}
+
 /// `GET /payments/{id}`
 pub async fn get(engine: &Engine, account_id: AccountId, payment_id: PaymentId) -> Result<Payment, ApiError> {
     let mut conn = engine.pool.get().await?;

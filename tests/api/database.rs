@@ -184,6 +184,7 @@ async fn lock_order(app: &TestApp, order_id: &str) -> AsyncPgConnection {
 
 async fn assert_unavailable(response: Response) -> Value {
     assert!(response.headers().contains_key("retry-after"), "{:?}", response.headers());
+    assert_eq!(response.headers()["orderpay-should-retry"], "true");
     assert_problem(response, 503, "service-unavailable").await
 }
 

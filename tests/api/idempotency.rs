@@ -16,12 +16,14 @@ async fn a_replay_returns_the_stored_answer_and_says_so() {
     assert_eq!(first.status(), 201);
     assert_eq!(first.headers()["idempotency-key"], key.as_str());
     assert!(first.headers().get("idempotent-replayed").is_none());
+    assert!(first.headers().get("orderpay-should-retry").is_none());
     let first_location = first.headers()["location"].clone();
     let first_body = first.text().await.unwrap();
 
     let replay = app.post_order(&order_body(), Some(&key)).await;
     assert_eq!(replay.status(), 201);
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.headers()["orderpay-should-retry"], "false", "a replay never changes");
     assert_eq!(replay.headers()["idempotency-key"], key.as_str());
     assert_eq!(replay.headers()["location"], first_location);
     assert_eq!(replay.headers()["content-type"], "application/json");
@@ -66,6 +68,7 @@ async fn the_same_key_with_another_body_is_refused_and_runs_nothing() {
     other["items"][0]["quantity"] = json!(3);
     let refused = app.post_order(&other, Some(&key)).await;
     assert_eq!(refused.headers()["idempotency-key"], key.as_str());
+    assert_eq!(refused.headers()["orderpay-should-retry"], "false");
     assert_problem(refused, 422, "idempotency-key-reused").await;
     assert_eq!(app.orders_stored().await, 1);
 
@@ -197,7 +200,9 @@ async fn a_validation_failure_is_not_stored_so_the_fixed_body_runs_with_the_same
     let key = new_key();
     let mut broken = order_body();
     broken["currency"] = json!("XYZ");
-    assert_problem(app.post_order(&broken, Some(&key)).await, 422, "validation-failed").await;
+    let invalid = app.post_order(&broken, Some(&key)).await;
+    assert_eq!(invalid.headers()["orderpay-should-retry"], "false", "the same body fails the same");
+    assert_problem(invalid, 422, "validation-failed").await;
     assert_problem(app.post_order_raw("{not json", Some(&key)).await, 400, "malformed-json").await;
     assert_eq!(app.keys_stored().await, 0);
     let fixed = app.post_order(&order_body(), Some(&key)).await;

@@ -13,6 +13,7 @@ mod books;
 mod captures;
 mod chaos;
 mod cli;
+mod clients;
 mod database;
 mod errors;
 mod events;

@@ -63,6 +63,7 @@ async fn a_decline_is_final_and_stored_and_a_new_key_can_pay() {
 
     let replay = app.pay(&order_id, "pm_card_declined", &key).await;
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.headers()["orderpay-should-retry"], "false", "a final answer replays as it is");
     assert_eq!(assert_problem(replay, 402, "payment-declined").await, problem);
 
     let paid = app.pay(&order_id, "pm_card_ok", &new_key()).await;
@@ -70,6 +71,64 @@ async fn a_decline_is_final_and_stored_and_a_new_key_can_pay() {
     assert_eq!(app.order_status(&order_id).await, "paid");
     let statuses: Vec<Value> = app.provider.charges().await.iter().map(|c| c["status"].clone()).collect();
     assert_eq!(statuses, [json!("declined"), json!("succeeded")], "one charge per payment, one succeeded");
+}
+
+#[tokio::test]
+async fn an_app_that_lost_a_payment_id_finds_it_through_its_order_or_the_payments_list() {
+    let app = spawn_app().await;
+    let order_key = new_key();
+    let created = app.post_order(&crate::helpers::order_body(), Some(&order_key)).await;
+    assert_eq!(created.status(), 201);
+    let created = created.text().await.unwrap();
+    let order_id = serde_json::from_str::<Value>(&created).unwrap()["id"].as_str().unwrap().to_owned();
+    let declined =
+        assert_problem(app.pay(&order_id, "pm_card_declined", &new_key()).await, 402, "payment-declined")
+            .await["payment_id"]
+            .clone();
+    let paid = json(app.pay(&order_id, "pm_card_ok", &new_key()).await).await["id"].clone();
+    let unpaid = app.create_order().await["id"].as_str().unwrap().to_owned();
+
+    // The order as read lists its payments, oldest first; one without payments, none.
+    let order = app.get_json(&format!("/orders/{order_id}")).await;
+    assert_eq!(order["payment_ids"], json!([declined, paid]));
+    assert_eq!(app.get_json(&format!("/orders/{unpaid}")).await["payment_ids"], json!([]));
+    let orders = app.get_json("/orders").await;
+    let listed: Vec<&Value> = orders["data"].as_array().unwrap().iter().map(|o| &o["payment_ids"]).collect();
+    assert_eq!(listed, [&json!([]), &json!([declined, paid])]);
+    // The creation's stored answer is what was decided then: replayed byte for byte, no payments.
+    let replay = app.post_order(&crate::helpers::order_body(), Some(&order_key)).await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    let replay = replay.text().await.unwrap();
+    assert_eq!(replay, created);
+    assert_eq!(serde_json::from_str::<Value>(&replay).unwrap()["payment_ids"], json!([]));
+    // The order.paid event carries the order as a read right after the change did.
+    let events = app.get_json("/events?type=order.paid").await;
+    assert_eq!(events["data"][0]["data"]["object"]["payment_ids"], json!([declined, paid]));
+
+    // GET /payments: newest first, by order and status, with the cursor of every list.
+    let of_order = app.get_json(&format!("/payments?order_id={order_id}")).await;
+    assert_eq!(of_order["object"], "list");
+    let ids: Vec<&Value> = of_order["data"].as_array().unwrap().iter().map(|p| &p["id"]).collect();
+    assert_eq!(ids, [&paid, &declined]);
+    assert_eq!(of_order["data"][0], app.get_payment(paid.as_str().unwrap()).await);
+    let failed = app.get_json(&format!("/payments?order_id={order_id}&status=failed")).await;
+    assert_eq!(failed["data"].as_array().unwrap().len(), 1);
+    assert_eq!(failed["data"][0]["id"], declined);
+    let first = app.get_json("/payments?limit=1").await;
+    assert_eq!((first["data"][0]["id"].clone(), first["has_more"].clone()), (paid.clone(), json!(true)));
+    let rest = app.get_json(&format!("/payments?limit=1&starting_after={}", paid.as_str().unwrap())).await;
+    assert_eq!((rest["data"][0]["id"].clone(), rest["has_more"].clone()), (declined.clone(), json!(false)));
+    assert!(
+        app.get_json(&format!("/payments?order_id={unpaid}")).await["data"].as_array().unwrap().is_empty()
+    );
+
+    for bad in ["status=settled", "order_id=42", "starting_after=nope", "limit=0", "colour=red"] {
+        let response = app.request(Method::GET, &format!("/payments?{bad}")).send().await.unwrap();
+        assert_problem(response, 400, "invalid-parameter").await;
+    }
+    let (_, other_key) = app.create_account("someone else").await;
+    let theirs = app.client.get(app.url("/payments")).bearer_auth(&other_key).send().await.unwrap();
+    assert_eq!(json(theirs).await["data"], json!([]));
 }
 
 #[tokio::test]
@@ -195,6 +254,7 @@ async fn a_duplicate_while_the_first_is_at_the_provider_is_told_to_wait() {
     assert_eq!(first.status(), 202);
     let retry_after: u64 = second.headers()["retry-after"].to_str().unwrap().parse().unwrap();
     assert!((1..=2).contains(&retry_after), "Retry-After {retry_after}");
+    assert_eq!(second.headers()["orderpay-should-retry"], "true");
     let problem = assert_problem(second, 409, "idempotency-key-in-use").await;
     assert_eq!(problem["resource_id"], json(first).await["id"]);
 }

@@ -6,10 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-if ! command -v chromium >/dev/null; then
-  echo "installing Debian's chromium package"
-  apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }
-fi
+. tests/scripts/chromium.sh
 
 profile=$(mktemp -d)
 trap 'rm -rf "$profile"' EXIT

@@ -1,0 +1,1 @@
+DROP INDEX payments_by_order;
