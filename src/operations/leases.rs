@@ -21,7 +21,7 @@ use uuid::Uuid;
 use crate::ids::{AccountId, LeaseId};
 
 /// The tables that hold provider operations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Table {
     /// A payment's charge or authorization.
     Payments,

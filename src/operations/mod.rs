@@ -29,6 +29,7 @@ pub mod operator;
 pub mod reconciler;
 pub mod refund;
 pub mod request;
+pub mod settled;
 pub mod webhooks;
 
 use std::future::Future;
@@ -202,7 +203,11 @@ pub trait Kind: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<Recorded>, EngineError>> + Send {
         async move {
             let mut conn = pool.get().await?;
-            Self::settle_on(&mut conn, op, outcome, actor).await
+            let recorded = Self::settle_on(&mut conn, op, outcome, actor).await?;
+            if recorded.as_ref().is_some_and(|recorded| recorded.applied) {
+                settled::tell(Self::TABLE, Self::id(op).1);
+            }
+            Ok(recorded)
         }
     }
 

@@ -147,13 +147,37 @@ impl Kind for Refunds {
 /// refunding to refunded on the payment (or released), the order, and the audit row, in one
 /// statement (`settle_refund.sql`). A refund the system started (no client key) leaves the
 /// order alone.
+///
+/// Several refunds of one payment settle at once, each moving the order: its time is read from
+/// the database once the order is locked (`orders::lock_and_stamp`, in the transaction of the
+/// statement), so that the order's `updated_at` and its events follow the order the settles
+/// commit in; a clock read before waiting for the lock could go backwards.
 pub async fn settle_on(
     conn: &mut AsyncPgConnection,
     refund: &Refund,
     outcome: RefundOutcome,
     actor: Actor,
 ) -> Result<Option<Recorded>, EngineError> {
-    let now = Utc::now().trunc_subsecs(6);
+    use diesel_async::AsyncConnection;
+    conn.transaction(async |conn| {
+        let Some(now) =
+            crate::orders::repository::lock_and_stamp(conn, refund.account_id, refund.order_id).await?
+        else {
+            return Err(EngineError::Vanished(format!("refund {}'s order", refund.id)));
+        };
+        crate::hooks::point("refund.settle.order_locked").await;
+        settle_at(conn, refund, outcome, actor, now.trunc_subsecs(6)).await
+    })
+    .await
+}
+
+async fn settle_at(
+    conn: &mut AsyncPgConnection,
+    refund: &Refund,
+    outcome: RefundOutcome,
+    actor: Actor,
+    now: chrono::DateTime<Utc>,
+) -> Result<Option<Recorded>, EngineError> {
     let mut settled = Refund { lease: None, updated_at: now, ..refund.clone() };
     let system = refund.idempotency_key.is_none();
     let (mut quiet, mut late_watch_until, mut next_check_at, mut follow_up_at) = (None, None, None, None);

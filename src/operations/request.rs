@@ -17,6 +17,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use super::leases::{self, Lease, LeaseTarget};
+use super::settled::Wait;
 use super::{Actor, DriveMode, Engine, Finding, Kind, drive};
 use crate::clock::after;
 use crate::error::ApiError;
@@ -284,8 +285,16 @@ pub async fn finish<K: Kind>(
             let engine = engine.clone();
             let request_id = request_id.to_owned();
             let task = async move {
-                let (finding, _) = drive::<K>(&engine, &op, lease, mode, Some(&request_id)).await;
-                record::<K>(&engine, &op, lease, finding).await
+                // Another driver (the provider's webhook, usually) may settle it while the
+                // provider holds its answer: then that is the answer, at once.
+                let id = K::id(&op);
+                let wait = Wait::on(K::TABLE, id.1);
+                tokio::select! {
+                    (finding, _) = drive::<K>(&engine, &op, lease, mode, Some(&request_id)) => {
+                        record::<K>(&engine, &op, lease, finding).await
+                    }
+                    () = wait.settled() => settled_meanwhile::<K>(&engine, &op, lease).await,
+                }
             };
             let answer = tokio::spawn(task.in_current_span())
                 .await
@@ -324,6 +333,29 @@ async fn record<K: Kind>(engine: &Engine, op: &K::Op, lease: LeaseId, finding: F
             tracing::error!(error = %error, "could not release an operation's lease");
             Answer::Pending(K::pending_answer(op))
         }
+    }
+}
+
+/// The answer of an operation another driver settled while this request's provider call was on
+/// its way.
+async fn settled_meanwhile<K: Kind>(engine: &Engine, op: &K::Op, lease: LeaseId) -> Answer {
+    let id = K::id(op);
+    let standing = match engine.pool.get().await {
+        Ok(mut conn) => leases::standing(&mut conn, K::TABLE, id).await.ok().flatten(),
+        Err(_) => None,
+    };
+    match standing.and_then(|standing| standing.answer()) {
+        Some((status, body)) => {
+            tracing::info!(
+                kind = K::TABLE.label(),
+                "another driver settled the operation while its provider call was on its way"
+            );
+            Answer::Final(Execution::Executed(K::stored_answer(id.1, status, body)))
+        }
+        // Not to be seen (only an applied settle tells): let it go for a retry or the reconciler.
+        None => leave_processing::<K>(engine, op, lease, "told it was settled, but it was not")
+            .await
+            .unwrap_or_else(|_| Answer::Pending(K::pending_answer(op))),
     }
 }
 

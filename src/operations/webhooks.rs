@@ -166,6 +166,8 @@ impl Received {
 #[derive(Debug, Clone, Copy)]
 struct Subject {
     account_id: AccountId,
+    /// Where its row is.
+    table: Table,
     /// As `payment_events.subject` names it: payment, capture, void, refund.
     kind: &'static str,
     id: Uuid,
@@ -266,6 +268,10 @@ pub async fn receive(engine: &Engine, event: &Event) -> Result<Received, EngineE
             Err(Abort::Engine(error)) => return Err(error),
         }
     };
+    // A request of this process waiting on its provider call for this operation answers now.
+    if let (true, Some(subject)) = (moved, subject) {
+        super::settled::tell(subject.table, subject.id);
+    }
     // Logged and counted once committed. (A settle that applied has logged and counted its own
     // transition already, inside the transaction: on the rare commit that fails after it, that
     // line and count stand for a transition the provider's retry then applies.)
@@ -423,7 +429,7 @@ async fn apply_charge(
     let Some(payment) = <Charges as Kind>::load(conn, id).await? else {
         return Ok(Step::Done(Received::Unknown, None));
     };
-    let subject = Subject { account_id, kind: "payment", id: payment_id.as_uuid() };
+    let subject = Subject { account_id, table: Table::Payments, kind: "payment", id: payment_id.as_uuid() };
     let verify = Verify::Charge(payment.downstream_key());
     let charge = match verified {
         Some(Verified::Charge(charge)) => charge,
@@ -462,7 +468,12 @@ async fn apply_charge(
     // A capture or void in flight: the charge's state is its outcome too, asked first (a capture
     // sets what is taken, a void releases the authorization).
     if let Some(operation) = actions::in_flight(conn, account_id, payment.id).await? {
-        let subject = Subject { account_id, kind: operation.kind.as_str(), id: operation.id.as_uuid() };
+        let subject = Subject {
+            account_id,
+            table: Table::PaymentOperations,
+            kind: operation.kind.as_str(),
+            id: operation.id.as_uuid(),
+        };
         return match charge_state(operation.kind, &payment, charge.clone()) {
             Finding::Final(_) if !trusted => Ok(ask),
             Finding::Final(outcome) => {
@@ -518,7 +529,7 @@ async fn apply_refund(
     let Some(held) = <Refunds as Kind>::load(conn, (account_id, refund_id.as_uuid())).await? else {
         return Ok(Step::Done(Received::Unknown, None));
     };
-    let subject = Subject { account_id, kind: "refund", id: refund_id.as_uuid() };
+    let subject = Subject { account_id, table: Table::Refunds, kind: "refund", id: refund_id.as_uuid() };
     let verify = Verify::Refund(held.refund.downstream_key());
     let refund = match verified {
         Some(Verified::Refund(refund)) => refund,

@@ -229,6 +229,23 @@ pub struct LockedOrder {
     pub total_amount: Amount,
 }
 
+/// Locks the order row for the rest of the transaction (`FOR UPDATE`) and returns the database's
+/// clock once the lock is held: the time of a change that waited for the order, so that two
+/// changes of one order are stamped in the order they commit. `None`: no such order.
+pub async fn lock_and_stamp(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    id: OrderId,
+) -> QueryResult<Option<chrono::DateTime<chrono::Utc>>> {
+    orders::table
+        .find((account_id, id))
+        .select(diesel::dsl::sql::<diesel::sql_types::Timestamptz>("clock_timestamp()"))
+        .for_update()
+        .first(conn)
+        .await
+        .optional()
+}
+
 /// Locks the order row for the rest of the transaction (`FOR UPDATE`) and returns its status and
 /// total: the one place where a status change and the checks before it are serialised.
 pub async fn lock(

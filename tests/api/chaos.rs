@@ -206,6 +206,7 @@ async fn payments_stay_exactly_once_through_kills_and_provider_faults() {
     );
     assert!(heard > 0 && heard as usize <= sent.len(), "{heard} events heard of {} sent", sent.len());
     assert_eq!(applied, by_webhook, "an applied event is one transition");
+    app.assert_books_equal_the_provider().await;
     println!(
         "chaos: {orders} orders, {kills_done} SIGKILLs, provider faults (15% held answers, 15% 503s, 5 ms), \
          client retries before the 201 {retries:?}, {} charges checked ({} succeeded, {resent} repeated \
@@ -360,6 +361,7 @@ async fn refunds_stay_within_what_was_captured_through_kills_and_provider_faults
     let transitions =
         app.count("SELECT count(*) AS count FROM payment_events WHERE subject = 'refund'").await;
     assert_eq!(transitions, answered.len() as i64, "one transition per refund");
+    app.assert_books_equal_the_provider().await;
     println!(
         "chaos: {} refunds of {orders} payments, {kills} SIGKILLs, provider faults (15% held answers, \
          15% 503s, 40 ms), {} client retries before a final answer; the provider's refunded sums \
@@ -496,6 +498,7 @@ async fn a_reset_after_the_provider_charged_ends_as_one_settled_charge() {
     assert_eq!(app.get_payment(&payment_id).await["status"], "succeeded");
     assert_eq!(app.order_status(&order_id).await, "paid");
     assert_eq!(app.provider.charges_for(&payment_id).await.len(), 1);
+    app.assert_books_equal_the_provider().await;
 }
 
 #[tokio::test]
@@ -517,4 +520,5 @@ async fn a_provider_that_goes_silent_after_charging_ends_as_one_settled_charge()
     let charges = app.provider.charges_for(&payment_id).await;
     assert_eq!(charges.len(), 1);
     assert_eq!(charges[0]["status"], "succeeded");
+    app.assert_books_equal_the_provider().await;
 }

@@ -658,3 +658,55 @@ pub async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
         tokio::time::sleep(POLL).await;
     }
 }
+
+impl TestApp {
+    /// Our books follow the provider's money: once nothing is in flight, every payment's
+    /// `amount_captured` and `amount_refunded` equal what the provider's charge for its
+    /// downstream key captured and refunded (none: nothing captured). `make chaos` asserts it
+    /// after every run. Returns how many payments were compared.
+    pub async fn assert_books_equal_the_provider(&self) -> usize {
+        let in_flight = self
+            .count(
+                "SELECT (SELECT count(*) FROM payments WHERE status = 'processing') \
+                 + (SELECT count(*) FROM refunds WHERE status = 'processing') \
+                 + (SELECT count(*) FROM payment_operations WHERE status = 'processing') AS count",
+            )
+            .await;
+        assert_eq!(in_flight, 0, "nothing is in flight when the books are compared");
+        let charges = self.provider.charges().await;
+        #[derive(diesel::QueryableByName)]
+        struct Books {
+            #[diesel(sql_type = diesel::sql_types::Text)]
+            id: String,
+            #[diesel(sql_type = diesel::sql_types::Numeric)]
+            amount_captured: rust_decimal::Decimal,
+            #[diesel(sql_type = diesel::sql_types::Numeric)]
+            amount_refunded: rust_decimal::Decimal,
+        }
+        let mut conn = self.db().await;
+        let payments: Vec<Books> =
+            diesel::sql_query("SELECT id::text AS id, amount_captured, amount_refunded FROM payments")
+                .load(&mut conn)
+                .await
+                .expect("our books");
+        let money =
+            |value: &Value| value.as_str().map_or(rust_decimal::Decimal::ZERO, |text| text.parse().unwrap());
+        for payment in &payments {
+            let key = format!("orderpay_pay_{}", payment.id);
+            let theirs: Vec<&Value> =
+                charges.iter().filter(|charge| charge["idempotency_key"] == key.as_str()).collect();
+            assert!(theirs.len() <= 1, "one charge per payment at the provider: {theirs:?}");
+            let (captured, refunded) = <[_]>::first(&theirs)
+                .map_or((rust_decimal::Decimal::ZERO, rust_decimal::Decimal::ZERO), |charge| {
+                    (money(&charge["amount_captured"]), money(&charge["amount_refunded"]))
+                });
+            assert_eq!(
+                (payment.amount_captured, payment.amount_refunded),
+                (captured, refunded),
+                "payment {}: our captured and refunded, the provider's: {theirs:?}",
+                payment.id
+            );
+        }
+        payments.len()
+    }
+}

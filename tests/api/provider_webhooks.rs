@@ -719,3 +719,33 @@ async fn without_a_secret_the_route_does_not_exist() {
     let wrong_method = enabled.client.get(enabled.url("/provider/webhooks")).send().await.unwrap();
     assert_problem(wrong_method, 405, "method-not-allowed").await;
 }
+
+/// A request waiting on its provider call answers as soon as another driver settles its
+/// operation: the provider charges at once and reports it by webhook, but holds its own answer
+/// for a minute (`pm_provider_timeout`), and the service would wait for it as long (its provider
+/// timeout is a minute here). The webhook settles the payment; the request hears it and answers
+/// 201 at once, not after the minute (the client gives up after 20 s).
+#[tokio::test]
+async fn a_request_waiting_on_its_provider_call_answers_once_a_webhook_settles_it() {
+    let app = spawn_app_with(|settings, mock| {
+        provider_webhooks_on(settings);
+        settings.provider.timeout = Duration::from_secs(60);
+        settings.timing.lease = Duration::from_secs(65);
+        mock.timeout_hold = Duration::from_secs(60);
+    })
+    .await;
+    let order_id = new_order(&app).await;
+    let paid = app
+        .request(Method::POST, "/payments")
+        .header("Idempotency-Key", new_key())
+        .json(&json!({"order_id": order_id, "payment_method": "pm_provider_timeout"}))
+        .timeout(Duration::from_secs(20))
+        .send()
+        .await
+        .expect("answered before the provider's own answer");
+    assert_eq!(paid.status(), 201);
+    let payment = json(paid).await;
+    assert_eq!(payment["status"], "succeeded");
+    assert_eq!(transitions(&app, payment["id"].as_str().unwrap(), "webhook", "succeeded").await, 1);
+    assert_eq!(app.order_status(&order_id).await, "paid");
+}

@@ -460,3 +460,47 @@ async fn a_refund_retried_past_its_keys_lifetime_answers_that_refund_not_a_secon
     assert_eq!(app.provider.refunds().await.len(), 1, "one refund at the provider");
     assert_eq!(app.get_payment(payment_id).await["amount_refunded"], "10.00");
 }
+
+/// Two refunds of one payment settling at once each move the order; the times that order their
+/// events come from the database once the order is locked. The first settle to reach the order
+/// is held there while the second starts: it waits for the order, and commits after, later in
+/// time. (Before, each read its clock before waiting: the second committed first with a later
+/// time, and the first then gave the order an `updated_at` that went backwards, so the newest
+/// event said `partially_refunded` of an order that was `refunded`.)
+#[tokio::test]
+async fn refunds_settling_together_stamp_the_order_in_the_order_they_commit() {
+    let app = spawn_app_with(|_, mock| mock.settle_after = Duration::from_millis(200)).await;
+    let (order_id, payment) = app.paid_order("40.00", "pm_refund_pending").await;
+    let payment_id = payment["id"].as_str().unwrap();
+    for amount in ["15.00", "25.00"] {
+        assert_eq!(app.refund(payment_id, Some(amount), &new_key()).await.status(), 202);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut held = orderpay::hooks::pause("refund.settle.order_locked");
+    let pass = app.reconcile_once();
+    let release = async {
+        tokio::time::timeout(Duration::from_secs(10), held.reached())
+            .await
+            .expect("a settle reached the order");
+        // The other settle runs meanwhile; it must wait for the order.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        held.release();
+    };
+    let (pass, ()) = tokio::join!(pass, release);
+    assert_eq!(pass.settled, 2, "{pass:?}");
+    let order = app.get_json(&format!("/orders/{order_id}")).await;
+    assert_eq!(order["status"], "refunded");
+    let mut order_events: Vec<Value> = app.get_json("/events?limit=100").await["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|event| event["type"].as_str().unwrap().starts_with("order."))
+        .map(|event| event["data"]["object"].clone())
+        .collect();
+    order_events.sort_by_key(|order| {
+        order["updated_at"].as_str().unwrap().parse::<chrono::DateTime<chrono::Utc>>().unwrap()
+    });
+    let newest = order_events.last().unwrap();
+    assert_eq!(newest["status"], "refunded", "the newest event is the order as it is: {order_events:?}");
+    assert_eq!(newest["updated_at"], order["updated_at"]);
+}
