@@ -115,6 +115,69 @@ const fn contains(list: &[usize], value: usize) -> bool {
     false
 }
 
+/// The length of `text` with every `from` replaced by `to` (for [`replace`], at compile time).
+pub const fn replaced_length(text: &str, from: &str, to: &str) -> usize {
+    let (text, from) = (text.as_bytes(), from.as_bytes());
+    let (mut at, mut length) = (0, 0);
+    while at < text.len() {
+        if starts_with_at(text, at, from) {
+            length += to.len();
+            at += from.len();
+        } else {
+            length += 1;
+            at += 1;
+        }
+    }
+    length
+}
+
+/// `text` with every `from` replaced by `to`, as bytes (`N` is [`replaced_length`]), at compile
+/// time: one template statement for several tables of the same shape.
+pub const fn replace<const N: usize>(text: &str, from: &str, to: &str) -> [u8; N] {
+    let (text, from, to) = (text.as_bytes(), from.as_bytes(), to.as_bytes());
+    let mut out = [0_u8; N];
+    let (mut at, mut written) = (0, 0);
+    while at < text.len() {
+        if starts_with_at(text, at, from) {
+            let mut index = 0;
+            while index < to.len() {
+                out[written] = to[index];
+                written += 1;
+                index += 1;
+            }
+            at += from.len();
+        } else {
+            out[written] = text[at];
+            written += 1;
+            at += 1;
+        }
+    }
+    out
+}
+
+const fn starts_with_at(text: &[u8], at: usize, prefix: &[u8]) -> bool {
+    if prefix.is_empty() || at + prefix.len() > text.len() {
+        return false;
+    }
+    let mut index = 0;
+    while index < prefix.len() {
+        if text[at + index] != prefix[index] {
+            return false;
+        }
+        index += 1;
+    }
+    true
+}
+
+/// What a statement declares (its files, its text, its parameters), for the checks of the tests.
+#[cfg(test)]
+pub type Declared = (&'static [&'static str], &'static str, &'static [&'static [usize]]);
+
+#[cfg(test)]
+pub fn declared<S: Statement>() -> Declared {
+    (S::FILES, S::SQL, S::PARAMETERS)
+}
+
 /// A prepared statement as declared by [`prepared_statement!`], for the checks below.
 pub trait Statement {
     /// The `.sql` files the text is made of, relative to the declaring module.
@@ -184,6 +247,47 @@ macro_rules! prepared_statement {
             $( $number:literal => $field:ident : $field_type:ty as $sql_type:ty ),* $(,)?
         }
     ) => {
+        $crate::prepared_statement! {
+            @declare [$(#[$meta])*] $vis $name $lt [$($file),+] [concat!($(include_str!($file)),+)] $returns {
+                $( group $group : $group_type, )?
+                $( $number => $field : $field_type as $sql_type ),*
+            }
+        }
+    };
+    // One template for several tables of the same shape (the operation tables): every
+    // `$placeholder` of the file is replaced by `$value` when the crate compiles.
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident<$lt:lifetime>(template $file:literal, $placeholder:literal => $value:literal)
+            -> $returns:ty
+        {
+            $( group $group:ident : $group_type:ty, )?
+            $( $number:literal => $field:ident : $field_type:ty as $sql_type:ty ),* $(,)?
+        }
+    ) => {
+        $crate::prepared_statement! {
+            @declare [$(#[$meta])*] $vis $name $lt [$file]
+            [{
+                const TEMPLATE: &str = include_str!($file);
+                const LENGTH: usize = $crate::db::statement::replaced_length(TEMPLATE, $placeholder, $value);
+                const BYTES: [u8; LENGTH] = $crate::db::statement::replace::<LENGTH>(TEMPLATE, $placeholder, $value);
+                match core::str::from_utf8(&BYTES) {
+                    Ok(sql) => sql,
+                    Err(_) => panic!("a template's replacement is not UTF-8"),
+                }
+            }]
+            $returns {
+                $( group $group : $group_type, )?
+                $( $number => $field : $field_type as $sql_type ),*
+            }
+        }
+    };
+    (
+        @declare [$(#[$meta:meta])*] $vis:vis $name:ident $lt:lifetime [$($file:literal),+] [$sql:expr] $returns:ty {
+            $( group $group:ident : $group_type:ty, )?
+            $( $number:literal => $field:ident : $field_type:ty as $sql_type:ty ),*
+        }
+    ) => {
         $(#[$meta])*
         $vis struct $name<$lt> {
             $( pub $group: $group_type, )?
@@ -192,7 +296,7 @@ macro_rules! prepared_statement {
 
         impl<$lt> $crate::db::statement::Statement for $name<$lt> {
             const FILES: &'static [&'static str] = &[$($file),+];
-            const SQL: &'static str = concat!($(include_str!($file)),+);
+            const SQL: &'static str = $sql;
             const PARAMETERS: &'static [&'static [usize]] = &[
                 $( <$group_type as $crate::db::statement::ParameterGroup>::PARAMETERS, )?
                 &[$($number),*],
@@ -288,17 +392,11 @@ mod tests {
         );
     }
 
-    /// What the checks below need of a statement type: its files, its text, its parameters.
-    type Declared = (&'static [&'static str], &'static str, &'static [&'static [usize]]);
-
-    fn declared<S: Statement>() -> Declared {
-        (S::FILES, S::SQL, S::PARAMETERS)
-    }
-
     /// Every hand-written statement of the crate. A `.sql` file that none of them reads fails
     /// the test below, so a new statement cannot be left out of this list.
     fn every_statement() -> Vec<Declared> {
-        vec![
+        let mut statements = crate::operations::leases::declared_statements();
+        statements.extend([
             declared::<crate::idempotency::store::ClaimKey<'static>>(),
             declared::<crate::orders::repository::NewOrderStatement<'static>>(),
             declared::<crate::payments::repository::StartPayment<'static>>(),
@@ -309,7 +407,8 @@ mod tests {
             declared::<crate::refunds::repository::StartRefund<'static>>(),
             declared::<crate::refunds::repository::SettleRefund<'static>>(),
             declared::<crate::refunds::repository::CorrectRefund<'static>>(),
-        ]
+        ]);
+        statements
     }
 
     #[test]
@@ -337,6 +436,7 @@ mod tests {
                 }
             }
         }
-        assert!(found >= statements.len(), "found {found} .sql files");
+        let distinct: std::collections::HashSet<&str> = read.iter().copied().collect();
+        assert!(found >= distinct.len(), "found {found} .sql files for {} read", distinct.len());
     }
 }

@@ -61,7 +61,7 @@ pub async fn metrics(state: web::Data<MetricsSource>) -> HttpResponse {
     let waiting = async {
         let mut conn = state.pool.get().await.ok()?;
         let mut counts = Vec::new();
-        for table in Table::ALL {
+        for &table in Table::ALL {
             counts.push((table, leases::count_waiting(&mut conn, table, Utc::now()).await.ok()?));
         }
         let unrefunded = crate::payments::repository::count_late_charges_unrefunded(&mut conn).await.ok()?;

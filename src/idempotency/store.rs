@@ -41,6 +41,18 @@ crate::text_enum! {
     }
 }
 
+impl ResourceKind {
+    /// Whether its answer is stored on the resource's own row, once it settles (a provider
+    /// operation: the kinds of `operations::every_kind!`, each naming one of these), rather than
+    /// on the key row with the change (a local one).
+    pub const fn answer_on_its_row(self) -> bool {
+        match self {
+            ResourceKind::Payment | ResourceKind::PaymentOperation | ResourceKind::Refund => true,
+            ResourceKind::Order | ResourceKind::WebhookEndpoint => false,
+        }
+    }
+}
+
 /// A stored key row.
 #[derive(Debug, Clone, Queryable, Selectable)]
 #[diesel(table_name = idempotency_keys)]
@@ -111,17 +123,12 @@ impl KeyRecord {
         if let Some(response) = self.stored_response() {
             return Ok(Some(Resolved::Answer(response)));
         }
-        match self.resource_kind {
-            ResourceKind::Payment | ResourceKind::PaymentOperation | ResourceKind::Refund => {
-                Ok(Some(Resolved::Operation { kind: self.resource_kind, resource_id: self.resource_id }))
-            }
-            // A local operation commits its key with its answer; a row without one belongs to
-            // a transaction that has not committed, which no other statement can see.
-            ResourceKind::Order | ResourceKind::WebhookEndpoint => Err(KeyConflict::InUse {
-                retry_after: Duration::from_secs(1),
-                resource_id: Some(self.resource_id),
-            }),
+        if self.resource_kind.answer_on_its_row() {
+            return Ok(Some(Resolved::Operation { kind: self.resource_kind, resource_id: self.resource_id }));
         }
+        // A local operation commits its key with its answer; a row without one belongs to a
+        // transaction that has not committed, which no other statement can see.
+        Err(KeyConflict::InUse { retry_after: Duration::from_secs(1), resource_id: Some(self.resource_id) })
     }
 
     /// The answer stored on this row, if it holds one (and it is well-formed).

@@ -19,7 +19,6 @@ use crate::error::ApiError;
 use crate::events::repository::NewEvent;
 use crate::events::{Announce, EventType};
 use crate::idempotency::StoredResponse;
-use crate::idempotency::store::ResourceKind;
 use crate::ids::{AccountId, OperationId};
 use crate::money::Amount;
 use crate::orders::OrderStatus;
@@ -102,7 +101,6 @@ pub fn captured_disagreement(payment: &Payment, charge: &Charge) -> Option<Strin
 
 impl Kind for Actions {
     const TABLE: Table = Table::PaymentOperations;
-    const RESOURCE: ResourceKind = ResourceKind::PaymentOperation;
     type Op = Held;
     type Final = ActionOutcome;
 

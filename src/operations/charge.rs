@@ -10,7 +10,6 @@ use super::{Actor, EngineError, Finding, GiveUp, Kind, Recorded};
 use crate::events::repository::NewEvent;
 use crate::events::{Announce, EventType};
 use crate::idempotency::StoredResponse;
-use crate::idempotency::store::ResourceKind;
 use crate::ids::{AccountId, PaymentId};
 use crate::orders::OrderStatus;
 use crate::orders::service as orders;
@@ -152,7 +151,6 @@ pub fn disagreement(payment: &Payment, charge: &Charge) -> Option<String> {
 
 impl Kind for Charges {
     const TABLE: Table = Table::Payments;
-    const RESOURCE: ResourceKind = ResourceKind::Payment;
     type Op = Payment;
     type Final = ChargeOutcome;
 

@@ -10,46 +10,134 @@
 //!   clock;
 //! - [`release`]: the outcome stays unknown; the driver lets go and schedules the next check.
 //!
-//! The statements name their table from [`Table`], a closed list, never from input.
+//! Each is one `.sql` template under `leases/`, its `operation_table` replaced by each operation
+//! table's name when the crate compiles: a prepared statement per table, declared once for every
+//! kind of [`super::every_kind!`] (never SQL built at run time).
 
 use chrono::{DateTime, Utc};
-use diesel::QueryableByName;
-use diesel::sql_types::{BigInt, Bytea, Int2, Int4, Nullable, Text, Timestamptz, Uuid as SqlUuid};
+use diesel::Queryable;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
+use crate::idempotency::store::ResourceKind;
 use crate::ids::{AccountId, LeaseId};
 
-/// The tables that hold provider operations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Table {
-    /// A payment's charge or authorization.
-    Payments,
-    /// Captures and voids of an authorization.
-    PaymentOperations,
-    Refunds,
+/// Declares [`Table`] and the lease statements of every operation table, from the kinds' list.
+macro_rules! operation_tables {
+    ($( $kind:path => $variant:ident($table:literal, $label:literal, $resource:ident) ),* $(,)?) => {
+        /// The tables that hold provider operations: one per kind of [`super::every_kind!`].
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Table {
+            $( $variant, )*
+        }
+
+        impl Table {
+            pub const ALL: &'static [Table] = &[$( Table::$variant ),*];
+
+            /// The label of its operations in metrics and logs.
+            pub const fn label(self) -> &'static str {
+                match self {
+                    $( Table::$variant => $label, )*
+                }
+            }
+
+            /// What a key that starts one of its operations names.
+            pub const fn resource(self) -> ResourceKind {
+                match self {
+                    $( Table::$variant => ResourceKind::$resource, )*
+                }
+            }
+        }
+
+        /// The prepared statements of each operation table.
+        #[allow(non_snake_case)]
+        mod statements {
+            $(
+                pub mod $variant {
+                    use chrono::{DateTime, Utc};
+
+                    use crate::ids::{AccountId, LeaseId};
+
+                    crate::prepared_statement! {
+                        pub struct Lease<'a>(template "leases/lease.sql", "operation_table" => $table)
+                            -> (Uuid, Uuid, Int4, Timestamptz)
+                        {
+                            1 => until: DateTime<Utc> as Timestamptz,
+                            2 => lease_id: &'a LeaseId as Uuid,
+                            3 => attempts_added: i32 as Int4,
+                            4 => now: DateTime<Utc> as Timestamptz,
+                            5 => account_id: Option<AccountId> as Nullable<Uuid>,
+                            6 => id: Option<uuid::Uuid> as Nullable<Uuid>,
+                            7 => limit: i64 as BigInt,
+                        }
+                    }
+
+                    crate::prepared_statement! {
+                        pub struct MarkSending<'a>(template "leases/mark_sending.sql", "operation_table" => $table)
+                            -> ()
+                        {
+                            1 => account_id: &'a AccountId as Uuid,
+                            2 => id: uuid::Uuid as Uuid,
+                            3 => lease_id: LeaseId as Uuid,
+                        }
+                    }
+
+                    crate::prepared_statement! {
+                        pub struct Release<'a>(template "leases/release.sql", "operation_table" => $table) -> () {
+                            1 => account_id: AccountId as Uuid,
+                            2 => id: uuid::Uuid as Uuid,
+                            3 => lease_id: LeaseId as Uuid,
+                            4 => next_check_at: DateTime<Utc> as Timestamptz,
+                            5 => last_error: &'a str as Text,
+                            6 => now: DateTime<Utc> as Timestamptz,
+                        }
+                    }
+
+                    crate::prepared_statement! {
+                        pub struct Standing<'a>(template "leases/standing.sql", "operation_table" => $table)
+                            -> (Nullable<Int2>, Nullable<Bytea>, Nullable<Timestamptz>)
+                        {
+                            1 => account_id: &'a AccountId as Uuid,
+                            2 => id: uuid::Uuid as Uuid,
+                        }
+                    }
+
+                    crate::prepared_statement! {
+                        pub struct CountWaiting<'a>(template "leases/count_waiting.sql", "operation_table" => $table)
+                            -> BigInt
+                        {
+                            1 => now: &'a DateTime<Utc> as Timestamptz,
+                        }
+                    }
+                }
+            )*
+        }
+
+        /// Every statement above, for the checks of `db::statement`'s tests.
+        #[cfg(test)]
+        pub(crate) fn declared_statements() -> Vec<crate::db::statement::Declared> {
+            use crate::db::statement::declared;
+            vec![$(
+                declared::<statements::$variant::Lease<'static>>(),
+                declared::<statements::$variant::MarkSending<'static>>(),
+                declared::<statements::$variant::Release<'static>>(),
+                declared::<statements::$variant::Standing<'static>>(),
+                declared::<statements::$variant::CountWaiting<'static>>(),
+            )*]
+        }
+
+        /// Evaluates `$body` with `$module` naming the statements of `$on`'s table.
+        macro_rules! on_table {
+            ($on:expr, |$module:ident| $body:expr) => {
+                match $on {
+                    $( Table::$variant => { use statements::$variant as $module; $body } )*
+                }
+            };
+        }
+    };
 }
 
-impl Table {
-    pub const ALL: [Table; 3] = [Table::Payments, Table::PaymentOperations, Table::Refunds];
-
-    const fn name(self) -> &'static str {
-        match self {
-            Table::Payments => "payments",
-            Table::PaymentOperations => "payment_operations",
-            Table::Refunds => "refunds",
-        }
-    }
-
-    /// The label of its operations in metrics and logs.
-    pub const fn label(self) -> &'static str {
-        match self {
-            Table::Payments => "payment",
-            Table::PaymentOperations => "capture_or_void",
-            Table::Refunds => "refund",
-        }
-    }
-}
+super::every_kind!(operation_tables);
 
 /// A driver's hold on an operation in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,21 +157,15 @@ pub enum LeaseTarget {
 }
 
 /// An operation a driver now holds.
-#[derive(Debug, Clone, Copy, QueryableByName)]
+#[derive(Debug, Clone, Copy, Queryable)]
 pub struct Leased {
-    #[diesel(sql_type = SqlUuid)]
     pub account_id: AccountId,
-    #[diesel(sql_type = SqlUuid)]
     pub id: Uuid,
     /// Checks made, this one included when the reconciler claimed it.
-    #[diesel(sql_type = Int4)]
     pub attempts: i32,
     /// The database's clock when the lease was taken (before any lookup under it).
-    #[diesel(sql_type = Timestamptz)]
     pub leased_at: DateTime<Utc>,
 }
-
-const IN_FLIGHT: &str = "status = 'processing' AND answer_status IS NULL";
 
 /// Leases in-flight operations of `table` whose lease is free (never held, released, or run
 /// out) to `lease` by compare-and-set: of two drivers racing for one operation exactly one gets
@@ -96,31 +178,22 @@ pub async fn lease(
     lease: Lease,
     now: DateTime<Utc>,
 ) -> diesel::QueryResult<Vec<Leased>> {
-    let (account_id, id, limit, attempt) = match target {
+    let (account_id, id, limit, attempts_added) = match target {
         LeaseTarget::One(account_id, id) => (Some(account_id), Some(id), 1, 0),
         LeaseTarget::Due { limit } => (None, None, limit, 1),
     };
-    diesel::sql_query(format!(
-        "UPDATE {table} SET lease_until = $1, lease_id = $2, next_check_at = $1, \
-             attempts = attempts + $3 \
-         WHERE (account_id, id) IN ( \
-             SELECT account_id, id FROM {table} \
-             WHERE {IN_FLIGHT} AND (lease_until IS NULL OR lease_until <= $4) \
-               AND CASE WHEN $5::uuid IS NULL THEN next_check_at <= $4 \
-                        ELSE account_id = $5 AND id = $6 END \
-             ORDER BY next_check_at LIMIT $7 FOR UPDATE SKIP LOCKED) \
-         RETURNING account_id, id, attempts, clock_timestamp() AS leased_at",
-        table = table.name()
-    ))
-    .bind::<Timestamptz, _>(lease.until)
-    .bind::<SqlUuid, _>(lease.id)
-    .bind::<Int4, _>(attempt)
-    .bind::<Timestamptz, _>(now)
-    .bind::<Nullable<SqlUuid>, _>(account_id)
-    .bind::<Nullable<SqlUuid>, _>(id)
-    .bind::<BigInt, _>(limit)
-    .load(conn)
-    .await
+    on_table!(table, |statements| {
+        let statement = statements::Lease {
+            until: lease.until,
+            lease_id: &lease.id,
+            attempts_added,
+            now,
+            account_id,
+            id,
+            limit,
+        };
+        statement.load(conn).await
+    })
 }
 
 /// Notes, under `lease`, that the operation's request is about to be sent again, at the
@@ -131,16 +204,9 @@ pub async fn mark_sending(
     (account_id, id): (AccountId, Uuid),
     lease: LeaseId,
 ) -> diesel::QueryResult<bool> {
-    let updated = diesel::sql_query(format!(
-        "UPDATE {table} SET last_send_at = clock_timestamp() \
-         WHERE account_id = $1 AND id = $2 AND {IN_FLIGHT} AND lease_id = $3",
-        table = table.name()
-    ))
-    .bind::<SqlUuid, _>(account_id)
-    .bind::<SqlUuid, _>(id)
-    .bind::<SqlUuid, _>(lease)
-    .execute(conn)
-    .await?;
+    let updated = on_table!(table, |statements| {
+        statements::MarkSending { account_id: &account_id, id, lease_id: lease }.execute(conn).await
+    })?;
     Ok(updated == 1)
 }
 
@@ -156,31 +222,19 @@ pub async fn release(
     last_error: &str,
     now: DateTime<Utc>,
 ) -> diesel::QueryResult<bool> {
-    let updated = diesel::sql_query(format!(
-        "UPDATE {table} SET next_check_at = $4, last_error = $5, lease_until = NULL, \
-             lease_id = NULL, updated_at = $6 \
-         WHERE account_id = $1 AND id = $2 AND {IN_FLIGHT} AND lease_id = $3",
-        table = table.name()
-    ))
-    .bind::<SqlUuid, _>(account_id)
-    .bind::<SqlUuid, _>(id)
-    .bind::<SqlUuid, _>(lease)
-    .bind::<Timestamptz, _>(next_check_at)
-    .bind::<Text, _>(last_error)
-    .bind::<Timestamptz, _>(now)
-    .execute(conn)
-    .await?;
+    let updated = on_table!(table, |statements| {
+        statements::Release { account_id, id, lease_id: lease, next_check_at, last_error, now }
+            .execute(conn)
+            .await
+    })?;
     Ok(updated == 1)
 }
 
 /// Where an operation stands, as a retry of the key that started it needs to know.
-#[derive(Debug, Clone, QueryableByName)]
+#[derive(Debug, Clone, Queryable)]
 pub struct Standing {
-    #[diesel(sql_type = Nullable<Int2>)]
     answer_status: Option<i16>,
-    #[diesel(sql_type = Nullable<Bytea>)]
     answer_body: Option<Vec<u8>>,
-    #[diesel(sql_type = Nullable<Timestamptz>)]
     lease_until: Option<DateTime<Utc>>,
 }
 
@@ -204,15 +258,9 @@ pub async fn standing(
     (account_id, id): (AccountId, Uuid),
 ) -> diesel::QueryResult<Option<Standing>> {
     use diesel::OptionalExtension;
-    diesel::sql_query(format!(
-        "SELECT answer_status, answer_body, lease_until FROM {table} WHERE account_id = $1 AND id = $2",
-        table = table.name()
-    ))
-    .bind::<SqlUuid, _>(account_id)
-    .bind::<SqlUuid, _>(id)
-    .get_result(conn)
-    .await
-    .optional()
+    on_table!(table, |statements| {
+        statements::Standing { account_id: &account_id, id }.get_result(conn).await.optional()
+    })
 }
 
 /// In-flight operations of `table` that no driver holds: waiting for a retry or the reconciler
@@ -222,18 +270,24 @@ pub async fn count_waiting(
     table: Table,
     now: DateTime<Utc>,
 ) -> diesel::QueryResult<i64> {
-    #[derive(QueryableByName)]
-    struct Count {
-        #[diesel(sql_type = BigInt)]
-        count: i64,
+    on_table!(table, |statements| statements::CountWaiting { now: &now }.get_result(conn).await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kinds' list and the key store's resource kinds agree: every operation table names a
+    /// resource whose answer lives on its row, and every such resource is some table's.
+    #[test]
+    fn every_operation_table_and_every_operation_resource_match() {
+        for table in Table::ALL {
+            assert!(table.resource().answer_on_its_row(), "{table:?}");
+        }
+        for kind in ResourceKind::ALL {
+            if kind.answer_on_its_row() {
+                assert!(Table::ALL.iter().any(|table| table.resource() == *kind), "{kind:?} has no table");
+            }
+        }
     }
-    let count: Count = diesel::sql_query(format!(
-        "SELECT count(*) AS count FROM {table} \
-         WHERE {IN_FLIGHT} AND (lease_until IS NULL OR lease_until <= $1)",
-        table = table.name()
-    ))
-    .bind::<Timestamptz, _>(now)
-    .get_result(conn)
-    .await?;
-    Ok(count.count)
 }

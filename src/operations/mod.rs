@@ -20,6 +20,23 @@
 //! as the provider reports its outcome. Whichever commits its guarded transition first wins; the
 //! others change nothing and answer from it.
 
+/// Every kind of provider operation, in one list: its [`Kind`], its operation table, its label in
+/// metrics and logs, and what a key that starts one names (`ResourceKind`). Everything kept per
+/// kind is derived from this list by a callback macro: the operation tables and their lease
+/// statements (`leases`), and the reconciler's passes (`reconciler`). Adding a kind is one line
+/// here (and its `Kind`; see docs/architecture.md).
+macro_rules! every_kind {
+    ($callback:ident) => {
+        $callback! {
+            $crate::operations::charge::Charges => Payments("payments", "payment", Payment),
+            $crate::operations::authorization::Actions
+                => PaymentOperations("payment_operations", "capture_or_void", PaymentOperation),
+            $crate::operations::refund::Refunds => Refunds("refunds", "refund", Refund),
+        }
+    };
+}
+pub(crate) use every_kind;
+
 pub mod authorization;
 pub mod charge;
 pub mod late_charge;
@@ -152,8 +169,8 @@ impl SendQuiet {
 pub trait Kind: Send + Sync + 'static {
     /// Its table (for the shared claim, lease, send mark and release).
     const TABLE: Table;
-    /// What a key that starts one names (`idempotency_keys.resource_kind`).
-    const RESOURCE: ResourceKind;
+    /// What a key that starts one names (`idempotency_keys.resource_kind`), as its table says.
+    const RESOURCE: ResourceKind = Self::TABLE.resource();
     /// The operation as a driver holds it: its row and what its provider calls need.
     type Op: Clone + Send + Sync + 'static;
     /// Its final outcomes.

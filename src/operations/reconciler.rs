@@ -24,10 +24,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use super::authorization::{self, Actions, Watched};
-use super::charge::Charges;
+use super::authorization::{self, Watched};
 use super::leases::{self, Lease, LeaseTarget};
-use super::refund::Refunds;
 use super::{
     Actor, DriveMode, Engine, EngineError, Finding, GiveUp, Kind, SendQuiet, drive, late_charge, late_refund,
 };
@@ -112,10 +110,7 @@ const CONCURRENCY: usize = 8;
 /// whatever another met: a database error ends one operation's check (or, for a claim, that
 /// part's batch), counted in `errors`, never the pass.
 pub async fn run_pass(engine: &Engine, config: &ReconcilerConfig) -> Result<PassReport, EngineError> {
-    let mut report = PassReport::default();
-    report.add(part("payments", pass_over::<Charges>(engine, config).await));
-    report.add(part("captures and voids", pass_over::<Actions>(engine, config).await));
-    report.add(part("refunds", pass_over::<Refunds>(engine, config).await));
+    let mut report = pass_every_kind(engine, config).await;
     report.add(part("authorizations", watch_authorizations(engine, config).await));
     // The late-refund watch first: a late charge's refund given up on is found carried out, or
     // known absent, before the late-charge watch decides whether to start another.
@@ -124,6 +119,20 @@ pub async fn run_pass(engine: &Engine, config: &ReconcilerConfig) -> Result<Pass
     crate::telemetry::metrics::reconciler_pass(&report.results());
     Ok(report)
 }
+
+/// Declares `pass_every_kind`: one [`pass_over`] of each kind of [`super::every_kind!`].
+macro_rules! passes {
+    ($( $kind:path => $variant:ident($table:literal, $label:literal, $resource:ident) ),* $(,)?) => {
+        /// The due operations of every kind, one kind after the other.
+        async fn pass_every_kind(engine: &Engine, config: &ReconcilerConfig) -> PassReport {
+            let mut report = PassReport::default();
+            $( report.add(part($label, pass_over::<$kind>(engine, config).await)); )*
+            report
+        }
+    };
+}
+
+super::every_kind!(passes);
 
 /// What one part of a pass did; a part that failed as a whole (its claim) counts one error.
 fn part(what: &str, done: Result<PassReport, EngineError>) -> PassReport {

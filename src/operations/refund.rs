@@ -10,7 +10,6 @@ use super::{Actor, EngineError, Finding, GiveUp, Kind, Recorded};
 use crate::events::repository::NewEvent;
 use crate::events::{Announce, EventType};
 use crate::idempotency::StoredResponse;
-use crate::idempotency::store::ResourceKind;
 use crate::ids::EventId;
 use crate::ids::{AccountId, RefundId};
 use crate::orders::OrderStatus;
@@ -71,7 +70,6 @@ pub fn outcome_of(answer: Result<ProviderRefund, ProviderError>) -> Finding<Refu
 
 impl Kind for Refunds {
     const TABLE: Table = Table::Refunds;
-    const RESOURCE: ResourceKind = ResourceKind::Refund;
     type Op = Held;
     type Final = RefundOutcome;
 

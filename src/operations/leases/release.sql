@@ -1,0 +1,6 @@
+-- Leaves an in-flight operation for a check at $4, noting why ($5), and lets go of the driver's
+-- lease if it still holds it. No row: someone settled it or took it over meanwhile.
+-- Parameters: 1 account, 2 operation id, 3 the lease id, 4 the next check, 5 last error, 6 now.
+UPDATE operation_table SET next_check_at = $4, last_error = $5, lease_until = NULL, lease_id = NULL,
+    updated_at = $6
+WHERE account_id = $1 AND id = $2 AND status = 'processing' AND answer_status IS NULL AND lease_id = $3
