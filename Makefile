@@ -250,9 +250,10 @@ alerts-check: db ## check deploy/: promtool check and test rules (promtool insta
 	fi
 
 .PHONY: lint
-lint: ## rustfmt check and clippy with warnings denied, for every workspace member
+lint: ## rustfmt check, clippy with warnings denied (every workspace member), and SQL's one home
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
+	tests/scripts/sql-style.sh
 
 .PHONY: model
 model: ## check the protocol's model (docs/model.md): the unit configurations, the large one, the mutants and the defects, with state counts and times

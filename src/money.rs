@@ -25,8 +25,13 @@ use std::str::FromStr;
 
 use rust_decimal::Decimal;
 
-/// An ISO 4217 alphabetic currency code that orderpay accepts, with its minor unit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// An ISO 4217 alphabetic currency code that orderpay accepts, with its minor unit. Stored as
+/// its code (`text`); a stored code that no longer parses is a corrupt row, reported by diesel
+/// as a deserialization error like any other.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, diesel::expression::AsExpression, diesel::deserialize::FromSqlRow,
+)]
+#[diesel(sql_type = diesel::sql_types::Text)]
 pub struct Currency {
     code: &'static str,
     minor_units: u32,
@@ -128,6 +133,25 @@ impl FromStr for Currency {
     type Err = CurrencyError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Currency::parse(s)
+    }
+}
+
+impl diesel::serialize::ToSql<diesel::sql_types::Text, diesel::pg::Pg> for Currency {
+    fn to_sql<'b>(
+        &'b self,
+        out: &mut diesel::serialize::Output<'b, '_, diesel::pg::Pg>,
+    ) -> diesel::serialize::Result {
+        <str as diesel::serialize::ToSql<diesel::sql_types::Text, diesel::pg::Pg>>::to_sql(self.code, out)
+    }
+}
+
+impl diesel::deserialize::FromSql<diesel::sql_types::Text, diesel::pg::Pg> for Currency {
+    fn from_sql(bytes: diesel::pg::PgValue<'_>) -> diesel::deserialize::Result<Self> {
+        let code =
+            <String as diesel::deserialize::FromSql<diesel::sql_types::Text, diesel::pg::Pg>>::from_sql(
+                bytes,
+            )?;
+        Ok(Currency::parse(&code).map_err(|error| format!("stored currency {code:?}: {error}"))?)
     }
 }
 

@@ -6,7 +6,6 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Bytea, Nullable, Text, Timestamptz, Uuid as SqlUuid};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde::Serialize;
 use uuid::Uuid;
@@ -115,19 +114,13 @@ pub async fn revoke(conn: &mut AsyncPgConnection, key_id: Uuid) -> QueryResult<O
 /// A live key found by its hash, with its account and the revocation generation read in the
 /// same statement (so in the same snapshot): a cache entry made from it is known to predate any
 /// later revocation.
-#[derive(Debug, Clone, QueryableByName)]
+#[derive(Debug, Clone, Queryable)]
 pub struct Found {
-    #[diesel(sql_type = SqlUuid)]
     pub account_id: AccountId,
-    #[diesel(sql_type = Text)]
     pub account_name: String,
-    #[diesel(sql_type = Timestamptz)]
     pub account_created_at: DateTime<Utc>,
-    #[diesel(sql_type = SqlUuid)]
     pub key_id: Uuid,
-    #[diesel(sql_type = Nullable<Timestamptz>)]
     pub last_used_at: Option<DateTime<Utc>>,
-    #[diesel(sql_type = BigInt)]
     pub generation: i64,
 }
 
@@ -139,16 +132,14 @@ impl Found {
 
 /// The live (not revoked) key whose secret hashes to `key_hash`, with its account.
 pub async fn lookup(conn: &mut AsyncPgConnection, key_hash: &[u8; 32]) -> QueryResult<Option<Found>> {
-    diesel::sql_query(
-        "SELECT a.id AS account_id, a.name AS account_name, a.created_at AS account_created_at, \
-             k.id AS key_id, k.last_used_at, r.generation \
-         FROM api_keys AS k JOIN accounts AS a ON a.id = k.account_id CROSS JOIN api_key_revocations AS r \
-         WHERE k.key_hash = $1 AND k.revoked_at IS NULL",
-    )
-    .bind::<Bytea, _>(key_hash.as_slice())
-    .get_result(conn)
-    .await
-    .optional()
+    LookupKey { key_hash: key_hash.as_slice() }.get_result(conn).await.optional()
+}
+
+crate::prepared_statement! {
+    /// A live key by its hash, with its account and the revocation generation (`lookup_key.sql`).
+    pub(crate) struct LookupKey<'a>("lookup_key.sql") -> (Uuid, Text, Timestamptz, Uuid, Nullable<Timestamptz>, BigInt) {
+        1 => key_hash: &'a [u8] as Bytea,
+    }
 }
 
 /// Notes that a key was used at `now`, unless that was noted less than a minute ago (by this

@@ -15,7 +15,6 @@ pub mod revocations;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Text, Timestamptz, Uuid as SqlUuid};
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -68,16 +67,12 @@ pub struct Account {
 }
 
 /// An account as `orderpay accounts list` shows it.
-#[derive(Debug, Clone, QueryableByName, Serialize)]
+#[derive(Debug, Clone, Queryable, Serialize)]
 pub struct AccountSummary {
-    #[diesel(sql_type = SqlUuid)]
     pub id: AccountId,
-    #[diesel(sql_type = Text)]
     pub name: String,
-    #[diesel(sql_type = Timestamptz)]
     pub created_at: DateTime<Utc>,
     /// Keys not revoked.
-    #[diesel(sql_type = BigInt)]
     pub live_keys: i64,
 }
 
@@ -115,14 +110,12 @@ pub async fn find(conn: &mut AsyncPgConnection, id: AccountId) -> QueryResult<Op
 
 /// Every account, oldest first, with its number of live keys.
 pub async fn list(conn: &mut AsyncPgConnection) -> QueryResult<Vec<AccountSummary>> {
-    diesel::sql_query(
-        "SELECT a.id, a.name, a.created_at, \
-             (SELECT count(*) FROM api_keys AS k WHERE k.account_id = a.id AND k.revoked_at IS NULL) \
-                 AS live_keys \
-         FROM accounts AS a ORDER BY a.created_at, a.id",
-    )
-    .load(conn)
-    .await
+    ListAccounts.load(conn).await
+}
+
+crate::prepared_statement! {
+    /// Every account with its number of live keys (`list_accounts.sql`).
+    pub(crate) struct ListAccounts("list_accounts.sql") -> (Uuid, Text, Timestamptz, BigInt);
 }
 
 /// Authenticates a presented key: from the cache when it was seen recently and no key has been

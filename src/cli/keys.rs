@@ -3,9 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use clap::Subcommand;
-use diesel::QueryableByName;
-use diesel::sql_types::{Int2, Nullable, Text, Timestamptz, Uuid as SqlUuid};
-use diesel_async::{AsyncPgConnection, RunQueryDsl};
+use diesel_async::AsyncPgConnection;
 use serde::Serialize;
 use uuid::Uuid;
 
@@ -13,6 +11,7 @@ use orderpay::config::DatabaseArgs;
 use orderpay::idempotency::ResourceKind;
 use orderpay::idempotency::store;
 use orderpay::ids::{AccountId, LeaseId};
+use orderpay::operations::leases::{self, Table};
 
 use super::{Output, connect, print_one, time};
 
@@ -55,21 +54,6 @@ impl State {
             State::ExpiredInAudit => "expired-in-audit",
         }
     }
-}
-
-/// The operation a key started, as its own row says now.
-#[derive(Debug, Clone, Serialize, QueryableByName)]
-struct Operation {
-    #[diesel(sql_type = Text)]
-    status: String,
-    /// The status of its final answer, once it has one.
-    #[diesel(sql_type = Nullable<Int2>)]
-    answer_status: Option<i16>,
-    #[diesel(sql_type = Nullable<Timestamptz>)]
-    lease_until: Option<DateTime<Utc>>,
-    /// The owner of the lease: the id a request, a retry or a reconciler claimed it with.
-    #[diesel(sql_type = Nullable<SqlUuid>)]
-    lease_id: Option<LeaseId>,
 }
 
 #[derive(Debug, Serialize)]
@@ -179,39 +163,22 @@ async fn report(
         },
         (None, None) => return Ok(None),
     };
-    if let Some(operation) = operation(conn, account, report.resource_kind, report.resource_id).await? {
-        report.in_flight = operation.status == "processing" && operation.answer_status.is_none();
-        report.stored_status = report.stored_status.or(operation.answer_status);
-        if report.in_flight && operation.lease_until.is_some_and(|until| until > now) {
-            report.lease_until = operation.lease_until;
+    // Tables come from the closed list of operation kinds, never from input.
+    let table = Table::of(report.resource_kind);
+    let operation = match table {
+        Some(table) => leases::standing(conn, table, (account, report.resource_id)).await?,
+        None => None,
+    };
+    if let Some(operation) = operation {
+        report.in_flight = operation.processing && operation.answer_status().is_none();
+        report.stored_status = report.stored_status.or(operation.answer_status());
+        if report.in_flight
+            && let Some(until) = operation.held_until(now)
+        {
+            report.lease_until = Some(until);
             report.lease_owner = operation.lease_id;
         }
         report.operation_status = Some(operation.status);
     }
     Ok(Some(report))
-}
-
-/// The row of the operation a key started; `None` for a key whose answer is on its own row
-/// (orders, webhook endpoints). Tables come from a closed list, never from input.
-async fn operation(
-    conn: &mut AsyncPgConnection,
-    account: AccountId,
-    kind: ResourceKind,
-    id: Uuid,
-) -> anyhow::Result<Option<Operation>> {
-    let table = match kind {
-        ResourceKind::Order | ResourceKind::WebhookEndpoint => return Ok(None),
-        ResourceKind::Payment => "payments",
-        ResourceKind::PaymentOperation => "payment_operations",
-        ResourceKind::Refund => "refunds",
-    };
-    use diesel::OptionalExtension;
-    Ok(diesel::sql_query(format!(
-        "SELECT status, answer_status, lease_until, lease_id FROM {table} WHERE account_id = $1 AND id = $2"
-    ))
-    .bind::<SqlUuid, _>(account)
-    .bind::<SqlUuid, _>(id)
-    .get_result(conn)
-    .await
-    .optional()?)
 }

@@ -4,7 +4,7 @@
 use clap::Subcommand;
 
 use orderpay::config::DatabaseArgs;
-use orderpay::merchant_webhooks::repository;
+use orderpay::merchant_webhooks::queue;
 
 use super::{Output, connect, maybe_time, print_list, time};
 
@@ -25,7 +25,7 @@ pub async fn run(command: WebhooksCommand) -> anyhow::Result<()> {
     match command {
         WebhooksCommand::Failing { output, database } => {
             let mut conn = connect(&database).await?;
-            let failing = repository::failing_endpoints(&mut conn).await?;
+            let failing = queue::failing_endpoints(&mut conn).await?;
             let columns = [
                 "ENDPOINT",
                 "ACCOUNT",

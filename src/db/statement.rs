@@ -254,6 +254,55 @@ macro_rules! prepared_statement {
             }
         }
     };
+    // A statement without parameters: a unit struct.
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident($($file:literal),+) -> $returns:ty;
+    ) => {
+        $(#[$meta])*
+        $vis struct $name;
+
+        impl $crate::db::statement::Statement for $name {
+            const FILES: &'static [&'static str] = &[$($file),+];
+            const SQL: &'static str = concat!($(include_str!($file)),+);
+            const PARAMETERS: &'static [&'static [usize]] = &[&[]];
+        }
+
+        const _: () = assert!(
+            $crate::db::statement::parameters_match(<$name as $crate::db::statement::Statement>::SQL, &[]),
+            concat!(stringify!($name), ": its SQL uses parameters"),
+        );
+
+        impl diesel::query_builder::QueryId for $name {
+            type QueryId = $name;
+            const HAS_STATIC_QUERY_ID: bool = true;
+        }
+
+        const _: () = {
+            #[allow(unused_imports)]
+            use diesel::sql_types::*;
+            impl diesel::query_builder::Query for $name {
+                type SqlType = $returns;
+            }
+        };
+
+        impl diesel::query_builder::QueryFragment<diesel::pg::Pg> for $name {
+            fn walk_ast<'b>(
+                &'b self,
+                mut out: diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>,
+            ) -> diesel::QueryResult<()> {
+                static PARSED: std::sync::OnceLock<$crate::db::statement::ParsedSql> =
+                    std::sync::OnceLock::new();
+                let sql = $crate::db::statement::parsed(&PARSED, <Self as $crate::db::statement::Statement>::SQL);
+                for segment in sql.segments() {
+                    if let $crate::db::statement::Segment::Sql(text) = segment {
+                        out.push_sql(text);
+                    }
+                }
+                Ok(())
+            }
+        }
+    };
     // One template for several tables of the same shape (the operation tables): every
     // `$placeholder` of the file is replaced by `$value` when the crate compiles.
     (
@@ -407,6 +456,28 @@ mod tests {
             declared::<crate::refunds::repository::StartRefund<'static>>(),
             declared::<crate::refunds::repository::SettleRefund<'static>>(),
             declared::<crate::refunds::repository::CorrectRefund<'static>>(),
+            declared::<crate::refunds::repository::WatchLateRefunds<'static>>(),
+            declared::<crate::payments::repository::WatchAuthorizations<'static>>(),
+            declared::<crate::payments::repository::WatchLateCharges<'static>>(),
+            declared::<crate::idempotency::store::ExpireKey<'static>>(),
+            declared::<crate::idempotency::store::SweepKeys<'static>>(),
+            declared::<crate::idempotency::store::PurgeAudit<'static>>(),
+            declared::<crate::operations::webhooks::SweepProviderWebhooks<'static>>(),
+            declared::<crate::events::repository::TakeRelay<'static>>(),
+            declared::<crate::events::repository::ReadCursor<'static>>(),
+            declared::<crate::events::repository::RestartCursor<'static>>(),
+            declared::<crate::events::repository::ReadAfter<'static>>(),
+            declared::<crate::events::repository::AdvanceCursor<'static>>(),
+            declared::<crate::events::repository::Lag<'static>>(),
+            declared::<crate::events::repository::Sweep<'static>>(),
+            declared::<crate::merchant_webhooks::endpoints::DeleteEndpoint<'static>>(),
+            declared::<crate::merchant_webhooks::endpoints::Subscribers<'static>>(),
+            declared::<crate::merchant_webhooks::queue::ClaimDue<'static>>(),
+            declared::<crate::merchant_webhooks::queue::RecordFinished<'static>>(),
+            declared::<crate::merchant_webhooks::queue::FailingEndpoints>(),
+            declared::<crate::merchant_webhooks::retention::PurgeDeliveries<'static>>(),
+            declared::<crate::accounts::keys::LookupKey<'static>>(),
+            declared::<crate::accounts::ListAccounts>(),
         ]);
         statements
     }

@@ -3,7 +3,6 @@
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Text, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 use super::{Event, EventType};
@@ -24,12 +23,10 @@ impl NewEvent {
     }
 }
 
-/// Read by raw SQL too, where `QueryableByName` looks the type up by the field's name: such
-/// queries select `type AS type_`.
-#[derive(Queryable, Selectable, QueryableByName)]
+#[derive(Queryable, Selectable)]
 #[diesel(table_name = events)]
 #[diesel(check_for_backend(diesel::pg::Pg))]
-struct EventRow {
+pub(crate) struct EventRow {
     account_id: AccountId,
     id: EventId,
     #[diesel(column_name = type_)]
@@ -124,12 +121,10 @@ pub async fn list(
 }
 
 /// Where a relay stands: the last event it handed on, in transaction order.
-#[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
+#[derive(Debug, Clone, PartialEq, Eq, Queryable)]
 pub struct Cursor {
     /// The writing transaction's id, as text (PostgreSQL's `xid8`).
-    #[diesel(sql_type = Text)]
     pub txid: String,
-    #[diesel(sql_type = BigInt)]
     pub seq: i64,
 }
 
@@ -162,60 +157,17 @@ pub struct Taken {
 /// nothing about this cluster's transaction ids: it is put back before the oldest event, in
 /// this transaction. Events already handed on are handed on again: at least once, as always.
 pub async fn lock_cursor(conn: &mut AsyncPgConnection, relay: &str) -> QueryResult<Option<Taken>> {
-    #[derive(QueryableByName)]
-    struct Lock {
-        #[diesel(sql_type = diesel::sql_types::Bool)]
-        taken: bool,
-    }
-    #[derive(QueryableByName)]
-    struct Stored {
-        #[diesel(embed)]
-        cursor: Cursor,
-        #[diesel(sql_type = diesel::sql_types::Bool)]
-        same_cluster: bool,
-    }
-    let lock: Lock = diesel::sql_query(
-        "SELECT pg_try_advisory_xact_lock(hashtextextended('orderpay.relay.' || $1, 0)) AS taken",
-    )
-    .bind::<Text, _>(relay)
-    .get_result(conn)
-    .await?;
-    if !lock.taken {
+    let taken: bool = TakeRelay { relay }.get_result(conn).await?;
+    if !taken {
         return Ok(None);
     }
-    let stored: Option<Stored> = diesel::sql_query(
-        "SELECT txid::text AS txid, seq, coalesce(system_identifier = \
-             (SELECT system_identifier FROM pg_control_system()), false) AS same_cluster \
-         FROM relay_cursors WHERE relay = $1",
-    )
-    .bind::<Text, _>(relay)
-    .get_result(conn)
-    .await
-    .optional()?;
-    let Some(stored) = stored else { return Ok(None) };
-    if stored.same_cluster {
-        return Ok(Some(Taken { cursor: stored.cursor, started_over: false }));
+    let stored: Option<(Cursor, bool)> = ReadCursor { relay }.get_result(conn).await.optional()?;
+    let Some((cursor, same_cluster)) = stored else { return Ok(None) };
+    if same_cluster {
+        return Ok(Some(Taken { cursor, started_over: false }));
     }
-    diesel::sql_query(
-        "UPDATE relay_cursors SET txid = '0', seq = 0, updated_at = now(), \
-             system_identifier = (SELECT system_identifier FROM pg_control_system()) \
-         WHERE relay = $1",
-    )
-    .bind::<Text, _>(relay)
-    .execute(conn)
-    .await?;
+    RestartCursor { relay }.execute(conn).await?;
     Ok(Some(Taken { cursor: Cursor { txid: "0".to_owned(), seq: 0 }, started_over: true }))
-}
-
-/// An event with its place in transaction order.
-#[derive(QueryableByName)]
-struct Placed {
-    #[diesel(embed)]
-    event: EventRow,
-    #[diesel(sql_type = Text)]
-    txid: String,
-    #[diesel(sql_type = BigInt)]
-    seq: i64,
 }
 
 /// Up to `limit` events after `cursor` in transaction order, of transactions older than every one
@@ -227,30 +179,15 @@ pub async fn read_after(
     cursor: &Cursor,
     limit: i64,
 ) -> QueryResult<(Vec<Event>, Option<Cursor>)> {
-    let rows: Vec<Placed> = diesel::sql_query(
-        "SELECT account_id, id, type AS type_, data, created_at, txid::text AS txid, seq FROM events \
-         WHERE (txid, seq) > ($1::xid8, $2) AND txid < pg_snapshot_xmin(pg_current_snapshot()) \
-         ORDER BY events.txid, events.seq LIMIT $3",
-    )
-    .bind::<Text, _>(&cursor.txid)
-    .bind::<BigInt, _>(cursor.seq)
-    .bind::<BigInt, _>(limit)
-    .load(conn)
-    .await?;
-    let next = rows.last().map(|last| Cursor { txid: last.txid.clone(), seq: last.seq });
-    Ok((rows.into_iter().map(|row| Event::from(row.event)).collect(), next))
+    let rows: Vec<(EventRow, String, i64)> =
+        ReadAfter { txid: &cursor.txid, seq: cursor.seq, limit }.load(conn).await?;
+    let next = <[_]>::last(&rows).map(|(_, txid, seq)| Cursor { txid: txid.clone(), seq: *seq });
+    Ok((rows.into_iter().map(|(event, _, _)| Event::from(event)).collect(), next))
 }
 
 /// Moves `relay`'s cursor (locked by the caller's transaction).
 pub async fn advance_cursor(conn: &mut AsyncPgConnection, relay: &str, to: &Cursor) -> QueryResult<()> {
-    diesel::sql_query(
-        "UPDATE relay_cursors SET txid = $2::xid8, seq = $3, updated_at = now() WHERE relay = $1",
-    )
-    .bind::<Text, _>(relay)
-    .bind::<Text, _>(&to.txid)
-    .bind::<BigInt, _>(to.seq)
-    .execute(conn)
-    .await?;
+    AdvanceCursor { relay, txid: &to.txid, seq: to.seq }.execute(conn).await?;
     Ok(())
 }
 
@@ -260,19 +197,8 @@ pub async fn lag(
     relay: &str,
     now: DateTime<Utc>,
 ) -> QueryResult<std::time::Duration> {
-    #[derive(QueryableByName)]
-    struct Oldest {
-        #[diesel(sql_type = diesel::sql_types::Nullable<Timestamptz>)]
-        oldest: Option<DateTime<Utc>>,
-    }
-    let oldest: Oldest = diesel::sql_query(
-        "SELECT min(e.created_at) AS oldest FROM events e, relay_cursors c \
-         WHERE c.relay = $1 AND (e.txid, e.seq) > (c.txid, c.seq)",
-    )
-    .bind::<Text, _>(relay)
-    .get_result(conn)
-    .await?;
-    Ok(oldest.oldest.and_then(|oldest| (now - oldest).to_std().ok()).unwrap_or_default())
+    let oldest: Option<DateTime<Utc>> = Lag { relay }.get_result(conn).await?;
+    Ok(oldest.and_then(|oldest| (now - oldest).to_std().ok()).unwrap_or_default())
 }
 
 /// Deletes up to `batch_size` of the oldest events created before `before`. Returns how many.
@@ -283,15 +209,61 @@ pub async fn sweep(
     before: DateTime<Utc>,
     batch_size: i64,
 ) -> QueryResult<usize> {
-    diesel::sql_query(
-        "DELETE FROM events WHERE (txid, seq) IN ( \
-             SELECT txid, seq FROM events \
-             WHERE (txid, seq) IN (SELECT txid, seq FROM events ORDER BY txid, seq LIMIT $2) \
-               AND created_at < $1 \
-             FOR UPDATE SKIP LOCKED)",
-    )
-    .bind::<Timestamptz, _>(before)
-    .bind::<BigInt, _>(batch_size)
-    .execute(conn)
-    .await
+    Sweep { before: &before, batch_size }.execute(conn).await
+}
+
+crate::prepared_statement! {
+    /// A relay taken for the caller's transaction (`sql/take_relay.sql`).
+    pub(crate) struct TakeRelay<'a>("sql/take_relay.sql") -> Bool {
+        1 => relay: &'a str as Text,
+    }
+}
+
+crate::prepared_statement! {
+    /// A relay's cursor and whether this cluster wrote it (`sql/read_cursor.sql`).
+    pub(crate) struct ReadCursor<'a>("sql/read_cursor.sql") -> ((Text, BigInt), Bool) {
+        1 => relay: &'a str as Text,
+    }
+}
+
+crate::prepared_statement! {
+    /// A cursor from another cluster put back before the oldest event (`sql/restart_cursor.sql`).
+    pub(crate) struct RestartCursor<'a>("sql/restart_cursor.sql") -> () {
+        1 => relay: &'a str as Text,
+    }
+}
+
+crate::prepared_statement! {
+    /// The events after a cursor, in transaction order (`sql/read_after.sql`).
+    pub(crate) struct ReadAfter<'a>("sql/read_after.sql")
+        -> (diesel::dsl::SqlTypeOf<diesel::dsl::AsSelect<EventRow, diesel::pg::Pg>>, Text, BigInt)
+    {
+        1 => txid: &'a str as Text,
+        2 => seq: i64 as BigInt,
+        3 => limit: i64 as BigInt,
+    }
+}
+
+crate::prepared_statement! {
+    /// A relay's cursor moved (`sql/advance_cursor.sql`).
+    pub(crate) struct AdvanceCursor<'a>("sql/advance_cursor.sql") -> () {
+        1 => relay: &'a str as Text,
+        2 => txid: &'a str as Text,
+        3 => seq: i64 as BigInt,
+    }
+}
+
+crate::prepared_statement! {
+    /// When the oldest event a relay has not handed on was written (`sql/lag.sql`).
+    pub(crate) struct Lag<'a>("sql/lag.sql") -> Nullable<Timestamptz> {
+        1 => relay: &'a str as Text,
+    }
+}
+
+crate::prepared_statement! {
+    /// A batch of events past their retention deleted (`sql/sweep.sql`).
+    pub(crate) struct Sweep<'a>("sql/sweep.sql") -> () {
+        1 => before: &'a DateTime<Utc> as Timestamptz,
+        2 => batch_size: i64 as BigInt,
+    }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{BigInt, Bytea, Int2, Jsonb, Nullable, Text, Timestamptz, Uuid as SqlUuid};
+use diesel::sql_types::{Bytea, Int2, Jsonb, Nullable, Text, Timestamptz, Uuid as SqlUuid};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
@@ -334,27 +334,29 @@ pub async fn abandon(
     Ok(())
 }
 
-/// What moves a key row to the audit: the metadata of the rows deleted by the `doomed` CTE
-/// (which must name `account_id, key` of rows to delete), without the stored answer. The
-/// statement returns how many keys it moved. A conflict cannot happen (a key is claimed again
-/// only after its row is gone, and `created_at` differs), but should one ever, the key is still
-/// freed rather than the sweeper stuck on it.
-const MOVE_TO_AUDIT: &str = "\
-    moved AS ( \
-        DELETE FROM idempotency_keys AS k USING doomed AS d \
-        WHERE k.account_id = d.account_id AND k.key = d.key \
-        RETURNING k.account_id, k.key, k.method, k.route, k.fingerprint, k.resource_kind, \
-            k.resource_id, k.response_status, k.created_at, k.expires_at), \
-    audited AS ( \
-        INSERT INTO idempotency_key_audit (account_id, key, method, route, fingerprint, \
-            resource_kind, resource_id, response_status, created_at, expires_at) \
-        SELECT * FROM moved ON CONFLICT DO NOTHING) \
-    SELECT count(*) AS count FROM moved";
+crate::prepared_statement! {
+    /// One key expired, if it is past its retention (`expire_key.sql`, `move_to_audit.sql`).
+    pub(crate) struct ExpireKey<'a>("expire_key.sql", "move_to_audit.sql") -> BigInt {
+        1 => account_id: AccountId as Uuid,
+        2 => key: &'a str as Text,
+        3 => now: DateTime<Utc> as Timestamptz,
+    }
+}
 
-#[derive(QueryableByName)]
-struct Count {
-    #[diesel(sql_type = BigInt)]
-    count: i64,
+crate::prepared_statement! {
+    /// The sweeper's batch (`sweep_keys.sql`, `move_to_audit.sql`).
+    pub(crate) struct SweepKeys<'a>("sweep_keys.sql", "move_to_audit.sql") -> BigInt {
+        1 => now: &'a DateTime<Utc> as Timestamptz,
+        2 => batch_size: i64 as BigInt,
+    }
+}
+
+crate::prepared_statement! {
+    /// Audit rows past their retention deleted (`purge_audit.sql`).
+    pub(crate) struct PurgeAudit<'a>("purge_audit.sql") -> () {
+        1 => before: &'a DateTime<Utc> as Timestamptz,
+        2 => batch_size: i64 as BigInt,
+    }
 }
 
 /// Expires one key if it is past its retention (a key met there counts as new): its metadata
@@ -365,17 +367,7 @@ pub async fn expire(
     key: &str,
     now: DateTime<Utc>,
 ) -> QueryResult<()> {
-    diesel::sql_query(format!(
-        "WITH doomed AS ( \
-             SELECT account_id, key FROM idempotency_keys \
-             WHERE account_id = $1 AND key = $2 AND expires_at <= $3 FOR UPDATE), \
-         {MOVE_TO_AUDIT}"
-    ))
-    .bind::<SqlUuid, _>(account_id)
-    .bind::<Text, _>(key)
-    .bind::<Timestamptz, _>(now)
-    .get_result::<Count>(conn)
-    .await?;
+    ExpireKey { account_id, key, now }.get_result::<i64>(conn).await?;
     Ok(())
 }
 
@@ -389,17 +381,8 @@ pub async fn delete_expired(
     batch_size: i64,
     now: DateTime<Utc>,
 ) -> QueryResult<usize> {
-    let moved = diesel::sql_query(format!(
-        "WITH doomed AS ( \
-             SELECT account_id, key FROM idempotency_keys WHERE expires_at <= $1 \
-             ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED), \
-         {MOVE_TO_AUDIT}"
-    ))
-    .bind::<Timestamptz, _>(now)
-    .bind::<BigInt, _>(batch_size)
-    .get_result::<Count>(conn)
-    .await?;
-    Ok(moved.count as usize)
+    let moved: i64 = SweepKeys { now: &now, batch_size }.get_result(conn).await?;
+    Ok(moved as usize)
 }
 
 /// Deletes up to `batch_size` audit rows of keys that expired before `before`, oldest first.
@@ -409,15 +392,7 @@ pub async fn purge_audit(
     batch_size: i64,
     before: DateTime<Utc>,
 ) -> QueryResult<usize> {
-    diesel::sql_query(
-        "DELETE FROM idempotency_key_audit WHERE (account_id, key, created_at) IN ( \
-             SELECT account_id, key, created_at FROM idempotency_key_audit WHERE expires_at <= $1 \
-             ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
-    )
-    .bind::<Timestamptz, _>(before)
-    .bind::<BigInt, _>(batch_size)
-    .execute(conn)
-    .await
+    PurgeAudit { before: &before, batch_size }.execute(conn).await
 }
 
 /// A key's metadata as the audit keeps it after it expired.

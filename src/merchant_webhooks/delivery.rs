@@ -19,7 +19,7 @@
 //! ceiling of the whole path (a few hundred a second, however many sends were in flight). A
 //! finished send hands its attempt to the worker's recorder (a task fed by a bounded channel)
 //! and frees its sending slot; the recorder writes whatever has queued up while it wrote the
-//! batch before, up to [`RECORD_BATCH`], in one statement ([`repository::record_finished`]),
+//! batch before, up to [`RECORD_BATCH`], in one statement ([`queue::record_finished`]),
 //! each outcome still under its own lease. Under light load that is a batch of one, written at
 //! once (no window to wait out); under heavy load batches grow by themselves. The channel's
 //! bound stops the sends when the recorder falls behind, so the deliveries sent but not yet
@@ -48,7 +48,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderValue};
 use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio::task::JoinSet;
 
-use super::repository::{self, Attempt, Claimed, Finished, Outcome};
+use super::queue::{self, Attempt, Claimed, Finished, Outcome};
 use super::{DeliveryConfig, WebhookSettings, address, secrets};
 use crate::background::Shutdown;
 use crate::db::Pool;
@@ -245,7 +245,7 @@ async fn record(pool: Pool, mut finished: mpsc::Receiver<Finished>, retry: std::
 
 async fn record_batch(pool: &Pool, batch: &[Finished]) -> anyhow::Result<HashSet<(DeliveryId, LeaseId)>> {
     let mut conn = pool.get().await?;
-    Ok(repository::record_finished(&mut conn, batch, Utc::now()).await?)
+    Ok(queue::record_finished(&mut conn, batch, Utc::now()).await?)
 }
 
 impl Worker {
@@ -256,7 +256,7 @@ impl Worker {
         let lease = Lease { id: LeaseId::generate(), until: crate::clock::after(now, self.config.lease) };
         let claimed = {
             let mut conn = self.pool.get().await?;
-            repository::claim_due(&mut conn, limit, lease, now).await?
+            queue::claim_due(&mut conn, limit, lease, now).await?
         };
         let mut bodies: HashMap<EventId, Arc<Vec<u8>>> = HashMap::new();
         for delivery in &claimed {

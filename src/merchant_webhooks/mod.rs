@@ -16,8 +16,9 @@
 
 pub mod address;
 pub mod delivery;
+pub mod endpoints;
+pub mod queue;
 pub mod relay;
-pub mod repository;
 pub mod representation;
 pub mod retention;
 pub mod secrets;

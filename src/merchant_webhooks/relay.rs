@@ -14,7 +14,8 @@ use diesel_async::AsyncPgConnection;
 use tokio::sync::Notify;
 
 use super::DeliveryOrigin;
-use super::repository::{self, NewDelivery, Subscriber};
+use super::endpoints::{self, Subscriber};
+use super::queue::{self, NewDelivery};
 use crate::events::Event;
 use crate::events::relay::Relay;
 use crate::ids::{AccountId, DeliveryId};
@@ -64,10 +65,10 @@ impl Relay for WebhookRelay {
     async fn hand_on(&self, conn: &mut AsyncPgConnection, batch: &[Event]) -> anyhow::Result<()> {
         let accounts: Vec<AccountId> =
             batch.iter().map(|event| event.account_id).collect::<BTreeSet<_>>().into_iter().collect();
-        let subscribers = repository::subscribers(conn, &accounts, None).await?;
+        let subscribers = endpoints::subscribers(conn, &accounts, None).await?;
         let deliveries = deliveries(batch, &subscribers, DeliveryOrigin::Outbox);
         if !deliveries.is_empty() {
-            repository::insert_deliveries(conn, &deliveries, Utc::now()).await?;
+            queue::insert_deliveries(conn, &deliveries, Utc::now()).await?;
         }
         Ok(())
     }

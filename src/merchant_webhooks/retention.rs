@@ -2,7 +2,6 @@
 //! batches by the events sweeper. Pending deliveries are never swept: they are work still due.
 
 use chrono::{DateTime, Utc};
-use diesel::sql_types::{BigInt, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 
 /// Deletes up to `batch_size` deliveries created before `before` that are no longer pending,
@@ -12,20 +11,13 @@ pub async fn sweep(
     before: DateTime<Utc>,
     batch_size: i64,
 ) -> diesel::QueryResult<usize> {
-    diesel::sql_query(
-        "WITH doomed AS ( \
-             SELECT account_id, id FROM webhook_deliveries \
-             WHERE created_at < $1 AND status <> 'pending' \
-             LIMIT $2 FOR UPDATE SKIP LOCKED \
-         ), attempts AS ( \
-             DELETE FROM webhook_delivery_attempts a USING doomed d \
-             WHERE a.account_id = d.account_id AND a.delivery_id = d.id \
-         ) \
-         DELETE FROM webhook_deliveries w USING doomed d \
-         WHERE w.account_id = d.account_id AND w.id = d.id",
-    )
-    .bind::<Timestamptz, _>(before)
-    .bind::<BigInt, _>(batch_size)
-    .execute(conn)
-    .await
+    PurgeDeliveries { before: &before, batch_size }.execute(conn).await
+}
+
+crate::prepared_statement! {
+    /// A batch of finished deliveries past their retention deleted (`sql/purge_deliveries.sql`).
+    pub(crate) struct PurgeDeliveries<'a>("sql/purge_deliveries.sql") -> () {
+        1 => before: &'a DateTime<Utc> as Timestamptz,
+        2 => batch_size: i64 as BigInt,
+    }
 }

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use diesel_async::AsyncPgConnection;
 use serde::Serialize;
 
-use super::repository::{self, SealedSecrets};
+use super::endpoints::{self, SealedSecrets};
 use super::secret_context;
 use crate::db::Pool;
 use crate::encryption::{Keyring, Opened};
@@ -116,7 +116,7 @@ pub async fn pass(
     let mut report = Report::default();
     let mut after = None;
     loop {
-        let batch = repository::sealed_secrets_after(conn, after, batch_size).await?;
+        let batch = endpoints::sealed_secrets_after(conn, after, batch_size).await?;
         let Some(last) = batch.last() else { break };
         after = Some((last.account_id, last.id));
         let now = Utc::now();
@@ -143,7 +143,7 @@ pub async fn pass(
                 }
                 continue;
             }
-            let written = repository::replace_sealed_secrets(
+            let written = endpoints::replace_sealed_secrets(
                 conn,
                 endpoint,
                 &resealed.secret,

@@ -5,8 +5,9 @@
 use chrono::{DateTime, SubsecRound, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
 
+use super::endpoints::{self, Subscriber};
+use super::queue;
 use super::relay::deliveries;
-use super::repository::{self, Subscriber};
 use super::{
     DeliveryOrigin, EnabledEvents, Endpoint, EndpointUrl, WebhookSettings, address, representation, secrets,
 };
@@ -161,7 +162,7 @@ pub async fn create(
             if let Some(earlier) = earlier {
                 return Ok(((earlier, key_expires_at), None));
             }
-            repository::insert_endpoint(conn, &endpoint, &sealed).await?;
+            endpoints::insert_endpoint(conn, &endpoint, &sealed).await?;
             let stored = representation::created(&endpoint, None);
             complete(conn, keyed, endpoint.id, &stored).await?;
             Ok::<_, ApiError>((
@@ -179,7 +180,7 @@ pub async fn warn_about_insecure_endpoints(pool: &Pool) {
     const NAMED: i64 = 20;
     let found = async {
         let mut conn = pool.get().await.map_err(|error| anyhow::anyhow!("{error}"))?;
-        Ok::<_, anyhow::Error>(repository::insecure_endpoints(&mut conn, NAMED).await?)
+        Ok::<_, anyhow::Error>(endpoints::insecure_endpoints(&mut conn, NAMED).await?)
     };
     match found.await {
         Ok((0, _)) => {}
@@ -226,8 +227,7 @@ pub async fn rotate_secret(
                 return Ok(((earlier, key_expires_at), None));
             }
             let now = Utc::now().trunc_subsecs(6);
-            let current =
-                repository::lock_secret(conn, account_id, id).await?.ok_or_else(|| not_found(id))?;
+            let current = endpoints::lock_secret(conn, account_id, id).await?.ok_or_else(|| not_found(id))?;
             let keys = &settings.encryption_keys;
             let previous = match secrets::open(keys, account_id, id, &current) {
                 Ok(opened) => Some((
@@ -244,7 +244,7 @@ pub async fn rotate_secret(
                 }
             };
             let previous = previous.as_ref().map(|(sealed, until)| (sealed.as_slice(), *until));
-            let endpoint = repository::rotate_secret(conn, account_id, id, &sealed, previous, now)
+            let endpoint = endpoints::rotate_secret(conn, account_id, id, &sealed, previous, now)
                 .await?
                 .ok_or_else(|| not_found(id))?;
             let stored = representation::rotated(&endpoint, None);
@@ -260,7 +260,7 @@ pub async fn rotate_secret(
 
 pub async fn get(pool: &Pool, account_id: AccountId, id: EndpointId) -> Result<Endpoint, ApiError> {
     let mut conn = pool.get().await?;
-    repository::find_endpoint(&mut conn, account_id, id).await?.ok_or_else(|| not_found(id))
+    endpoints::find_endpoint(&mut conn, account_id, id).await?.ok_or_else(|| not_found(id))
 }
 
 pub async fn list(
@@ -270,14 +270,14 @@ pub async fn list(
     starting_after: Option<EndpointId>,
 ) -> Result<(Vec<Endpoint>, bool), ApiError> {
     let mut conn = pool.get().await?;
-    Ok(repository::list_endpoints(&mut conn, account_id, limit, starting_after).await?)
+    Ok(endpoints::list_endpoints(&mut conn, account_id, limit, starting_after).await?)
 }
 
 /// Deletes a live endpoint and stops its pending deliveries (one already being sent still
 /// arrives; its outcome changes nothing).
 pub async fn delete(pool: &Pool, account_id: AccountId, id: EndpointId) -> Result<(), ApiError> {
     let mut conn = pool.get().await?;
-    let canceled = repository::delete_endpoint(&mut conn, account_id, id, Utc::now())
+    let canceled = endpoints::delete_endpoint(&mut conn, account_id, id, Utc::now())
         .await?
         .ok_or_else(|| not_found(id))?;
     tracing::info!(account = %account_id, endpoint = %id, canceled, "webhook endpoint deleted");
@@ -318,7 +318,7 @@ pub async fn redeliver(
     let event: Event =
         events::find_in_any_account(conn, event_id).await?.ok_or(RedeliverError::NoEvent(event_id))?;
     conn.transaction(async |conn| {
-        let subscribers: Vec<Subscriber> = repository::subscribers(conn, &[event.account_id], only).await?;
+        let subscribers: Vec<Subscriber> = endpoints::subscribers(conn, &[event.account_id], only).await?;
         if let Some(endpoint) = only {
             let Some(subscriber) = subscribers.first() else {
                 return Err(RedeliverError::NoEndpoint { endpoint, account: event.account_id });
@@ -329,7 +329,7 @@ pub async fn redeliver(
             }
         }
         let queued = deliveries(std::slice::from_ref(&event), &subscribers, DeliveryOrigin::Redeliver);
-        repository::insert_deliveries(conn, &queued, Utc::now()).await?;
+        queue::insert_deliveries(conn, &queued, Utc::now()).await?;
         Ok(queued
             .iter()
             .map(|delivery| Queued {

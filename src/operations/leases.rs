@@ -47,6 +47,12 @@ macro_rules! operation_tables {
                     $( Table::$variant => ResourceKind::$resource, )*
                 }
             }
+
+            /// The table of the operations a key naming `resource` starts; `None` for a
+            /// resource whose answer is stored with its key (orders, webhook endpoints).
+            pub fn of(resource: ResourceKind) -> Option<Table> {
+                Table::ALL.iter().copied().find(|table| table.resource() == resource)
+            }
         }
 
         /// The prepared statements of each operation table.
@@ -95,7 +101,7 @@ macro_rules! operation_tables {
 
                     crate::prepared_statement! {
                         pub struct Standing<'a>(template "leases/standing.sql", "operation_table" => $table)
-                            -> (Nullable<Int2>, Nullable<Bytea>, Nullable<Timestamptz>)
+                            -> (Nullable<Int2>, Nullable<Bytea>, Nullable<Timestamptz>, Nullable<Uuid>, Text, Bool)
                         {
                             1 => account_id: &'a AccountId as Uuid,
                             2 => id: uuid::Uuid as Uuid,
@@ -236,6 +242,12 @@ pub struct Standing {
     answer_status: Option<i16>,
     answer_body: Option<Vec<u8>>,
     lease_until: Option<DateTime<Utc>>,
+    /// The owner of the lease: the id a request, a retry or a reconciler claimed it with.
+    pub lease_id: Option<LeaseId>,
+    /// The operation's status, as its table spells it.
+    pub status: String,
+    /// Whether that status is `processing` (the provider's outcome not settled yet).
+    pub processing: bool,
 }
 
 impl Standing {
@@ -243,6 +255,11 @@ impl Standing {
     pub fn answer(&self) -> Option<(u16, Vec<u8>)> {
         let status = u16::try_from(self.answer_status?).ok()?;
         Some((status, self.answer_body.clone()?))
+    }
+
+    /// The status of its final answer, once it has one.
+    pub fn answer_status(&self) -> Option<i16> {
+        self.answer_status
     }
 
     /// When the lease of a live driver ends, if one holds it at `now`.

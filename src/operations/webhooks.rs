@@ -342,14 +342,15 @@ pub async fn sweep(
     before: DateTime<Utc>,
     batch_size: i64,
 ) -> QueryResult<usize> {
-    diesel::sql_query(
-        "DELETE FROM provider_webhooks WHERE id IN ( \
-             SELECT id FROM provider_webhooks WHERE received_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
-    )
-    .bind::<diesel::sql_types::Timestamptz, _>(before)
-    .bind::<diesel::sql_types::BigInt, _>(batch_size)
-    .execute(conn)
-    .await
+    SweepProviderWebhooks { before: &before, batch_size }.execute(conn).await
+}
+
+crate::prepared_statement! {
+    /// Received provider webhooks past their retention deleted (`sweep_provider_webhooks.sql`).
+    pub(crate) struct SweepProviderWebhooks<'a>("sweep_provider_webhooks.sql") -> () {
+        1 => before: &'a DateTime<Utc> as Timestamptz,
+        2 => batch_size: i64 as BigInt,
+    }
 }
 
 /// Notes on the event's row (inserted by this transaction) what the event did.

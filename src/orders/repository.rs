@@ -28,7 +28,7 @@ struct OrderRow {
     account_id: AccountId,
     id: OrderId,
     status: OrderStatus,
-    currency: String,
+    currency: Currency,
     total_amount: Decimal,
     customer_id: Option<String>,
     metadata: serde_json::Value,
@@ -63,8 +63,7 @@ fn payment_ids() -> diesel::expression::SqlLiteral<diesel::sql_types::Array<dies
 
 impl OrderRow {
     fn into_order(self, items: Vec<ItemRow>, payment_ids: Vec<PaymentId>) -> QueryResult<Order> {
-        let currency =
-            Currency::parse(&self.currency).map_err(|e| corrupt(format!("order currency: {e}")))?;
+        let currency = self.currency;
         let amount = |value: Decimal| {
             Amount::from_decimal(value, currency).map_err(|e| corrupt(format!("order amount: {e}")))
         };
@@ -103,7 +102,7 @@ crate::prepared_statement! {
     /// `new_order.sql` with its parameters: the key claim, the order and its items.
     pub(crate) struct NewOrderStatement<'a>("../idempotency/claim_key.sql", "new_order.sql") -> BigInt {
         group claim: ClaimParameters<'a>,
-        13 => currency: &'a str as Text,
+        13 => currency: Currency as Text,
         14 => total: Decimal as Numeric,
         15 => customer_id: Option<&'a str> as Nullable<Text>,
         16 => metadata: serde_json::Value as Jsonb,
@@ -130,7 +129,7 @@ pub async fn insert(
         ClaimParameters::new(order.account_id, keyed, resource, Some(answer), order.created_at, retention);
     let statement = NewOrderStatement {
         claim,
-        currency: order.currency.code(),
+        currency: order.currency,
         total: order.total_amount.value(),
         customer_id: order.customer_id.as_deref(),
         metadata: serde_json::to_value(&order.metadata).map_err(|e| corrupt(e.to_string()))?,
@@ -253,7 +252,7 @@ pub async fn lock(
     account_id: AccountId,
     id: OrderId,
 ) -> QueryResult<Option<LockedOrder>> {
-    let row: Option<(OrderStatus, String, Decimal)> = orders::table
+    let row: Option<(OrderStatus, Currency, Decimal)> = orders::table
         .find((account_id, id))
         .select((orders::status, orders::currency, orders::total_amount))
         .for_update()
@@ -261,7 +260,6 @@ pub async fn lock(
         .await
         .optional()?;
     let Some((status, currency, total)) = row else { return Ok(None) };
-    let currency = Currency::parse(&currency).map_err(|e| corrupt(format!("order currency: {e}")))?;
     Ok(Some(LockedOrder {
         status,
         total_amount: Amount::from_decimal(total, currency)

@@ -14,7 +14,6 @@
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel::result::Error as DbError;
-use diesel::sql_types::{BigInt, Timestamptz};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use rust_decimal::Decimal;
 
@@ -27,16 +26,16 @@ use crate::money::{Amount, Currency};
 use crate::operations::Actor;
 use crate::operations::leases::Lease;
 
-#[derive(Queryable, QueryableByName, Selectable)]
+#[derive(Queryable, Selectable)]
 #[diesel(table_name = payments)]
 #[diesel(check_for_backend(diesel::pg::Pg))]
-struct PaymentRow {
+pub(crate) struct PaymentRow {
     account_id: AccountId,
     id: PaymentId,
     order_id: OrderId,
     status: PaymentStatus,
     amount: Decimal,
-    currency: String,
+    currency: Currency,
     capture_method: CaptureMethod,
     amount_captured: Decimal,
     amount_refunded: Decimal,
@@ -55,14 +54,17 @@ struct PaymentRow {
     updated_at: DateTime<Utc>,
 }
 
+/// The SQL type of a [`PaymentRow`]: the statements that return payments name its columns in
+/// its order.
+type PaymentRowSql = diesel::dsl::SqlTypeOf<diesel::dsl::AsSelect<PaymentRow, diesel::pg::Pg>>;
+
 pub(crate) fn corrupt(what: impl Into<String>) -> DbError {
     DbError::DeserializationError(what.into().into())
 }
 
 impl PaymentRow {
     fn into_payment(self) -> QueryResult<Payment> {
-        let currency =
-            Currency::parse(&self.currency).map_err(|e| corrupt(format!("payment currency: {e}")))?;
+        let currency = self.currency;
         let lease = match (self.lease_id, self.lease_until) {
             (Some(id), Some(until)) => Some(Lease { id, until }),
             _ => None,
@@ -397,7 +399,7 @@ crate::prepared_statement! {
 pub struct Started {
     pub outcome: StartOutcome,
     /// The order's status, total and currency, when the key was claimed and the order exists.
-    pub order: Option<(String, Decimal, String)>,
+    pub order: Option<(String, Decimal, Currency)>,
     /// The order's payment in flight, for [`StartOutcome::PaymentInProgress`].
     pub in_flight: Option<PaymentId>,
 }
@@ -405,7 +407,7 @@ pub struct Started {
 /// Runs phase 1's statement. A second payment in flight that committed after the statement
 /// began violates `payments_one_active_per_order`: see [`is_second_active_payment`].
 pub async fn start(conn: &mut AsyncPgConnection, start: StartPayment<'_>) -> QueryResult<Started> {
-    type Row = (StartOutcome, Option<String>, Option<Decimal>, Option<String>, Option<PaymentId>);
+    type Row = (StartOutcome, Option<String>, Option<Decimal>, Option<Currency>, Option<PaymentId>);
     let (outcome, status, total, currency, in_flight): Row = start.get_result(conn).await?;
     let order = match (status, total, currency) {
         (Some(status), Some(total), Some(currency)) => Some((status, total, currency)),
@@ -466,20 +468,26 @@ pub async fn watch(
     limit: i64,
     claimed_until: DateTime<Utc>,
 ) -> QueryResult<Vec<QueryResult<Payment>>> {
-    let rows: Vec<PaymentRow> = diesel::sql_query(
-        "UPDATE payments SET next_check_at = $3 \
-         WHERE (account_id, id) IN ( \
-             SELECT account_id, id FROM payments \
-             WHERE status = 'requires_capture' AND next_check_at <= $1 \
-             ORDER BY next_check_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
-         RETURNING *",
-    )
-    .bind::<Timestamptz, _>(now)
-    .bind::<BigInt, _>(limit)
-    .bind::<Timestamptz, _>(claimed_until)
-    .load(conn)
-    .await?;
+    let rows: Vec<PaymentRow> = WatchAuthorizations { now: &now, limit, claimed_until }.load(conn).await?;
     Ok(rows.into_iter().map(PaymentRow::into_payment).collect())
+}
+
+crate::prepared_statement! {
+    /// The reconciler's claim of authorizations due for a look (`watch_authorizations.sql`).
+    pub(crate) struct WatchAuthorizations<'a>("watch_authorizations.sql") -> PaymentRowSql {
+        1 => now: &'a DateTime<Utc> as Timestamptz,
+        2 => limit: i64 as BigInt,
+        3 => claimed_until: DateTime<Utc> as Timestamptz,
+    }
+}
+
+crate::prepared_statement! {
+    /// The late-charge watch's claim (`watch_late_charges.sql`).
+    pub(crate) struct WatchLateCharges<'a>("watch_late_charges.sql") -> (PaymentRowSql, Timestamptz, Nullable<Numeric>) {
+        1 => now: &'a DateTime<Utc> as Timestamptz,
+        2 => limit: i64 as BigInt,
+        3 => claimed_until: DateTime<Utc> as Timestamptz,
+    }
 }
 
 /// Schedules the next look at an authorization that is still waiting for a capture (`None`: no
@@ -513,31 +521,11 @@ pub async fn watch_late(
     limit: i64,
     claimed_until: DateTime<Utc>,
 ) -> QueryResult<Vec<QueryResult<WatchedLate>>> {
-    #[derive(QueryableByName)]
-    struct Watched {
-        #[diesel(embed)]
-        payment: PaymentRow,
-        #[diesel(sql_type = Timestamptz)]
-        late_watch_until: DateTime<Utc>,
-        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Numeric>)]
-        late_charge_amount: Option<Decimal>,
-    }
-    let rows: Vec<Watched> = diesel::sql_query(
-        "UPDATE payments SET next_check_at = $3, attempts = attempts + 1 \
-         WHERE (account_id, id) IN ( \
-             SELECT account_id, id FROM payments \
-             WHERE status = 'failed' AND late_watch_until IS NOT NULL AND next_check_at <= $1 \
-             ORDER BY next_check_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
-         RETURNING *",
-    )
-    .bind::<Timestamptz, _>(now)
-    .bind::<BigInt, _>(limit)
-    .bind::<Timestamptz, _>(claimed_until)
-    .load(conn)
-    .await?;
+    let rows: Vec<(PaymentRow, DateTime<Utc>, Option<Decimal>)> =
+        WatchLateCharges { now: &now, limit, claimed_until }.load(conn).await?;
     Ok(rows
         .into_iter()
-        .map(|row| Ok((row.payment.into_payment()?, row.late_watch_until, row.late_charge_amount)))
+        .map(|(row, watch_until, late_charge)| Ok((row.into_payment()?, watch_until, late_charge)))
         .collect())
 }
 

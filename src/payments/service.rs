@@ -121,9 +121,7 @@ fn order_total(started: &repository::Started) -> Result<Amount, ApiError> {
         .order
         .as_ref()
         .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("phase 1 returned no order")))?;
-    let currency =
-        Currency::parse(currency).map_err(|e| ApiError::Internal(anyhow::anyhow!("order currency: {e}")))?;
-    Amount::from_decimal(*total, currency)
+    Amount::from_decimal(*total, *currency)
         .map_err(|e| ApiError::Internal(anyhow::anyhow!("order total: {e}")))
 }
 

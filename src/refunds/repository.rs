@@ -20,17 +20,17 @@ use crate::operations::leases::Lease;
 use crate::orders::OrderStatus;
 use crate::payments::PaymentStatus;
 
-#[derive(Queryable, QueryableByName, Selectable)]
+#[derive(Queryable, Selectable)]
 #[diesel(table_name = refunds)]
 #[diesel(check_for_backend(diesel::pg::Pg))]
-struct RefundRow {
+pub(crate) struct RefundRow {
     account_id: AccountId,
     id: RefundId,
     payment_id: PaymentId,
     order_id: OrderId,
     status: RefundStatus,
     amount: Decimal,
-    currency: String,
+    currency: Currency,
     reason: Option<RefundReason>,
     provider_refund_id: Option<String>,
     failure_code: Option<String>,
@@ -49,8 +49,7 @@ fn corrupt(what: impl Into<String>) -> DbError {
 
 impl RefundRow {
     fn into_refund(self) -> QueryResult<Refund> {
-        let currency =
-            Currency::parse(&self.currency).map_err(|e| corrupt(format!("refund currency: {e}")))?;
+        let currency = self.currency;
         let lease = match (self.lease_id, self.lease_until) {
             (Some(id), Some(until)) => Some(Lease { id, until }),
             _ => None,
@@ -146,7 +145,7 @@ pub async fn payment_currency(
     conn: &mut AsyncPgConnection,
     account_id: AccountId,
     payment_id: PaymentId,
-) -> QueryResult<Option<String>> {
+) -> QueryResult<Option<Currency>> {
     payments::table.find((account_id, payment_id)).select(payments::currency).first(conn).await.optional()
 }
 
@@ -192,7 +191,7 @@ pub struct Started {
     pub payment_status: Option<PaymentStatus>,
     pub refundable: Option<Decimal>,
     pub amount: Option<Decimal>,
-    pub currency: Option<String>,
+    pub currency: Option<Currency>,
     pub order_id: Option<OrderId>,
     /// For [`StartOutcome::ExistingRefund`]: the refund the key started before.
     pub earlier: Option<RefundId>,
@@ -204,7 +203,7 @@ pub async fn start(conn: &mut AsyncPgConnection, start: StartRefund<'_>) -> Quer
         Option<PaymentStatus>,
         Option<Decimal>,
         Option<Decimal>,
-        Option<String>,
+        Option<Currency>,
         Option<OrderId>,
         Option<RefundId>,
     );
@@ -270,33 +269,26 @@ pub async fn watch_late(
     limit: i64,
     claimed_until: DateTime<Utc>,
 ) -> QueryResult<Vec<QueryResult<Watched>>> {
-    #[derive(QueryableByName)]
-    struct Row {
-        #[diesel(embed)]
-        refund: RefundRow,
-        #[diesel(sql_type = diesel::sql_types::Timestamptz)]
-        late_watch_until: DateTime<Utc>,
-    }
-    let rows: Vec<Row> = diesel::sql_query(
-        "UPDATE refunds SET next_check_at = $3, attempts = attempts + 1 \
-         WHERE (account_id, id) IN ( \
-             SELECT account_id, id FROM refunds \
-             WHERE status = 'failed' AND next_check_at <= $1 \
-             ORDER BY next_check_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
-         RETURNING *",
-    )
-    .bind::<diesel::sql_types::Timestamptz, _>(now)
-    .bind::<diesel::sql_types::BigInt, _>(limit)
-    .bind::<diesel::sql_types::Timestamptz, _>(claimed_until)
-    .load(conn)
-    .await?;
+    let rows: Vec<(RefundRow, DateTime<Utc>)> =
+        WatchLateRefunds { now: &now, limit, claimed_until }.load(conn).await?;
     Ok(rows
         .into_iter()
-        .map(|row| {
-            let attempts = row.refund.attempts;
-            Ok(Watched { refund: row.refund.into_refund()?, watch_until: row.late_watch_until, attempts })
+        .map(|(row, watch_until)| {
+            let attempts = row.attempts;
+            Ok(Watched { refund: row.into_refund()?, watch_until, attempts })
         })
         .collect())
+}
+
+crate::prepared_statement! {
+    /// The late-refund watch's claim (`watch_late_refunds.sql`).
+    pub(crate) struct WatchLateRefunds<'a>("watch_late_refunds.sql")
+        -> (diesel::dsl::SqlTypeOf<diesel::dsl::AsSelect<RefundRow, diesel::pg::Pg>>, Timestamptz)
+    {
+        1 => now: &'a DateTime<Utc> as Timestamptz,
+        2 => limit: i64 as BigInt,
+        3 => claimed_until: DateTime<Utc> as Timestamptz,
+    }
 }
 
 /// Schedules the late-refund watch's next look at a refund given up on (`None`: the watch

@@ -9,7 +9,7 @@ use super::{Refund, RefundReason, RefundStatus};
 use crate::error::{ApiError, FieldError};
 use crate::idempotency::{KeyedRequest, Keys};
 use crate::ids::{AccountId, PaymentId, RefundId};
-use crate::money::{Amount, Currency};
+use crate::money::Amount;
 use crate::operations::refund::{Held, Refunds};
 use crate::operations::request::{self, Answer, Round, Start, StartError, Started};
 use crate::operations::{Engine, Kind};
@@ -51,8 +51,6 @@ async fn check_amount(
     let Some(currency) = repository::payment_currency(conn, account_id, payment_id).await? else {
         return Ok(());
     };
-    let currency = Currency::parse(&currency)
-        .map_err(|e| ApiError::Internal(anyhow::anyhow!("payment currency: {e}")))?;
     let invalid = |message: String| ApiError::Validation(vec![FieldError::new("amount", message)]);
     let amount = Amount::from_decimal(amount, currency).map_err(|error| invalid(error.to_string()))?;
     if amount.value().is_zero() {
@@ -88,12 +86,7 @@ impl Start for RefundStart<'_> {
             payment_must_be: PaymentStatus::Succeeded,
         };
         let started = repository::start(conn, statement).await?;
-        let currency = started
-            .currency
-            .as_deref()
-            .map(Currency::parse)
-            .transpose()
-            .map_err(|e| ApiError::Internal(anyhow::anyhow!("payment currency: {e}")))?;
+        let currency = started.currency;
         let money = |value: Option<Decimal>| -> Result<Amount, ApiError> {
             let (value, currency) = value
                 .zip(currency)

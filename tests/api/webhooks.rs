@@ -606,7 +606,7 @@ async fn a_batch_of_outcomes_writes_each_only_under_its_own_lease_and_every_atte
     use diesel_async::RunQueryDsl;
     use orderpay::ids::{DeliveryId, EndpointId, EventId, LeaseId};
     use orderpay::merchant_webhooks::DeliveryOrigin;
-    use orderpay::merchant_webhooks::repository::{
+    use orderpay::merchant_webhooks::queue::{
         self, Attempt, Finished, NewDelivery, Outcome, claim_due, insert_deliveries,
     };
     use orderpay::operations::leases::Lease;
@@ -672,7 +672,7 @@ async fn a_batch_of_outcomes_writes_each_only_under_its_own_lease_and_every_atte
         // ...and the second worker's 200 for one of them, in the same batch.
         finished(taken_over[1], second.id, attempt(2, 200), Outcome::Delivered),
     ];
-    let applied = repository::record_finished(&mut conn, &batch, later).await.unwrap();
+    let applied = queue::record_finished(&mut conn, &batch, later).await.unwrap();
     // Each outcome written once, with the lease that sent it: the first worker's late answer
     // for `taken_over[1]` is not among them, though its delivery is.
     let expected = [(held[0], first.id), (held[1], first.id), (taken_over[1], second.id)];
@@ -791,7 +791,7 @@ async fn a_claim_that_fails_uses_up_no_attempt_number() {
     ] {
         diesel::sql_query(sql).execute(&mut holder).await.expect(sql);
     }
-    let redelivery = orderpay::merchant_webhooks::repository::NewDelivery {
+    let redelivery = orderpay::merchant_webhooks::queue::NewDelivery {
         account_id: app.account_id,
         id: orderpay::ids::DeliveryId::generate(),
         endpoint_id: orderpay::ids::EndpointId::parse(&id_of(&endpoint)).unwrap(),
@@ -799,7 +799,7 @@ async fn a_claim_that_fails_uses_up_no_attempt_number() {
         origin: orderpay::merchant_webhooks::DeliveryOrigin::Redeliver,
     };
     let mut conn = app.db().await;
-    orderpay::merchant_webhooks::repository::insert_deliveries(&mut conn, &[redelivery], Utc::now())
+    orderpay::merchant_webhooks::queue::insert_deliveries(&mut conn, &[redelivery], Utc::now())
         .await
         .unwrap();
     let waiting = "SELECT count(*) AS count FROM pg_stat_activity WHERE datname = current_database() \
