@@ -54,10 +54,21 @@ pub async fn watch_again(
     payment: &Payment,
     next_check_at: Option<DateTime<Utc>>,
 ) -> QueryResult<()> {
+    next_look(conn, payment, PaymentStatus::RequiresCapture, next_check_at).await
+}
+
+/// Schedules a watch's next look at `payment`, guarded by it still being `watched_while`: a
+/// payment that moved on meanwhile (captured, voided, refunded by hand) keeps its own schedule.
+async fn next_look(
+    conn: &mut AsyncPgConnection,
+    payment: &Payment,
+    watched_while: PaymentStatus,
+    next_check_at: Option<DateTime<Utc>>,
+) -> QueryResult<()> {
     diesel::update(payments::table)
         .filter(payments::account_id.eq(payment.account_id))
         .filter(payments::id.eq(payment.id))
-        .filter(payments::status.eq(PaymentStatus::RequiresCapture))
+        .filter(payments::status.eq(watched_while))
         .set(payments::next_check_at.eq(next_check_at))
         .execute(conn)
         .await?;
@@ -123,14 +134,7 @@ pub async fn watch_late_again(
     payment: &Payment,
     next_check_at: Option<DateTime<Utc>>,
 ) -> QueryResult<()> {
-    diesel::update(payments::table)
-        .filter(payments::account_id.eq(payment.account_id))
-        .filter(payments::id.eq(payment.id))
-        .filter(payments::status.eq(PaymentStatus::Failed))
-        .set(payments::next_check_at.eq(next_check_at))
-        .execute(conn)
-        .await?;
-    Ok(())
+    next_look(conn, payment, PaymentStatus::Failed, next_check_at).await
 }
 
 /// Records a charge the provider holds for a failed payment (one that landed after the give-up,
