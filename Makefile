@@ -279,10 +279,30 @@ alerts-check: db ## check deploy/: promtool check and test rules (promtool insta
 	fi
 
 .PHONY: lint
-lint: ## rustfmt check, clippy with warnings denied (every workspace member), and SQL's one home
+lint: cargo-deny ## rustfmt check, clippy with warnings denied (every workspace member), SQL's one home, rust-version, licenses, bans and sources
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	tests/scripts/sql-style.sh
+	tests/scripts/rust-version-check.py
+	# Offline: licenses, banned crates and where crates come from read Cargo.lock and the local
+	# registry only. The advisories need the network: make audit.
+	cargo deny --offline --log-level error check licenses bans sources
+
+.PHONY: cargo-deny
+cargo-deny: ## install cargo-deny when it is missing (cargo install --locked: a few minutes of build, once)
+	@if cargo deny --version >/dev/null 2>&1; then exit 0; fi
+	echo "installing cargo-deny (cargo install --locked cargo-deny; it builds for a few minutes, once)"
+	cargo install --locked cargo-deny
+
+.PHONY: audit
+audit: cargo-deny ## RustSec advisories against Cargo.lock (fetches the advisory database; not part of CI)
+	@if ! cargo deny fetch db >target/audit-fetch.log 2>&1; then
+	  echo "make audit: the RustSec advisory database could not be fetched (no network, or its host" >&2
+	  echo "is not reachable from here), so NO advisory was checked. cargo deny said:" >&2
+	  tail -n 5 target/audit-fetch.log >&2
+	  exit 2
+	fi
+	cargo deny --offline check advisories
 
 .PHONY: model
 model: ## check the protocol's model (docs/model.md): the unit configurations, the large one, the mutants and the defects, with state counts and times

@@ -123,7 +123,11 @@ async fn a_fresh_app_exports_every_documented_metric_before_its_first_event() {
         rendered.iter().map(|series| series.split('{').next().unwrap().to_owned()).collect();
 
     let declared: BTreeSet<String> = DESCRIBED.iter().map(|&(name, _, _)| name.to_owned()).collect();
-    assert_eq!(documented(), declared, "docs/operations.md's table and metrics::DESCRIBED list the same metrics");
+    assert_eq!(
+        documented(),
+        declared,
+        "docs/operations.md's table and metrics::DESCRIBED list the same metrics"
+    );
     for &(name, kind, _) in DESCRIBED {
         for series_name in rendered_as(name, kind) {
             assert!(names.contains(&series_name), "{series_name} not exported from start:\n{text}");
