@@ -74,7 +74,8 @@ run: db ## run the mock provider and the service on a fresh database (DEMO_DATAB
 	# A fresh database each run: the mock provider's state and this run's secrets are fresh too,
 	# so nothing of an earlier run (its payments, its endpoints' sealed secrets) is left behind.
 	export DATABASE_URL=$(DEMO_DATABASE_URL)
-	psql -q "$(PG_SERVER_URL)/postgres" -c 'DROP DATABASE IF EXISTS "$(DEMO_DATABASE)" WITH (FORCE)'
+	PGOPTIONS='-c client_min_messages=warning' psql -q "$(PG_SERVER_URL)/postgres" \
+	  -c 'DROP DATABASE IF EXISTS "$(DEMO_DATABASE)" WITH (FORCE)'
 	RUST_LOG=warn "$$bin" migrate
 	key=$$(RUST_LOG=warn "$$bin" accounts create demo)
 	# The provider's webhooks: a fresh secret shared by both processes, the mock posting its
@@ -84,61 +85,63 @@ run: db ## run the mock provider and the service on a fresh database (DEMO_DATAB
 	# plain http allowed.
 	encryption_key="$$(openssl rand -base64 32)"
 	base="http://$(ORDERPAY_LISTEN)"
-	cat <<-MSG
-
-	  orderpay: $$base (database $(DEMO_DATABASE), made afresh for this run)
-	  mock payment provider: http://$(MOCK_PROVIDER_LISTEN)
-	  Ctrl-C stops both. In another terminal, paste the steps below one at a time.
-
-	  0. The demo account's API key (shown this once), and a helper that prints the id of an
-	     answer, or the whole answer when the request was refused:
-
-	    export KEY=$$key
-	    id_of() { python3 -c 'import json, sys; b = json.load(sys.stdin); print(b["id"]) if "id" in b else sys.exit(f"refused: {b}")'; }
-
-	  1. Create an order and keep its id:
-
-	    ORDER=\$$(curl -s $$base/orders -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-order-1' -d '{"currency":"USD","items":[{"sku":"tee","quantity":2,"unit_price":"19.99"}]}' | id_of) && echo \$$ORDER
-
-	  2. Pay it and keep the payment's id (pm_card_ok succeeds; pm_card_declined,
-	     pm_provider_timeout and pm_provider_pending do what they say, on other orders):
-
-	    PAYMENT=\$$(curl -s $$base/payments -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-pay-1' -d "{\"order_id\":\"\$$ORDER\",\"payment_method\":\"pm_card_ok\"}" | id_of) && echo \$$PAYMENT
-
-	  3. Replay: the same request with the same key, headers shown. The same answer comes back,
-	     marked Idempotent-Replayed: true, and the provider still holds one charge:
-
-	    curl -si $$base/payments -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-pay-1' -d "{\"order_id\":\"\$$ORDER\",\"payment_method\":\"pm_card_ok\"}"
-	    curl -s http://$(MOCK_PROVIDER_LISTEN)/_admin/charges
-
-	  4. Give 10.00 back: the order becomes partially_refunded (run it again: a replay, still one
-	     refund at the provider):
-
-	    curl -si $$base/refunds -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-refund-1' -d "{\"payment_id\":\"\$$PAYMENT\",\"amount\":\"10.00\"}"
-
-	  5. Ship first, then capture: authorize a new order (capture_method manual), then capture it
-	     (or POST .../void instead):
-
-	    ORDER2=\$$(curl -s $$base/orders -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -d '{"currency":"USD","items":[{"sku":"mug","quantity":1,"unit_price":"8.50"}]}' | id_of) && echo \$$ORDER2
-	    AUTH=\$$(curl -s $$base/payments -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-auth-1' -d "{\"order_id\":\"\$$ORDER2\",\"payment_method\":\"pm_card_ok\",\"capture_method\":\"manual\"}" | id_of) && echo \$$AUTH
-	    curl -si $$base/payments/\$$AUTH/capture -H "Authorization: Bearer \$$KEY" -H 'Idempotency-Key: demo-capture-1' -X POST
-
-	  6. The mock sends signed webhooks to $$base/provider/webhooks: a pm_provider_pending payment
-	     (202) is succeeded as soon as the provider settles it (MOCK_PROVIDER_SETTLE_MS, 3 s).
-	     The webhooks the mock sent, and the account's events:
-
-	    curl -s http://$(MOCK_PROVIDER_LISTEN)/_admin/webhooks
-	    curl -s $$base/events -H "Authorization: Bearer \$$KEY"
-
-	  7. Merchant webhooks: register an endpoint (its secret is shown once); every later event of
-	     the account is POSTed to it, signed. \`python3 -m http.server 9000\` logs them arriving;
-	     it answers 501, so they are retried, and the operator command lists the endpoint:
-
-	    curl -s $$base/webhook_endpoints -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -d '{"url":"http://127.0.0.1:9000/hooks","enabled_events":["*"]}'
-	    DATABASE_URL=$(DEMO_DATABASE_URL) $$bin webhooks failing
-
-	  The API description: $$base/openapi.yaml, rendered at $$base/docs
-
+	# make drops blank recipe lines and the indentation after the tab: every line of the text
+	# starts with | (removed by sed), so that both reach the terminal.
+	cat <<-MSG | sed -e "s/^|//"
+	|
+	|  orderpay: $$base (database $(DEMO_DATABASE), made afresh for this run)
+	|  mock payment provider: http://$(MOCK_PROVIDER_LISTEN)
+	|  Ctrl-C stops both. In another terminal, paste the steps below one at a time.
+	|
+	|  0. The demo account's API key (shown this once), and a helper that prints the id of an
+	|     answer, or the whole answer when the request was refused:
+	|
+	|    export KEY=$$key
+	|    id_of() { python3 -c 'import json, sys; b = json.load(sys.stdin); print(b["id"]) if "id" in b else sys.exit(f"refused: {b}")'; }
+	|
+	|  1. Create an order and keep its id:
+	|
+	|    ORDER=\$$(curl -s $$base/orders -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-order-1' -d '{"currency":"USD","items":[{"sku":"tee","quantity":2,"unit_price":"19.99"}]}' | id_of) && echo \$$ORDER
+	|
+	|  2. Pay it and keep the payment's id (pm_card_ok succeeds; pm_card_declined,
+	|     pm_provider_timeout and pm_provider_pending do what they say, on other orders):
+	|
+	|    PAYMENT=\$$(curl -s $$base/payments -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-pay-1' -d "{\"order_id\":\"\$$ORDER\",\"payment_method\":\"pm_card_ok\"}" | id_of) && echo \$$PAYMENT
+	|
+	|  3. Replay: the same request with the same key, headers shown. The same answer comes back,
+	|     marked Idempotent-Replayed: true, and the provider still holds one charge:
+	|
+	|    curl -si $$base/payments -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-pay-1' -d "{\"order_id\":\"\$$ORDER\",\"payment_method\":\"pm_card_ok\"}"
+	|    curl -s http://$(MOCK_PROVIDER_LISTEN)/_admin/charges
+	|
+	|  4. Give 10.00 back: the order becomes partially_refunded (run it again: a replay, still one
+	|     refund at the provider):
+	|
+	|    curl -si $$base/refunds -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-refund-1' -d "{\"payment_id\":\"\$$PAYMENT\",\"amount\":\"10.00\"}"
+	|
+	|  5. Ship first, then capture: authorize a new order (capture_method manual), then capture it
+	|     (or POST .../void instead):
+	|
+	|    ORDER2=\$$(curl -s $$base/orders -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -d '{"currency":"USD","items":[{"sku":"mug","quantity":1,"unit_price":"8.50"}]}' | id_of) && echo \$$ORDER2
+	|    AUTH=\$$(curl -s $$base/payments -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-auth-1' -d "{\"order_id\":\"\$$ORDER2\",\"payment_method\":\"pm_card_ok\",\"capture_method\":\"manual\"}" | id_of) && echo \$$AUTH
+	|    curl -si $$base/payments/\$$AUTH/capture -H "Authorization: Bearer \$$KEY" -H 'Idempotency-Key: demo-capture-1' -X POST
+	|
+	|  6. The mock sends signed webhooks to $$base/provider/webhooks: a pm_provider_pending payment
+	|     (202) is succeeded as soon as the provider settles it (MOCK_PROVIDER_SETTLE_MS, 3 s).
+	|     The webhooks the mock sent, and the account's events:
+	|
+	|    curl -s http://$(MOCK_PROVIDER_LISTEN)/_admin/webhooks
+	|    curl -s $$base/events -H "Authorization: Bearer \$$KEY"
+	|
+	|  7. Merchant webhooks: register an endpoint (its secret is shown once); every later event of
+	|     the account is POSTed to it, signed. \`python3 -m http.server 9000\` logs them arriving;
+	|     it answers 501, so they are retried, and the operator command lists the endpoint:
+	|
+	|    curl -s $$base/webhook_endpoints -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -d '{"url":"http://127.0.0.1:9000/hooks","enabled_events":["*"]}'
+	|    DATABASE_URL=$(DEMO_DATABASE_URL) $$bin webhooks failing
+	|
+	|  The API description: $$base/openapi.yaml, rendered at $$base/docs
+	|
 	MSG
 	MOCK_PROVIDER_WEBHOOK_URL="$$base/provider/webhooks" MOCK_PROVIDER_WEBHOOK_SECRET="$$webhook_secret" \
 	  "$$bin" mock-provider & mock=$$!
@@ -258,7 +261,8 @@ contract: db build ## check the running service against openapi.yaml with schema
 	tests/scripts/with-service.sh tests/scripts/contract.sh
 
 .PHONY: docs-check
-docs-check: db build ## check in headless Chromium that GET /docs shows every endpoint
+docs-check: db build ## every link of the Markdown files resolves inside the repository; GET /docs shows every endpoint in headless Chromium
+	tests/scripts/links-check.py
 	tests/scripts/with-service.sh tests/scripts/docs-check.sh
 
 .PHONY: schema
