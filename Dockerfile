@@ -4,12 +4,21 @@
 
 FROM rust:1.95-slim-bookworm AS build
 WORKDIR /src
-# Dependencies first, so that source edits do not rebuild them.
+# Dependencies first, so that source edits do not rebuild them: the workspace's manifests with
+# empty sources (cargo loads every member, and the tests' path, to resolve the workspace), built
+# once. A failure here fails the image: nothing hides it.
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir src && echo 'fn main() {}' > src/main.rs && touch src/lib.rs \
-    && cargo build --release --locked --bin orderpay || true
+COPY clients/rust/Cargo.toml clients/rust/Cargo.toml
+COPY model/Cargo.toml model/Cargo.toml
+COPY tools/fault-proxy/Cargo.toml tools/fault-proxy/Cargo.toml
+RUN for member in . clients/rust model tools/fault-proxy; do \
+      mkdir -p "$member/src" && touch "$member/src/lib.rs" && echo 'fn main() {}' > "$member/src/main.rs"; \
+    done \
+    && mkdir -p tests/api && touch tests/api/main.rs \
+    && cargo build --release --locked --bin orderpay
 COPY src src
 COPY migrations migrations
+COPY assets assets
 COPY openapi.yaml openapi.yaml
 RUN touch src/main.rs src/lib.rs && cargo build --release --locked --bin orderpay
 

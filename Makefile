@@ -13,7 +13,11 @@ export DATABASE_URL ?= postgres://postgres@$(PG_HOST):$(PG_PORT)/orderpay
 export ORDERPAY_LISTEN ?= 127.0.0.1:8080
 export MOCK_PROVIDER_LISTEN ?= 127.0.0.1:8081
 export ORDERPAY_PROVIDER_URL ?= http://$(MOCK_PROVIDER_LISTEN)
-BIN := target/debug/orderpay
+# The server make run and make demo use for their own database, dropped and created anew by
+# each make run (the mock provider's state and the run's secrets are fresh each time too).
+PG_SERVER_URL ?= postgres://postgres@$(PG_HOST):$(PG_PORT)
+DEMO_DATABASE ?= orderpay_demo
+DEMO_DATABASE_URL := $(PG_SERVER_URL)/$(DEMO_DATABASE)
 # Whether a NATS server answers at NATS_HOST:NATS_PORT (it greets every client with INFO).
 NATS_ANSWERS := timeout 2 bash -c 'exec 3<>/dev/tcp/$(NATS_HOST)/$(NATS_PORT) && head -c 4 <&3' 2>/dev/null | grep -q INFO
 
@@ -56,61 +60,91 @@ build: ## build the orderpay binary (debug)
 	cargo build --bin orderpay
 
 .PHONY: run
-run: db build ## run the mock provider and the service against the local PostgreSQL, with a demo account
-	@key=$$($(BIN) accounts create demo 2>/dev/null)
+run: db ## run the mock provider and the service on a fresh database (DEMO_DATABASE), with a demo account and a walk-through
+	@bin=$$(tests/scripts/orderpay-bin.sh)
+	# Both ports must be free before anything is created: say which is taken and how to move.
+	for address in $(ORDERPAY_LISTEN) $(MOCK_PROVIDER_LISTEN); do
+	  if (exec 3<>"/dev/tcp/$${address%:*}/$${address##*:}") 2>/dev/null; then
+	    echo "Something already listens on $$address (make run needs $(ORDERPAY_LISTEN) and $(MOCK_PROVIDER_LISTEN))." >&2
+	    echo "Stop it, or run on other ports:" >&2
+	    echo "  make run ORDERPAY_LISTEN=127.0.0.1:9080 MOCK_PROVIDER_LISTEN=127.0.0.1:9081" >&2
+	    exit 1
+	  fi
+	done
+	# A fresh database each run: the mock provider's state and this run's secrets are fresh too,
+	# so nothing of an earlier run (its payments, its endpoints' sealed secrets) is left behind.
+	export DATABASE_URL=$(DEMO_DATABASE_URL)
+	PGOPTIONS='-c client_min_messages=warning' psql -q "$(PG_SERVER_URL)/postgres" \
+	  -c 'DROP DATABASE IF EXISTS "$(DEMO_DATABASE)" WITH (FORCE)'
+	RUST_LOG=warn "$$bin" migrate
+	key=$$(RUST_LOG=warn "$$bin" accounts create demo)
 	# The provider's webhooks: a fresh secret shared by both processes, the mock posting its
 	# signed events to the service.
 	webhook_secret="whsec_$$(openssl rand -base64 32)"
-	# Merchant webhooks: secrets sealed under a fresh key (endpoints made in one run cannot
-	# sign in the next), endpoints on this machine and over plain http allowed.
+	# Merchant webhooks: secrets sealed under a fresh key, endpoints on this machine and over
+	# plain http allowed.
 	encryption_key="$$(openssl rand -base64 32)"
 	base="http://$(ORDERPAY_LISTEN)"
-	cat <<-MSG
-
-	  orderpay is starting on $$base, the mock payment provider on http://$(MOCK_PROVIDER_LISTEN).
-	  Ctrl-C stops both. Demo account API key (shown this once):
-
-	    export KEY=$$key
-
-	  1. Create an order and keep its id:
-
-	    ORDER=\$$(curl -s $$base/orders -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-order-1' -d '{"currency":"USD","items":[{"sku":"tee","quantity":2,"unit_price":"19.99"}]}' | sed -E 's/^[{]"id":"([^"]+)".*/\1/'); echo \$$ORDER
-
-	  2. Pay it and keep the payment's id (pm_card_ok succeeds; try pm_card_declined, pm_provider_timeout, pm_provider_pending on other orders):
-
-	    PAYMENT=\$$(curl -s $$base/payments -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-pay-1' -d "{\"order_id\":\"\$$ORDER\",\"payment_method\":\"pm_card_ok\"}" | sed -E 's/^[{]"id":"([^"]+)".*/\1/'); echo \$$PAYMENT
-
-	  3. Replay: run step 2 again. The same answer with Idempotent-Replayed: true, and still one charge:
-
-	    curl -s http://$(MOCK_PROVIDER_LISTEN)/_admin/charges
-
-	  4. Give 10.00 back (the order becomes partially_refunded; run it again: a replay, one refund at the provider):
-
-	    curl -si $$base/refunds -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-refund-1' -d "{\"payment_id\":\"\$$PAYMENT\",\"amount\":\"10.00\"}"
-
-	  5. Ship first, then capture: authorize a new order (capture_method manual), then capture it (or POST .../void):
-
-	    ORDER2=\$$(curl -s $$base/orders -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -d '{"currency":"USD","items":[{"sku":"mug","quantity":1,"unit_price":"8.50"}]}' | sed -E 's/^[{]"id":"([^"]+)".*/\1/')
-	    AUTH=\$$(curl -s $$base/payments -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-auth-1' -d "{\"order_id\":\"\$$ORDER2\",\"payment_method\":\"pm_card_ok\",\"capture_method\":\"manual\"}" | sed -E 's/^[{]"id":"([^"]+)".*/\1/')
-	    curl -si $$base/payments/\$$AUTH/capture -H "Authorization: Bearer \$$KEY" -H 'Idempotency-Key: demo-capture-1' -X POST
-
-	  6. The mock sends signed webhooks to $$base/provider/webhooks: a pm_provider_pending payment
-	     (202) is succeeded as soon as the provider settles it (MOCK_PROVIDER_SETTLE_MS, 3 s). The
-	     events and their deliveries:
-
-	    curl -s http://$(MOCK_PROVIDER_LISTEN)/_admin/webhooks
-
-	  7. Merchant webhooks: register an endpoint (its secret is shown once); every later event of
-	     the account is POSTed to it, signed. \`python3 -m http.server 9000\` logs them arriving; it
-	     answers 501, so they are retried, and \`$(BIN) webhooks failing\` lists the endpoint:
-
-	    curl -s $$base/webhook_endpoints -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -d '{"url":"http://127.0.0.1:9000/hooks","enabled_events":["*"]}'
-
-	  The API description: $$base/openapi.yaml
-
+	# make drops blank recipe lines and the indentation after the tab: every line of the text
+	# starts with | (removed by sed), so that both reach the terminal.
+	cat <<-MSG | sed -e "s/^|//"
+	|
+	|  orderpay: $$base (database $(DEMO_DATABASE), made afresh for this run)
+	|  mock payment provider: http://$(MOCK_PROVIDER_LISTEN)
+	|  Ctrl-C stops both. In another terminal, paste the steps below one at a time.
+	|
+	|  0. The demo account's API key (shown this once), and a helper that prints the id of an
+	|     answer, or the whole answer when the request was refused:
+	|
+	|    export KEY=$$key
+	|    id_of() { python3 -c 'import json, sys; b = json.load(sys.stdin); print(b["id"]) if "id" in b else sys.exit(f"refused: {b}")'; }
+	|
+	|  1. Create an order and keep its id:
+	|
+	|    ORDER=\$$(curl -s $$base/orders -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-order-1' -d '{"currency":"USD","items":[{"sku":"tee","quantity":2,"unit_price":"19.99"}]}' | id_of) && echo \$$ORDER
+	|
+	|  2. Pay it and keep the payment's id (pm_card_ok succeeds; pm_card_declined,
+	|     pm_provider_timeout and pm_provider_pending do what they say, on other orders):
+	|
+	|    PAYMENT=\$$(curl -s $$base/payments -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-pay-1' -d "{\"order_id\":\"\$$ORDER\",\"payment_method\":\"pm_card_ok\"}" | id_of) && echo \$$PAYMENT
+	|
+	|  3. Replay: the same request with the same key, headers shown. The same answer comes back,
+	|     marked Idempotent-Replayed: true, and the provider still holds one charge:
+	|
+	|    curl -si $$base/payments -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-pay-1' -d "{\"order_id\":\"\$$ORDER\",\"payment_method\":\"pm_card_ok\"}"
+	|    curl -s http://$(MOCK_PROVIDER_LISTEN)/_admin/charges
+	|
+	|  4. Give 10.00 back: the order becomes partially_refunded (run it again: a replay, still one
+	|     refund at the provider):
+	|
+	|    curl -si $$base/refunds -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-refund-1' -d "{\"payment_id\":\"\$$PAYMENT\",\"amount\":\"10.00\"}"
+	|
+	|  5. Ship first, then capture: authorize a new order (capture_method manual), then capture it
+	|     (or POST .../void instead):
+	|
+	|    ORDER2=\$$(curl -s $$base/orders -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -d '{"currency":"USD","items":[{"sku":"mug","quantity":1,"unit_price":"8.50"}]}' | id_of) && echo \$$ORDER2
+	|    AUTH=\$$(curl -s $$base/payments -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-auth-1' -d "{\"order_id\":\"\$$ORDER2\",\"payment_method\":\"pm_card_ok\",\"capture_method\":\"manual\"}" | id_of) && echo \$$AUTH
+	|    curl -si $$base/payments/\$$AUTH/capture -H "Authorization: Bearer \$$KEY" -H 'Idempotency-Key: demo-capture-1' -X POST
+	|
+	|  6. The mock sends signed webhooks to $$base/provider/webhooks: a pm_provider_pending payment
+	|     (202) is succeeded as soon as the provider settles it (MOCK_PROVIDER_SETTLE_MS, 3 s).
+	|     The webhooks the mock sent, and the account's events:
+	|
+	|    curl -s http://$(MOCK_PROVIDER_LISTEN)/_admin/webhooks
+	|    curl -s $$base/events -H "Authorization: Bearer \$$KEY"
+	|
+	|  7. Merchant webhooks: register an endpoint (its secret is shown once); every later event of
+	|     the account is POSTed to it, signed. \`python3 -m http.server 9000\` logs them arriving;
+	|     it answers 501, so they are retried, and the operator command lists the endpoint:
+	|
+	|    curl -s $$base/webhook_endpoints -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -d '{"url":"http://127.0.0.1:9000/hooks","enabled_events":["*"]}'
+	|    DATABASE_URL=$(DEMO_DATABASE_URL) $$bin webhooks failing
+	|
+	|  The API description: $$base/openapi.yaml, rendered at $$base/docs
+	|
 	MSG
 	MOCK_PROVIDER_WEBHOOK_URL="$$base/provider/webhooks" MOCK_PROVIDER_WEBHOOK_SECRET="$$webhook_secret" \
-	  $(BIN) mock-provider & mock=$$!
+	  "$$bin" mock-provider & mock=$$!
 	trap 'kill $$mock 2>/dev/null || true' EXIT
 	if [ -z "$${ORDERPAY_NATS_URL:-}" ] && $(NATS_ANSWERS); then
 	  export ORDERPAY_NATS_URL=nats://$(NATS_HOST):$(NATS_PORT)
@@ -123,7 +157,7 @@ run: db build ## run the mock provider and the service against the local Postgre
 	  echo "  No NATS at $(NATS_HOST):$(NATS_PORT): running without the NATS relay (make nats starts one)."
 	fi
 	ORDERPAY_PROVIDER_WEBHOOK_SECRET="$$webhook_secret" ORDERPAY_ENCRYPTION_KEY="$$encryption_key" \
-	  ORDERPAY_WEBHOOK_ALLOW_PRIVATE=true ORDERPAY_WEBHOOK_REQUIRE_HTTPS=false $(BIN) serve
+	  ORDERPAY_WEBHOOK_ALLOW_PRIVATE=true ORDERPAY_WEBHOOK_REQUIRE_HTTPS=false "$$bin" serve
 
 .PHONY: test
 test: db nats node ## run the tests (all but chaos) against the local PostgreSQL and NATS, one database per test; then clients-test
@@ -189,7 +223,7 @@ demo: node clients-build ## the checkout example (http://127.0.0.1:3000) beside 
 	  exit 1
 	fi
 	cd examples/checkout && { [ -d node_modules ] || npm ci --no-audit --no-fund --omit=dev; } && cd ../..
-	key=$$($(BIN) accounts create "checkout demo" 2>/dev/null)
+	key=$$(DATABASE_URL=$(DEMO_DATABASE_URL) "$$(tests/scripts/orderpay-bin.sh)" accounts create "checkout demo" 2>/dev/null)
 	echo "  The checkout: http://$${CHECKOUT_LISTEN:-127.0.0.1:3000}/ (its own account; Ctrl-C stops it)"
 	ORDERPAY_URL="http://$(ORDERPAY_LISTEN)" ORDERPAY_KEY="$$key" node examples/checkout/server.mjs
 
@@ -205,15 +239,13 @@ chaos: db ## crash, fault, outage and database failover tests (CHAOS_ORDERS, CHA
 bench: db ## the full benchmark on a private tuned PostgreSQL (bench/results.md and charts; under 40 minutes)
 	command -v wrk >/dev/null || apt-get install -y -q wrk
 	bench/venv.sh
-	cargo build --release --bin orderpay
-	python3 bench/run.py
+	ORDERPAY_BIN=$$(tests/scripts/orderpay-bin.sh --release) python3 bench/run.py
 
 .PHONY: bench-quick
 bench-quick: db ## the benchmark's quick mode for iterating, a few minutes (written to bench/quick/)
 	command -v wrk >/dev/null || apt-get install -y -q wrk
 	bench/venv.sh
-	cargo build --release --bin orderpay
-	BENCH_QUICK=1 python3 bench/run.py
+	ORDERPAY_BIN=$$(tests/scripts/orderpay-bin.sh --release) BENCH_QUICK=1 python3 bench/run.py
 
 .PHONY: bench-report
 bench-report: ## render bench/results.md and the charts again from bench/last-run.json
@@ -229,7 +261,8 @@ contract: db build ## check the running service against openapi.yaml with schema
 	tests/scripts/with-service.sh tests/scripts/contract.sh
 
 .PHONY: docs-check
-docs-check: db build ## check in headless Chromium that GET /docs shows every endpoint
+docs-check: db build ## every link of the Markdown files resolves inside the repository; GET /docs shows every endpoint in headless Chromium
+	tests/scripts/links-check.py
 	tests/scripts/with-service.sh tests/scripts/docs-check.sh
 
 .PHONY: schema
@@ -250,10 +283,30 @@ alerts-check: db ## check deploy/: promtool check and test rules (promtool insta
 	fi
 
 .PHONY: lint
-lint: ## rustfmt check, clippy with warnings denied (every workspace member), and SQL's one home
+lint: cargo-deny ## rustfmt check, clippy with warnings denied (every workspace member), SQL's one home, rust-version, licenses, bans and sources
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 	tests/scripts/sql-style.sh
+	tests/scripts/rust-version-check.py
+	# Offline: licenses, banned crates and where crates come from read Cargo.lock and the local
+	# registry only. The advisories need the network: make audit.
+	cargo deny --offline --log-level error check licenses bans sources
+
+.PHONY: cargo-deny
+cargo-deny: ## install cargo-deny when it is missing (cargo install --locked: a few minutes of build, once)
+	@if cargo deny --version >/dev/null 2>&1; then exit 0; fi
+	echo "installing cargo-deny (cargo install --locked cargo-deny; it builds for a few minutes, once)"
+	cargo install --locked cargo-deny
+
+.PHONY: audit
+audit: cargo-deny ## RustSec advisories against Cargo.lock (fetches the advisory database; not part of CI)
+	@if ! cargo deny fetch db >target/audit-fetch.log 2>&1; then
+	  echo "make audit: the RustSec advisory database could not be fetched (no network, or its host" >&2
+	  echo "is not reachable from here), so NO advisory was checked. cargo deny said:" >&2
+	  tail -n 5 target/audit-fetch.log >&2
+	  exit 2
+	fi
+	cargo deny --offline check advisories
 
 .PHONY: model
 model: ## check the protocol's model (docs/model.md): the unit configurations, the large one, the mutants and the defects, with state counts and times

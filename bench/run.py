@@ -490,7 +490,10 @@ class Bench:
 
     def create_account(self, db):
         pg.query(f"{self.server}/postgres", f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-        key = subprocess.run([BIN, "accounts", "create", "bench"], env=dict(os.environ, DATABASE_URL=self.db_url(db)),
+        env = dict(os.environ, DATABASE_URL=self.db_url(db))
+        # Only `serve` and `migrate` migrate; every other command refuses a database not migrated.
+        subprocess.run([BIN, "migrate"], env=env, check=True, capture_output=True, text=True)
+        key = subprocess.run([BIN, "accounts", "create", "bench"], env=env,
                              check=True, capture_output=True, text=True).stdout.strip()
         account_id = pg.scalar(self.db_url(db), "SELECT id FROM accounts WHERE name = 'bench'")
         return key, account_id

@@ -35,18 +35,19 @@ pub fn engine(settings: &Settings, pool: Pool, provider: Arc<dyn PaymentProvider
 
 /// The provider client for `settings`.
 pub fn provider(settings: &crate::config::ProviderConfig) -> anyhow::Result<Arc<dyn PaymentProvider>> {
-    let client = HttpProvider::new(&settings.url, settings.timeout, settings.api_key.clone())?;
+    let api_key = settings.api_key.as_ref().map(|key| secrecy::ExposeSecret::expose_secret(key).to_owned());
+    let client = HttpProvider::new(&settings.url, settings.timeout, api_key)?;
     Ok(Arc::new(crate::provider::coalesce::Coalescing::new(client)))
 }
 
 /// Connections of the webhook delivery worker's own pool: one for its claims, one for its
 /// recorder (which writes the outcomes of the sends in batches, one batch at a time), so neither
 /// waits behind the other or behind the other background tasks.
-const DELIVERY_POOL_SIZE: u32 = 2;
+pub(crate) const DELIVERY_POOL_SIZE: u32 = 2;
 /// Connections shared by the background tasks: the two sweepers, the reconciler and the outbox's
 /// relays. A relay round holds one while its destination answers (a NATS round up to its
 /// timeout while NATS is away), so there is one for each relay besides the others' share.
-const BACKGROUND_POOL_SIZE: u32 = 6;
+pub(crate) const BACKGROUND_POOL_SIZE: u32 = 6;
 
 /// Merchant webhooks' background tasks: the webhooks relay (on the background pool, a round
 /// at a time across instances) and this instance's delivery worker (on a pool of its own),

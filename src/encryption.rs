@@ -61,7 +61,7 @@ impl EncryptionKey {
     /// `plaintext` sealed for the row named by `context`.
     pub fn seal(&self, plaintext: &[u8], context: &[u8]) -> Result<Vec<u8>, SealError> {
         let mut nonce = [0_u8; NONCE_LEN];
-        getrandom::fill(&mut nonce).map_err(|error| SealError(error.to_string()))?;
+        crate::crypto::fill_random(&mut nonce).map_err(|error| SealError(error.to_string()))?;
         let mut sealed = Vec::with_capacity(1 + NONCE_LEN + plaintext.len() + AES_256_GCM.tag_len());
         sealed.push(VERSION);
         sealed.extend_from_slice(&nonce);

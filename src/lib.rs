@@ -1,12 +1,13 @@
 //! orderpay: orders and payments over HTTP where every write is safe to retry.
 //!
-//! See README.md for the API and docs/ for the design this crate implements.
+//! See docs/api.md for the API and docs/architecture.md for the design this crate implements.
 
 pub mod accounts;
 pub mod app;
 pub mod background;
 pub mod clock;
 pub mod config;
+pub mod crypto;
 pub mod db;
 pub mod encryption;
 pub mod error;

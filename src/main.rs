@@ -4,6 +4,8 @@
 
 mod cli;
 
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
 
 use orderpay::app::Application;
@@ -25,10 +27,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the HTTP API (applies pending migrations first).
+    /// Run the HTTP API (creates the database when missing and applies pending migrations first).
     // Boxed: every setting of the service makes it by far the largest command.
     Serve(Box<ServeArgs>),
-    /// Apply pending database migrations and exit.
+    /// Create the database when missing, apply pending migrations and exit. Every command but
+    /// `serve` and `migrate` refuses a database that is behind or ahead of this binary.
     Migrate(DatabaseArgs),
     /// Run the mock payment provider (state in memory; see docs/payments.md for its behaviour).
     MockProvider(MockProviderArgs),
@@ -72,9 +75,22 @@ enum Command {
     },
 }
 
+/// An error is printed as its chain of causes on one line, never with a backtrace: every error
+/// that reaches here is one the command expected to refuse with (a database not migrated, a bad
+/// id, a payment that cannot be resolved), whatever `RUST_BACKTRACE` says. Panics still print
+/// theirs.
 #[actix_web::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+async fn main() -> ExitCode {
+    match run(Cli::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     telemetry::init();
     match cli.command {
         Command::Serve(args) => Application::build(args.settings()?).await?.run_until_stopped().await,

@@ -17,7 +17,6 @@ use chrono::{DateTime, Utc};
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 pub use cache::AccountCache;
 
@@ -36,7 +35,7 @@ pub struct ApiKey(String);
 impl ApiKey {
     pub fn generate() -> anyhow::Result<Self> {
         let mut secret = [0_u8; 32];
-        getrandom::fill(&mut secret).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+        crate::crypto::fill_random(&mut secret)?;
         Ok(ApiKey(format!("{API_KEY_PREFIX}{}", hex::encode(secret))))
     }
 
@@ -53,7 +52,7 @@ impl ApiKey {
 
 /// SHA-256 of a presented key, the form it is stored and looked up in.
 pub fn hash_api_key(presented: &str) -> [u8; 32] {
-    Sha256::digest(presented.as_bytes()).into()
+    crate::crypto::sha256(presented.as_bytes())
 }
 
 /// The account a request is authenticated as.

@@ -1,16 +1,19 @@
 //! Operator commands: `accounts ...`, `keys show`, `payments ...`, `events redeliver`,
-//! `webhooks failing` and `secrets reseal`. Each connects with `DATABASE_URL` (and migrates it, like `serve`), prints
-//! a table for people by default and, with `--json`, JSON for scripts: a listing is a JSON array
-//! of objects, a single thing one object. Secrets go to stdout alone, everything said around them
+//! `webhooks failing` and `secrets reseal`. Each connects with `DATABASE_URL`, refuses a database
+//! whose schema is not this binary's (`schema.rs`: only `serve` and `migrate` migrate), prints a
+//! table for people by default and, with `--json`, JSON for scripts: a listing is a JSON array of
+//! objects, a single thing one object. Secrets go to stdout alone, everything said around them
 //! to stderr, so `KEY=$(orderpay ...)` captures just the secret.
 
 pub mod accounts;
 pub mod events;
 pub mod keys;
 pub mod payments;
+pub mod schema;
 pub mod secrets;
 pub mod webhooks;
 
+use anyhow::Context;
 use chrono::{DateTime, SecondsFormat, Utc};
 use clap::Args;
 use diesel_async::AsyncPgConnection;
@@ -33,12 +36,14 @@ pub struct Output {
     pub json: bool,
 }
 
-/// A connection for one command: the database is created and migrated if needed, as `serve`
-/// does, so that commands work on a fresh database too.
+/// A connection for one command, to a database whose schema is this binary's (else refused).
 pub async fn connect(database: &DatabaseArgs) -> anyhow::Result<AsyncPgConnection> {
     let config = database.config();
-    db::prepare(&config).await?;
-    db::establish(&database.database_url, config.connect_timeout).await
+    let mut conn = db::establish(&database.database_url, config.connect_timeout)
+        .await
+        .context("cannot connect to DATABASE_URL (`orderpay migrate` creates a missing database)")?;
+    schema::require_current(&mut conn).await?;
+    Ok(conn)
 }
 
 /// What a command that drives provider operations reads (`reconcile`, `payments ...`): the
@@ -54,11 +59,11 @@ pub struct EngineArgs {
 }
 
 impl EngineArgs {
-    /// The engine and the reconciler's settings; the database is created and migrated if needed.
+    /// The engine and the reconciler's settings, on a database whose schema is this binary's.
     pub async fn engine(&self) -> anyhow::Result<(Engine, ReconcilerConfig)> {
-        db::prepare(&self.database.config()).await?;
+        drop(connect(&self.database).await?);
         let provider_config = self.provider.config();
-        let config = self.reconcile.config(&provider_config)?;
+        let config = self.reconcile.config(&provider_config);
         // Outside requests no lease is handed to a request: only the recheck matters.
         let timing = Timing { lease: config.claim_for, recheck_after: config.backoff_base };
         let engine = Engine {

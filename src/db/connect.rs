@@ -107,8 +107,7 @@ impl Target {
         let hosts = self.info.host_count().max(1);
         let first = if self.info.pg.get_load_balance_hosts() == LoadBalanceHosts::Random {
             // load_balance_hosts=random: spread new connections over the hosts.
-            let mut bytes = [0; 8];
-            getrandom::fill(&mut bytes).map_or(0, |()| u64::from_le_bytes(bytes) as usize % hosts)
+            crate::crypto::random_u64().map_or(0, |random| random as usize % hosts)
         } else {
             self.preferred.load(Ordering::Relaxed) % hosts
         };

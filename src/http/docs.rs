@@ -1,15 +1,16 @@
-//! `GET /docs`: openapi.yaml rendered for people by Swagger UI (Apache-2.0, vendored in `docs/`),
-//! served by orderpay itself so that the page works offline and loads nothing from a CDN.
+//! `GET /docs`: openapi.yaml rendered for people by Swagger UI (Apache-2.0, vendored in
+//! `assets/swagger-ui/`), served by orderpay itself so that the page works offline and loads
+//! nothing from a CDN.
 
 use actix_web::http::header;
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use crate::error::ApiError;
 
-const PAGE: &str = include_str!("docs/index.html");
-const INIT: &str = include_str!("docs/init.js");
-const BUNDLE: &str = include_str!("docs/swagger-ui-bundle.js");
-const STYLE: &str = include_str!("docs/swagger-ui.css");
+const PAGE: &str = include_str!("../../assets/swagger-ui/index.html");
+const INIT: &str = include_str!("../../assets/swagger-ui/init.js");
+const BUNDLE: &str = include_str!("../../assets/swagger-ui/swagger-ui-bundle.js");
+const STYLE: &str = include_str!("../../assets/swagger-ui/swagger-ui.css");
 
 /// `GET /docs`
 pub async fn page() -> HttpResponse {

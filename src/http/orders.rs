@@ -1,4 +1,5 @@
-//! `/orders`: request DTOs, their validation, and the handlers. The order's representation lives
+//! `/orders`: request DTOs, their validation (by hand, like every other body: each field parsed
+//! into its domain type, every error reported at once), and the handlers. The order's representation lives
 //! with the order domain (`orders::representation`).
 
 use std::borrow::Cow;
@@ -6,9 +7,8 @@ use std::collections::BTreeMap;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::Utc;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
-use validator::{Validate, ValidationError, ValidationErrors, ValidationErrorsKind};
 
 use super::AppState;
 use super::auth::Authenticated;
@@ -21,28 +21,19 @@ use crate::orders::representation::OrderResource;
 use crate::orders::{NewLineItem, NewOrder, Order, PlaceError, Quantity, Sku, service};
 
 /// `POST /orders` body.
-#[derive(Debug, Deserialize, Validate)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateOrderRequest {
     currency: String,
-    #[validate(length(min = 1, max = 100, message = "must list 1 to 100 items"), nested)]
     items: Vec<OrderItemRequest>,
-    #[validate(
-        length(min = 1, max = 255, message = "must be 1 to 255 characters"),
-        custom(function = "no_control_characters")
-    )]
     customer_id: Option<String>,
-    #[validate(custom(function = "valid_metadata"))]
     metadata: Option<BTreeMap<String, String>>,
 }
 
-// Serialize: validator's `length` check on the parent list records the value it measured.
-#[derive(Debug, Deserialize, Serialize, Validate)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OrderItemRequest {
-    #[validate(length(min = 1, max = 64, message = "must be 1 to 64 characters"))]
     sku: String,
-    #[validate(range(min = 1, max = 10000, message = "must be 1 to 10000"))]
     quantity: i64,
     /// A decimal string (`"12.50"`) or a JSON number, taken as its exact text.
     unit_price: Value,
@@ -61,55 +52,36 @@ pub struct ListOrdersQuery {
     starting_after: Option<String>,
 }
 
-fn no_control_characters(text: &str) -> Result<(), ValidationError> {
+/// At most this many items in one order.
+const MAX_ITEMS: usize = 100;
+
+fn valid_customer_id(text: &str) -> Result<(), &'static str> {
+    if !(1..=255).contains(&text.chars().count()) {
+        return Err("must be 1 to 255 characters");
+    }
     if text.chars().any(char::is_control) {
-        return Err(message("must not contain control characters"));
+        return Err("must not contain control characters");
     }
     Ok(())
 }
 
 /// Metadata limits, as Stripe's: at most 50 keys, keys 1 to 40 characters, values up to 500.
-fn valid_metadata(metadata: &BTreeMap<String, String>) -> Result<(), ValidationError> {
+fn valid_metadata(metadata: &BTreeMap<String, String>) -> Result<(), &'static str> {
     if metadata.len() > 50 {
-        return Err(message("must have at most 50 keys"));
+        return Err("must have at most 50 keys");
     }
     for (key, value) in metadata {
         if !(1..=40).contains(&key.chars().count()) {
-            return Err(message("keys must be 1 to 40 characters"));
+            return Err("keys must be 1 to 40 characters");
         }
         if value.chars().count() > 500 {
-            return Err(message("values must be at most 500 characters"));
+            return Err("values must be at most 500 characters");
         }
         if key.contains('\0') || value.contains('\0') {
-            return Err(message("must not contain NUL characters"));
+            return Err("must not contain NUL characters");
         }
     }
     Ok(())
-}
-
-fn message(text: &'static str) -> ValidationError {
-    ValidationError::new("invalid").with_message(Cow::Borrowed(text))
-}
-
-/// validator's nested error tree as a flat list of `path: message`, sorted by path.
-fn flatten(errors: &ValidationErrors, prefix: &str, out: &mut Vec<FieldError>) {
-    for (field, kind) in errors.errors() {
-        let path = if prefix.is_empty() { field.to_string() } else { format!("{prefix}.{field}") };
-        match kind {
-            ValidationErrorsKind::Field(field_errors) => {
-                for error in field_errors {
-                    let text = error.message.clone().unwrap_or(Cow::Borrowed("is invalid"));
-                    out.push(FieldError::new(path.clone(), text));
-                }
-            }
-            ValidationErrorsKind::Struct(nested) => flatten(nested, &path, out),
-            ValidationErrorsKind::List(items) => {
-                for (index, nested) in items {
-                    flatten(nested, &format!("{path}[{index}]"), out);
-                }
-            }
-        }
-    }
 }
 
 /// The text of a money field: a string as is, a number as its exact JSON text.
@@ -137,8 +109,14 @@ fn parse_new_order(body: Value) -> Result<NewOrder, ApiError> {
     };
     let request: CreateOrderRequest = body::deserialize(body)?;
     let mut errors = Vec::new();
-    if let Err(validation) = request.validate() {
-        flatten(&validation, "", &mut errors);
+    if !(1..=MAX_ITEMS).contains(&request.items.len()) {
+        errors.push(FieldError::new("items", "must list 1 to 100 items"));
+    }
+    if let Some(Err(error)) = request.customer_id.as_deref().map(valid_customer_id) {
+        errors.push(FieldError::new("customer_id", error));
+    }
+    if let Some(Err(error)) = request.metadata.as_ref().map(valid_metadata) {
+        errors.push(FieldError::new("metadata", error));
     }
     let currency = Currency::parse(&request.currency)
         .map_err(|error| errors.push(FieldError::new("currency", error)))

@@ -8,7 +8,6 @@
 //! serde_json's map order, which a feature flag elsewhere in the build could change.
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Fingerprint([u8; 32]);
@@ -26,7 +25,7 @@ impl Fingerprint {
             Some(value) => write_canonical(value, &mut canonical),
             None => canonical.extend_from_slice(b"{}"),
         }
-        Fingerprint(Sha256::digest(&canonical).into())
+        Fingerprint(crate::crypto::sha256(&canonical))
     }
 
     pub fn as_bytes(&self) -> &[u8; 32] {

@@ -340,7 +340,7 @@ impl Worker {
             None => Outcome::Delivered,
             Some(_) if give_up || send.attempt >= self.config.max_attempts => Outcome::GiveUp,
             Some(_) => {
-                let random = getrandom::u64().unwrap_or_default();
+                let random = crate::crypto::random_u64().unwrap_or_default();
                 let wait = self.config.backoff(send.attempt, random);
                 Outcome::Retry(crate::clock::after(Utc::now(), wait))
             }

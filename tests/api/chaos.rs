@@ -25,9 +25,7 @@ fn env_number(name: &str, default: usize) -> usize {
 
 /// A number in `0..bound` from the OS's randomness (timing only).
 fn random_below(bound: u64) -> u64 {
-    let mut bytes = [0_u8; 8];
-    getrandom::fill(&mut bytes).unwrap();
-    u64::from_le_bytes(bytes) % bound.max(1)
+    orderpay::crypto::random_u64().unwrap() % bound.max(1)
 }
 
 fn free_port() -> u16 {

@@ -74,3 +74,70 @@ fn serve_help_lists_every_setting() {
         assert!(help.contains(variable), "{variable} missing from:\n{help}");
     }
 }
+
+/// Only `serve` and `migrate` change the schema: any other command, a read such as `accounts
+/// list` included, refuses a database whose migrations are not exactly its binary's, says what
+/// to do, changes nothing, and prints the error without a backtrace even when asked for one.
+#[tokio::test]
+async fn commands_refuse_a_database_behind_or_ahead_of_their_binary_and_migrate_nothing() {
+    let app = spawn_app().await;
+    let newest = app.text("SELECT max(version)::text AS text FROM __diesel_schema_migrations").await;
+    let accounts_list = || {
+        Command::new(BIN)
+            .args(["accounts", "list"])
+            .env("DATABASE_URL", &app.database_url)
+            .env("RUST_LOG", "warn")
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .expect("orderpay runs")
+    };
+    let refused_with = |output: std::process::Output| {
+        assert!(!output.status.success(), "refused");
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(!stderr.to_lowercase().contains("backtrace"), "no backtrace: {stderr}");
+        assert!(output.stdout.is_empty(), "nothing listed");
+        stderr
+    };
+
+    // Behind: the newest migration is not recorded as run.
+    app.execute(&format!("DELETE FROM __diesel_schema_migrations WHERE version = '{newest}'")).await;
+    let stderr = refused_with(accounts_list());
+    assert!(stderr.contains("behind") && stderr.contains(&newest), "{stderr}");
+    assert!(stderr.contains("run `orderpay migrate` first"), "{stderr}");
+    let recorded =
+        format!("SELECT count(*) AS count FROM __diesel_schema_migrations WHERE version = '{newest}'");
+    assert_eq!(app.count(&recorded).await, 0, "the command migrated nothing");
+
+    // Ahead: a migration this binary does not know.
+    app.execute(&format!(
+        "INSERT INTO __diesel_schema_migrations (version) VALUES ('{newest}'), ('99991231000000')"
+    ))
+    .await;
+    let stderr = refused_with(accounts_list());
+    assert!(stderr.contains("ahead") && stderr.contains("99991231000000"), "{stderr}");
+
+    // Exactly the binary's migrations: the command runs.
+    app.execute("DELETE FROM __diesel_schema_migrations WHERE version = '99991231000000'").await;
+    let listed = accounts_list();
+    assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
+}
+
+/// docs/configuration.md lists every variable the commands read (the ones `--help` shows).
+#[test]
+fn the_configuration_reference_lists_every_variable_of_serve_and_the_mock() {
+    let reference =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md")).unwrap();
+    for command in ["serve", "mock-provider"] {
+        let output = Command::new(BIN).args([command, "--help"]).output().expect("orderpay runs");
+        let help = String::from_utf8(output.stdout).unwrap();
+        let variables: Vec<&str> =
+            help.split("[env: ").skip(1).filter_map(|rest| rest.split([']', '=']).next()).collect();
+        assert!(variables.len() >= 8, "{command} --help lists its variables:\n{help}");
+        for variable in variables {
+            assert!(
+                reference.contains(&format!("`{variable}`")),
+                "{variable} missing from docs/configuration.md"
+            );
+        }
+    }
+}

@@ -127,7 +127,7 @@ impl TestProvider {
 pub fn new_encryption_key() -> String {
     use base64::Engine;
     let mut bytes = [0_u8; 32];
-    getrandom::fill(&mut bytes).expect("randomness");
+    orderpay::crypto::fill_random(&mut bytes).expect("randomness");
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 

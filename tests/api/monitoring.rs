@@ -98,10 +98,10 @@ fn series(text: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The metrics of the table in README.md's "Metrics" section.
+/// The metrics of the table in docs/operations.md's "Metrics" section.
 fn documented() -> BTreeSet<String> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let section = readme.split("### Metrics").nth(1).expect("a Metrics section in README.md");
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md")).unwrap();
+    let section = page.split("\n## Metrics\n").nth(1).expect("a Metrics section in docs/operations.md");
     let section = section.split("\n#").next().unwrap();
     section
         .lines()
@@ -123,7 +123,11 @@ async fn a_fresh_app_exports_every_documented_metric_before_its_first_event() {
         rendered.iter().map(|series| series.split('{').next().unwrap().to_owned()).collect();
 
     let declared: BTreeSet<String> = DESCRIBED.iter().map(|&(name, _, _)| name.to_owned()).collect();
-    assert_eq!(documented(), declared, "README.md's table and metrics::DESCRIBED list the same metrics");
+    assert_eq!(
+        documented(),
+        declared,
+        "docs/operations.md's table and metrics::DESCRIBED list the same metrics"
+    );
     for &(name, kind, _) in DESCRIBED {
         for series_name in rendered_as(name, kind) {
             assert!(names.contains(&series_name), "{series_name} not exported from start:\n{text}");

@@ -202,7 +202,7 @@ async fn every_event_lands_once_in_transaction_order_with_its_subject_id_and_pay
         assert_eq!(message.payload.as_ref(), response.bytes().await.unwrap().as_ref());
     }
 
-    // A consumer as the README shows one: durable, one type, each message acknowledged.
+    // A consumer as docs/api.md shows one: durable, one type, each message acknowledged.
     let consumer = stream
         .jetstream
         .get_stream(&stream.name)

@@ -1,7 +1,7 @@
 //! Merchant webhooks end to end: the real app (or a real `orderpay serve` subprocess) against
 //! real PostgreSQL, delivering to a real local receiver (a small actix-web server in the test)
 //! that records every request and answers as the test scripts it. Signatures are checked with
-//! hmac, sha2 and base64 directly, not with the service's own code.
+//! ring's HMAC and base64 directly, not with the service's own code.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,10 +15,8 @@ use base64::engine::general_purpose::STANDARD;
 use chrono::{DateTime, Utc};
 use diesel::QueryableByName;
 use diesel::sql_types::{Int2, Int4, Nullable, Text, Timestamptz};
-use hmac::{Hmac, KeyInit, Mac};
 use reqwest::{Method, Response};
 use serde_json::{Value, json};
-use sha2::Sha256;
 use tokio::sync::watch;
 
 use orderpay::merchant_webhooks::{DeliveryConfig, WebhookSettings};
@@ -196,13 +194,11 @@ impl Receiver {
 /// HMAC-SHA256 of `{webhook-id}.{webhook-timestamp}.{body}` under the decoded `secret`.
 fn signatures_verified_by(secret: &str, request: &Received) -> Vec<bool> {
     let key = STANDARD.decode(secret.strip_prefix("whsec_").expect("a whsec_ secret")).expect("base64");
-    let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
-    mac.update(request.webhook_id().as_bytes());
-    mac.update(b".");
-    mac.update(request.header("webhook-timestamp").as_bytes());
-    mac.update(b".");
-    mac.update(&request.body);
-    let expected = STANDARD.encode(mac.finalize().into_bytes());
+    let mut signed =
+        format!("{}.{}.", request.webhook_id(), request.header("webhook-timestamp")).into_bytes();
+    signed.extend_from_slice(&request.body);
+    let tag = ring::hmac::sign(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key), &signed);
+    let expected = STANDARD.encode(tag.as_ref());
     request
         .header("webhook-signature")
         .split(' ')

@@ -10,8 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-bin=${ORDERPAY_BIN:-target/debug/orderpay}
-[ -x "$bin" ] || cargo build --bin orderpay
+# The binary where cargo puts it (CARGO_TARGET_DIR included), unless ORDERPAY_BIN names one.
+bin=${ORDERPAY_BIN:-$(tests/scripts/orderpay-bin.sh)}
 server=${PG_SERVER_URL:-postgres://postgres@127.0.0.1:5432}
 db="orderpay_script_$(date +%s)_$$"
 logs=$(mktemp -d)
@@ -54,6 +54,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Only `serve` and `migrate` migrate: the database is created and migrated before any other
+# command runs against it.
+"$bin" migrate 2>"$logs/migrate.log" || { cat "$logs/migrate.log" >&2; exit 1; }
 ORDERPAY_KEY=$("$bin" accounts create "script account" 2>/dev/null)
 export ORDERPAY_KEY
 "$bin" mock-provider >"$logs/mock.log" 2>&1 & pids+=($!)

@@ -178,8 +178,9 @@ pub fn parse_retry_after(value: &str) -> Option<Duration> {
 
 /// A uniform random number in [0, 1) from the operating system, for the jitter.
 pub(crate) fn random() -> f64 {
+    use ring::rand::SecureRandom;
     let mut bytes = [0_u8; 8];
-    if getrandom::fill(&mut bytes).is_err() {
+    if ring::rand::SystemRandom::new().fill(&mut bytes).is_err() {
         return 0.5;
     }
     (u64::from_le_bytes(bytes) >> 11) as f64 / (1_u64 << 53) as f64

@@ -356,10 +356,9 @@ pub(super) fn chance(rate: f64) -> bool {
     if rate <= 0.0 {
         return false;
     }
-    let mut bytes = [0_u8; 8];
-    if getrandom::fill(&mut bytes).is_err() {
+    let Ok(random) = crate::crypto::random_u64() else {
         return false;
-    }
-    let draw = (u64::from_le_bytes(bytes) >> 11) as f64 / (1_u64 << 53) as f64;
+    };
+    let draw = (random >> 11) as f64 / (1_u64 << 53) as f64;
     draw < rate
 }
