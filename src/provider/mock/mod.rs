@@ -13,7 +13,7 @@
 //! `MOCK_PROVIDER_AUTH_TTL_MS`.
 //!
 //! `POST /_admin/faults` adds random latency, held answers and 503s to every later write, and
-//! misbehaving webhooks. The modules: [`ledger`] (the books and their state machine),
+//! misbehaving webhooks. The modules: [`ledger`] (the books and their state machine, a file per job),
 //! [`handlers`] (HTTP), [`webhooks`] (signed event delivery).
 
 mod handlers;
