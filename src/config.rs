@@ -255,6 +255,7 @@ impl MockProviderArgs {
             webhook_url: set(&self.webhook_url),
             webhook_secret: set(&self.webhook_secret),
             webhook_retry_base: Duration::from_millis(self.webhook_retry_ms),
+            webhooks_by_hand: false,
         }
     }
 }
