@@ -21,9 +21,10 @@ use std::time::{Duration, Instant};
 use orderpay_model::action::{Action, Choice};
 use orderpay_model::config::{CaptureMethod, Faults, Intent};
 use orderpay_model::state::{
-    ChargeStatus, Key, OpStatus, OrderStatus, PaymentStatus, Pc, Proc, ProviderRefundStatus, State,
+    ChargeStatus, Key, LateCharge, Op, OpStatus, OrderStatus, PaymentStatus, Pc, Proc, ProviderRefundStatus,
+    State,
 };
-use orderpay_model::{Config, Protocol};
+use orderpay_model::{Config, Mutation, Protocol};
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -33,22 +34,23 @@ use crate::helpers::{TestApp, json, new_key, spawn_app_with};
 /// (`CONFORMANCE_PATHS`, `CONFORMANCE_SECONDS`: `make model-conformance` drives more).
 const PATHS: u64 = 12;
 const WALL_CLOCK_CAP: Duration = Duration::from_secs(180);
-/// Stretches per path (each a request or a reconciler pass).
-const STRETCHES: usize = 6;
+/// Stretches per path (each a request, a reconciler pass, or time passing).
+const STRETCHES: usize = 8;
 
 /// The configuration the harness drives: an automatic payment of 2 units and a refund of both,
-/// each key sent twice, one reconciler; the provider acts at once, acts with the answer lost, or
-/// never acts. No give-up (sends never go quiet), so no late watches; no declines, no pending
-/// answers, no webhooks (listed in docs/model.md as not conformance-checked yet).
+/// each key sent twice, one reconciler with two checks; the provider acts at once, acts with the
+/// answer lost, or never acts; sends go quiet, so the reconciler gives up and the late-charge
+/// watch looks. No declines, no pending answers, no webhooks (listed in docs/model.md as not
+/// conformance-checked yet).
 fn config() -> Config {
     Config {
-        name: "conformance: a charge and a refund, answers lost, sends never acted on",
+        name: "conformance: a charge and a refund, answers lost, sends never acted on, give-ups",
         total: 2,
         capture_method: CaptureMethod::Automatic,
         intents: vec![Intent::Pay, Intent::Refund(2)],
         requests_per_key: 2,
         reconcilers: 1,
-        max_attempts: 3,
+        max_attempts: 2,
         system_refunds: 1,
         operator: false,
         webhooks: false,
@@ -93,6 +95,8 @@ impl Scripted {
 enum Driver {
     Client(u8),
     Reconciler,
+    /// Time passes: the last send of this operation goes quiet.
+    Time(Op),
 }
 
 /// One stretch taken in the model: its driver, its steps, and what the provider did with each
@@ -109,6 +113,14 @@ fn enabled(protocol: &Protocol, state: &State) -> Vec<Action> {
     actions
 }
 
+/// The steps that start a stretch from a state where every driver is idle.
+fn starts_stretch(action: Action) -> bool {
+    matches!(
+        action,
+        Action::Request(_) | Action::Claim(0, _) | Action::LateChargeLook(0) | Action::SendsGoQuiet(_)
+    )
+}
+
 /// The steps that belong to `proc`'s stretch: its own, and the provider acting on what it sent
 /// while it waits. (The provider acting on a send nobody waits for any more is never taken: the
 /// harness scripts such a send as never acted on.)
@@ -117,24 +129,44 @@ fn of_stretch(state: &State, proc: Proc, action: Action) -> bool {
         Action::ProviderActs { index, choice: Choice::Succeed } => {
             state.provider.requests[index as usize].from == Some(proc)
         }
+        Action::LateChargeAct(r) => proc == Proc::Reconciler(r),
         _ => action.engine_step_of() == Some(proc),
     }
 }
 
-/// Takes one stretch from a state where every driver is idle, or `None` when no driver may
-/// start.
-fn take_stretch(protocol: &Protocol, state: &mut State, rng: &mut Rng) -> Option<Stretch> {
-    let starts: Vec<Action> = enabled(protocol, state)
-        .into_iter()
-        .filter(|action| matches!(action, Action::Request(_) | Action::Claim(0, _)))
-        .collect();
-    if starts.is_empty() {
-        return None;
+/// Where a path's steps come from: a random walk's choices, or a given path (a counterexample)
+/// as far as the harness can drive it.
+enum Source {
+    Walk(Rng),
+    Given(std::collections::VecDeque<Action>),
+}
+
+impl Source {
+    /// The next step among `choices`. A given path that leaves them ends there: its stretch is
+    /// completed with the first choice, and no stretch starts after it.
+    fn next(&mut self, choices: &[Action]) -> Option<Action> {
+        match self {
+            Source::Walk(rng) => (!choices.is_empty()).then(|| rng.pick(choices)),
+            Source::Given(path) => match path.front() {
+                Some(action) if choices.contains(action) => path.pop_front(),
+                _ => {
+                    path.clear();
+                    None
+                }
+            },
+        }
     }
-    let start = rng.pick(&starts);
+}
+
+/// Takes one stretch from a state where every driver is idle, or `None` when the source starts
+/// none.
+fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> Option<Stretch> {
+    let starts: Vec<Action> = enabled(protocol, state).into_iter().filter(|a| starts_stretch(*a)).collect();
+    let start = source.next(&starts)?;
     let (driver, proc) = match start {
-        Action::Request(i) => (Driver::Client(i), Proc::Client(i)),
-        _ => (Driver::Reconciler, Proc::Reconciler(0)),
+        Action::Request(i) => (Driver::Client(i), Some(Proc::Client(i))),
+        Action::SendsGoQuiet(op) => (Driver::Time(op), None),
+        _ => (Driver::Reconciler, Some(Proc::Reconciler(0))),
     };
     let mut steps = vec![start];
     *state = protocol.apply(state, start);
@@ -142,11 +174,11 @@ fn take_stretch(protocol: &Protocol, state: &mut State, rng: &mut Rng) -> Option
     // What the provider did with the send in flight: acted on it (before its answer arrives or
     // the sender stops waiting).
     let mut acted = false;
-    while state.pc(proc) != Pc::Idle {
+    while let Some(proc) = proc.filter(|proc| state.pc(*proc) != Pc::Idle) {
         let choices: Vec<Action> =
             enabled(protocol, state).into_iter().filter(|a| of_stretch(state, proc, *a)).collect();
         assert!(!choices.is_empty(), "{proc:?} is stuck in the model at {:?}", state.pc(proc));
-        let action = rng.pick(&choices);
+        let action = source.next(&choices).unwrap_or(choices[0]);
         match action {
             Action::Send(_) => acted = false,
             Action::ProviderActs { .. } => acted = true,
@@ -166,8 +198,8 @@ fn take_stretch(protocol: &Protocol, state: &mut State, rng: &mut Rng) -> Option
 struct Books {
     order: OrderStatus,
     payment: Option<PaymentRow>,
-    /// status, amount, answered, leased, attempts
-    refunds: Vec<(OpStatus, u8, bool, bool, u8)>,
+    /// status, amount, answered, leased, attempts, send recent
+    refunds: Vec<(OpStatus, u8, bool, bool, u8, bool)>,
     /// Each intent's key: free, naming its operation, or holding a stored answer.
     keys: Vec<&'static str>,
     order_events: u8,
@@ -191,6 +223,10 @@ struct PaymentRow {
     refunding: u8,
     /// Reconciler checks, while the charge is in flight.
     attempts: u8,
+    /// `last_send_at` within the quiet period.
+    send_recent: bool,
+    /// The late-charge watch: off, watching, ended.
+    late: String,
 }
 
 fn key_kind(key: Key) -> &'static str {
@@ -218,6 +254,13 @@ fn model_books(protocol: &Protocol, state: &State) -> Books {
                 refunded: p.refunded,
                 refunding: p.refunding,
                 attempts,
+                send_recent: p.row.send_recent,
+                late: match p.late {
+                    LateCharge::Off => "off".to_owned(),
+                    LateCharge::Watching => "watching".to_owned(),
+                    LateCharge::Ended => "ended".to_owned(),
+                    other => format!("{other:?}"),
+                },
             }
         }),
         refunds: state
@@ -225,7 +268,7 @@ fn model_books(protocol: &Protocol, state: &State) -> Books {
             .iter()
             .map(|r| {
                 let attempts = if r.status == OpStatus::Processing { r.row.attempts.min(max) } else { 0 };
-                (r.status, r.amount, r.row.answer.is_some(), leased(r.row.lease), attempts)
+                (r.status, r.amount, r.row.answer.is_some(), leased(r.row.lease), attempts, r.row.send_recent)
             })
             .collect(),
         keys: state.keys.iter().map(|key| key_kind(*key)).collect(),
@@ -261,10 +304,13 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
         "refunded" => OrderStatus::Refunded,
         other => panic!("an order status the model does not have: {other}"),
     };
-    let leased = "lease_until IS NOT NULL AND lease_until > now() AS leased";
+    let leased = "lease_until IS NOT NULL AND lease_until > now() AS leased, \
+        last_send_at IS NOT NULL AND last_send_at > now() - interval '1 hour' AS send_recent";
     let payment = rows(format!(
         "SELECT status, answer_status IS NOT NULL AS answered, {leased}, provider_charge_id IS NOT NULL AS known, \
-         amount_captured, amount_refunded, amount_refunding, attempts FROM payments WHERE order_id = '{}'",
+         amount_captured, amount_refunded, amount_refunding, attempts, \
+         CASE WHEN late_watch_until IS NULL THEN 'off' WHEN next_check_at IS NULL THEN 'ended' \
+         ELSE 'watching' END AS late FROM payments WHERE order_id = '{}'",
         path.order_id
     ))
     .await;
@@ -293,6 +339,8 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
             refunded: amount("amount_refunded"),
             refunding: amount("amount_refunding"),
             attempts,
+            send_recent: flag("send_recent"),
+            late: p["late"].as_str().unwrap().to_owned(),
         }
     });
     let refund_rows = rows(format!(
@@ -312,7 +360,7 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
             };
             let attempts = if status == OpStatus::Processing { units(&r["attempts"]).min(max) } else { 0 };
             let flag = |name: &str| r[name].as_bool().unwrap();
-            (status, units(&r["amount"]), flag("answered"), flag("leased"), attempts)
+            (status, units(&r["amount"]), flag("answered"), flag("leased"), attempts, flag("send_recent"))
         })
         .collect();
     let mut keys = Vec::new();
@@ -415,24 +463,49 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &Path, stretch: &Stretc
                 ))
                 .await;
             }
+            if stretch.steps[0] == Action::LateChargeLook(0) {
+                // The model's watch looks once nothing can land any more: its window has passed.
+                let sql = "UPDATE payments SET late_watch_until = now() - interval '1 second' \
+                    WHERE late_watch_until IS NOT NULL";
+                app.execute(sql).await;
+            }
             app.reconcile_once().await;
+        }
+        Driver::Time(op) => {
+            let (table, row) = match op {
+                Op::Charge => ("payments", format!("order_id = '{}'", path.order_id)),
+                Op::Refund(k) => (
+                    "refunds",
+                    format!(
+                        "id = (SELECT id FROM refunds WHERE order_id = '{}' ORDER BY created_at, id OFFSET {k} LIMIT 1)",
+                        path.order_id
+                    ),
+                ),
+                Op::Action(_) => panic!("the harness drives no captures or voids"),
+            };
+            // Past the quiet period (an hour in these apps), as the model's step says.
+            let sql =
+                format!("UPDATE {table} SET last_send_at = last_send_at - interval '2 hours' WHERE {row}");
+            app.execute(&sql).await;
         }
     }
 }
 
-/// Drives the path of `seed` and checks it after every stretch; returns the steps checked.
-async fn check_path(seed: u64) -> usize {
+/// Drives the path `source` gives in `protocol`'s configuration, checking it after every
+/// stretch (`name` says which path, in a disagreement's message); returns the steps checked.
+async fn check_path(protocol: &Protocol, mut source: Source, name: &str) -> Vec<Action> {
+    let max_attempts = protocol.config.max_attempts;
     let app = spawn_app_with(|settings, mock| {
-        // Sends never go quiet in these paths: no give-up may happen in the service either.
+        // A send goes quiet only when the path says so (`SendsGoQuiet` moves `last_send_at`).
         settings.reconciler.quiet_before_give_up = Duration::from_secs(3600);
-        settings.reconciler.max_attempts = 3;
+        settings.reconciler.max_attempts = max_attempts.into();
         settings.timing.lease = Duration::from_secs(60);
         // A held answer outlasts the provider timeout (1 s); `never` answers after it too.
         mock.timeout_hold = Duration::from_millis(1500);
     })
     .await;
-    let protocol = Protocol::new(config());
-    let body = json!({"currency": "USD", "items": [{"sku": "s", "quantity": 1, "unit_price": "2.00"}]});
+    let total = format!("{}.00", protocol.config.total);
+    let body = json!({"currency": "USD", "items": [{"sku": "s", "quantity": 1, "unit_price": total}]});
     let order = json(app.post_order(&body, None).await).await;
     let events = app.text("SELECT coalesce(json_agg(type), '[]')::text AS text FROM events").await;
     let path = Path {
@@ -440,26 +513,44 @@ async fn check_path(seed: u64) -> usize {
         keys: protocol.config.intents.iter().map(|_| new_key()).collect(),
         events_before: serde_json::from_str(&events).unwrap(),
     };
-    let mut rng = Rng(seed.max(1));
     let mut state = protocol.initial();
     let mut lines = Vec::new();
-    let mut steps = 0;
+    let mut steps = Vec::new();
     for _ in 0..STRETCHES {
-        let Some(stretch) = take_stretch(&protocol, &mut state, &mut rng) else { break };
+        let Some(stretch) = take_stretch(protocol, &mut state, &mut source) else { break };
         let before = writes(&app).await;
-        drive(&app, &protocol, &path, &stretch).await;
+        drive(&app, protocol, &path, &stretch).await;
         lines.push(format!("{:?}: {:?} (provider: {:?})", stretch.driver, stretch.steps, stretch.sends));
         let trace = lines.join("\n");
         let sent = writes(&app).await - before;
-        assert_eq!(sent as usize, stretch.sends.len(), "sends to the provider, seed {seed}, after\n{trace}");
+        assert_eq!(sent as usize, stretch.sends.len(), "sends to the provider, {name}, after\n{trace}");
         assert_eq!(
-            service_books(&app, &protocol, &path).await,
-            model_books(&protocol, &state),
-            "the service (left) and the model (right) part, seed {seed}, after\n{trace}"
+            service_books(&app, protocol, &path).await,
+            model_books(protocol, &state),
+            "the service (left) and the model (right) part, {name}, after\n{trace}"
         );
-        steps += stretch.steps.len();
+        steps.extend(stretch.steps);
     }
     steps
+}
+
+/// A kind of step worth counting, and how to tell it.
+type StepKind = (&'static str, fn(&Action) -> bool);
+
+/// How many of `steps` are of each kind worth counting (the paths' reach).
+fn reach(steps: &[Action]) -> String {
+    let kinds: [StepKind; 7] = [
+        ("requests", |a| matches!(a, Action::Request(_))),
+        ("claims", |a| matches!(a, Action::Claim(..))),
+        ("settles", |a| matches!(a, Action::Settle(_))),
+        ("releases", |a| matches!(a, Action::Release(_))),
+        ("sends gone quiet", |a| matches!(a, Action::SendsGoQuiet(_))),
+        ("give-ups", |a| matches!(a, Action::GiveUp(_))),
+        ("late-charge looks", |a| matches!(a, Action::LateChargeLook(_))),
+    ];
+    let counts: Vec<String> =
+        kinds.iter().map(|(name, is)| format!("{} {name}", steps.iter().filter(|a| is(a)).count())).collect();
+    counts.join(", ")
 }
 
 #[tokio::test]
@@ -468,17 +559,50 @@ async fn the_service_follows_the_models_paths() {
     let setting = |name: &str| std::env::var(name).ok().and_then(|n| n.parse::<u64>().ok());
     let paths = setting("CONFORMANCE_PATHS").unwrap_or(PATHS);
     let cap = setting("CONFORMANCE_SECONDS").map_or(WALL_CLOCK_CAP, Duration::from_secs);
-    let (mut run, mut steps) = (0, 0);
+    let protocol = Protocol::new(config());
+    let (mut run, mut steps) = (0, Vec::new());
     for seed in 1..=paths {
         if started.elapsed() > cap {
             break;
         }
-        steps += check_path(seed).await;
+        steps.extend(check_path(&protocol, Source::Walk(Rng(seed)), &format!("seed {seed}")).await);
         run += 1;
     }
     println!(
-        "conformance: {run} paths, {steps} model steps checked, {:.1} s",
+        "conformance: {run} random paths, {} model steps checked ({}), {:.1} s",
+        steps.len(),
+        reach(&steps),
         started.elapsed().as_secs_f64()
     );
-    assert!(run > 0 && steps > 0, "no path was driven");
+    assert!(run > 0 && !steps.is_empty(), "no path was driven");
+}
+
+/// Each mutant's shortest counterexample, with the mutation switched off (the correct model
+/// replays it as far as its guards allow), driven as far as the harness drives steps: the
+/// stretches up to the first step it cannot drive, that stretch completed in the model.
+#[tokio::test]
+async fn the_service_follows_every_mutants_counterexample_with_the_mutation_off() {
+    let started = Instant::now();
+    let mut report = Vec::new();
+    for mutation in Mutation::ALL {
+        let killed = orderpay_model::check::kill(mutation).expect("every mutant is killed");
+        let protocol = Protocol::new(Config { mutation: None, ..Config::for_mutation(mutation) });
+        let replayed: Vec<Action> =
+            orderpay_model::trace::replay(&protocol, &killed.actions).into_iter().map(|r| r.action).collect();
+        let steps =
+            check_path(&protocol, Source::Given(replayed.iter().copied().collect()), mutation.name()).await;
+        report.push(format!(
+            "{}: {} of {} steps replayed, {} checked ({})",
+            mutation.name(),
+            replayed.len(),
+            killed.actions.len(),
+            steps.len(),
+            reach(&steps)
+        ));
+    }
+    println!(
+        "conformance, counterexamples ({:.1} s):\n{}",
+        started.elapsed().as_secs_f64(),
+        report.join("\n")
+    );
 }
