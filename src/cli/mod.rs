@@ -1,4 +1,4 @@
-//! Operator commands: `accounts ...`, `keys show`, `payments ...`, `events redeliver`,
+//! Operator commands: `accounts ...`, `keys show`, `payments ...`, `ledger check`, `events redeliver`,
 //! `webhooks failing` and `secrets reseal`. Each connects with `DATABASE_URL` (and migrates it, like `serve`), prints
 //! a table for people by default and, with `--json`, JSON for scripts: a listing is a JSON array
 //! of objects, a single thing one object. Secrets go to stdout alone, everything said around them
@@ -7,6 +7,7 @@
 pub mod accounts;
 pub mod events;
 pub mod keys;
+pub mod ledger;
 pub mod payments;
 pub mod secrets;
 pub mod webhooks;
