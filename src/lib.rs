@@ -16,6 +16,7 @@ pub mod hooks;
 pub mod http;
 pub mod idempotency;
 pub mod ids;
+pub mod ledger;
 pub mod merchant_webhooks;
 pub mod money;
 pub mod operations;

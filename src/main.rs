@@ -58,6 +58,11 @@ enum Command {
         #[command(subcommand)]
         command: cli::payments::PaymentsCommand,
     },
+    /// Check the books: the ledger's invariants.
+    Ledger {
+        #[command(subcommand)]
+        command: cli::ledger::LedgerCommand,
+    },
     /// Act on events: send one again to merchant webhook endpoints.
     Events {
         #[command(subcommand)]
@@ -129,6 +134,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Accounts { command } => cli::accounts::run(command).await,
         Command::Keys { command } => cli::keys::run(command).await,
         Command::Payments { command } => cli::payments::run(command).await,
+        Command::Ledger { command } => cli::ledger::run(command).await,
         Command::Events { command } => cli::events::run(command).await,
         Command::Webhooks { command } => cli::webhooks::run(command).await,
         Command::Secrets { command } => cli::secrets::run(command).await,

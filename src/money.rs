@@ -136,6 +136,12 @@ impl FromStr for Currency {
     }
 }
 
+impl serde::Serialize for Currency {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.code)
+    }
+}
+
 impl diesel::serialize::ToSql<diesel::sql_types::Text, diesel::pg::Pg> for Currency {
     fn to_sql<'b>(
         &'b self,

@@ -1,5 +1,5 @@
-//! Operator commands: `accounts ...`, `keys show`, `payments ...`, `events redeliver`,
-//! `webhooks failing` and `secrets reseal`. Each connects with `DATABASE_URL`, refuses a database
+//! Operator commands: `accounts ...`, `keys show`, `payments ...`, `ledger check`,
+//! `events redeliver`, `webhooks failing` and `secrets reseal`. Each connects with `DATABASE_URL`, refuses a database
 //! whose schema is not this binary's (`schema.rs`: only `serve` and `migrate` migrate), prints a
 //! table for people by default and, with `--json`, JSON for scripts: a listing is a JSON array of
 //! objects, a single thing one object. Secrets go to stdout alone, everything said around them
@@ -8,6 +8,7 @@
 pub mod accounts;
 pub mod events;
 pub mod keys;
+pub mod ledger;
 pub mod payments;
 pub mod schema;
 pub mod secrets;

@@ -82,6 +82,23 @@ diesel::table! {
 }
 
 diesel::table! {
+    ledger_movements (account_id, id) {
+        account_id -> Uuid,
+        id -> Uuid,
+        #[sql_name = "type"]
+        type_ -> Text,
+        operation_id -> Uuid,
+        payment_id -> Uuid,
+        order_id -> Uuid,
+        debit_account -> Text,
+        credit_account -> Text,
+        amount -> Numeric,
+        currency -> Text,
+        created_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
     order_items (account_id, order_id, line_number) {
         account_id -> Uuid,
         order_id -> Uuid,
@@ -292,6 +309,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     events,
     idempotency_key_audit,
     idempotency_keys,
+    ledger_movements,
     order_items,
     orders,
     payment_events,

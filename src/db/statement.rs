@@ -478,6 +478,9 @@ mod tests {
             declared::<crate::merchant_webhooks::retention::PurgeDeliveries<'static>>(),
             declared::<crate::accounts::keys::LookupKey<'static>>(),
             declared::<crate::accounts::ListAccounts>(),
+            declared::<crate::ledger::CheckMovements>(),
+            declared::<crate::ledger::CheckPayments>(),
+            declared::<crate::ledger::CheckOrders<'static>>(),
         ]);
         statements
     }

@@ -3,6 +3,7 @@
 //! requests into domain calls and domain results into responses; they never build SQL.
 
 pub mod auth;
+pub mod balance_transactions;
 pub mod body;
 pub mod docs;
 pub mod events;
@@ -62,6 +63,7 @@ pub fn routes(config: &mut web::ServiceConfig) {
         .service(resource("/payments/{id}/void", "POST").post(payments::void))
         .service(resource("/refunds", "GET, POST").post(refunds::create).get(refunds::list))
         .service(resource("/refunds/{id}", "GET").get(refunds::get))
+        .service(resource("/balance_transactions", "GET").get(balance_transactions::list))
         .service(resource("/events", "GET").get(events::list))
         .service(resource("/events/{id}", "GET").get(events::get))
         .service(resource("/healthz", "GET").get(health::healthz))

@@ -716,6 +716,10 @@ impl TestApp {
                 payment.id
             );
         }
+        // And the ledger agrees with those columns, every order's net money is right, and
+        // nothing is still in flight for any of them.
+        let report = orderpay::ledger::check(&mut conn, chrono::Utc::now()).await.expect("ledger check");
+        assert!(report.holds() && report.in_flight.is_empty(), "the ledger's books: {report:?}");
         payments.len()
     }
 }

@@ -127,6 +127,16 @@ async fn a_charge_that_lands_after_the_give_up_is_refunded_by_the_system() {
     assert!(audit >= 2, "the late charge and its refund are in the audit trail ({audit})");
     let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains(r#"orderpay_late_charges_total{result="refunded"} 1"#), "{metrics}");
+    // In the books: the late charge came in and went back out; the order took nothing.
+    let movements = app.balance_transactions(&format!("payment_id={payment_id}")).await;
+    let total = order["total_amount"].as_str().unwrap();
+    let kinds: Vec<_> = movements
+        .iter()
+        .map(|movement| (movement["type"].as_str().unwrap(), movement["net"].as_str().unwrap()))
+        .collect();
+    assert_eq!(kinds, [("late_charge_refund", format!("-{total}").as_str()), ("late_charge", total)]);
+    let (exit, report) = app.ledger_check().await;
+    assert_eq!(exit, 0, "{report}");
     // Nothing more to watch; the order is paid once with a new key.
     assert_eq!(app.reconcile_once().await.claimed, 0);
     assert_eq!(app.pay(&order_id, "pm_card_ok", &new_key()).await.status(), 201);

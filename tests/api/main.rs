@@ -21,6 +21,7 @@ mod events;
 mod failure_windows;
 mod idempotency;
 mod late_charges;
+mod ledger;
 mod monitoring;
 mod nats;
 mod operations;
