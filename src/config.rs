@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args};
 
-use crate::db::DatabaseConfig;
+use crate::db::{Conninfo, DatabaseConfig};
 use crate::encryption::Keyring;
 use crate::events::nats::NatsConfig;
 use crate::idempotency::sweeper::SweeperConfig;
@@ -50,7 +50,7 @@ pub struct DatabaseArgs {
     /// (disable|prefer|require|verify-ca|verify-full) and sslrootcert. The database is created
     /// when missing and migrated at start.
     #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, hide_env_values = true)]
-    pub database_url: String,
+    pub database_url: Conninfo,
 
     /// Database connections in all (split between the HTTP workers; the background tasks use 2
     /// more). Keep it small: more connections than cores slows PostgreSQL down.

@@ -38,7 +38,7 @@ pub struct Output {
 pub async fn connect(database: &DatabaseArgs) -> anyhow::Result<AsyncPgConnection> {
     let config = database.config();
     db::prepare(&config).await?;
-    db::establish(&database.database_url, config.connect_timeout).await
+    db::establish(&config.url, config.connect_timeout).await
 }
 
 /// What a command that drives provider operations reads (`reconcile`, `payments ...`): the

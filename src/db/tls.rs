@@ -1,5 +1,5 @@
 //! TLS to PostgreSQL with rustls on ring (the provider client's stack), with libpq's `sslmode`
-//! semantics:
+//! semantics, and the connector tokio-postgres hands every new socket to:
 //!
 //! | sslmode | without a root certificate | with one (`sslrootcert`) |
 //! |---|---|---|
@@ -7,23 +7,133 @@
 //! | `verify-ca` | refused: needs a root | chain checked, name not |
 //! | `verify-full` | refused: needs a root | chain and host name checked |
 //!
-//! Channel binding (SCRAM-SHA-256-PLUS) is not offered: the server is authenticated by its
-//! certificate where that is asked for.
+//! tokio-postgres knows neither `verify-*` nor a plain session it does not negotiate itself, so
+//! it is told to use direct TLS ([`Negotiate`]): every socket comes to us, we negotiate as
+//! `sslmode` says (PostgreSQL's SSLRequest, or direct TLS with `sslnegotiation=direct`), and hand
+//! back the stream with the watch of wire.rs on top, TLS or not. Channel binding
+//! (SCRAM-SHA-256-PLUS) is not offered: the server is authenticated by its certificate where that
+//! is asked for.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::time::Duration;
 
 use anyhow::Context;
+use bytes::BytesMut;
+use postgres_protocol::message::frontend;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_postgres::Socket;
+use tokio_postgres::tls::{MakeTlsConnect, TlsConnect};
+use tokio_rustls::TlsConnector;
 
 use super::conninfo::{RootCert, SslMode};
+use super::wire::Watched;
+
+/// A socket, under TLS or not.
+pub trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+
+/// How every new connection of one session kind starts: [`MakeTlsConnect`] for tokio-postgres.
+#[derive(Clone)]
+pub struct Negotiate {
+    pub mode: SslMode,
+    /// `sslnegotiation=direct`: TLS at once, without PostgreSQL's SSLRequest.
+    pub direct: bool,
+    pub tls: Option<Arc<ClientConfig>>,
+    /// The watch's bound on each answer (wire.rs).
+    pub answer_bound: Option<Duration>,
+    /// The host name to present and check; set per host by tokio-postgres.
+    host: String,
+}
+
+impl Negotiate {
+    pub fn new(
+        mode: SslMode,
+        root: Option<&RootCert>,
+        direct: bool,
+        answer_bound: Option<Duration>,
+    ) -> anyhow::Result<Negotiate> {
+        let tls = client_config(mode, root)?;
+        Ok(Negotiate { mode, direct, tls, answer_bound, host: String::new() })
+    }
+
+    async fn start(self, mut socket: Socket) -> io::Result<Watched<Box<dyn Io>>> {
+        let Some(config) = self.tls else { return Ok(Watched::new(Box::new(socket), self.answer_bound)) };
+        if !self.direct {
+            let mut request = BytesMut::new();
+            frontend::ssl_request(&mut request);
+            socket.write_all(&request).await?;
+            match socket.read_u8().await? {
+                b'S' => {}
+                b'N' if self.mode == SslMode::Prefer => {
+                    return Ok(Watched::new(Box::new(socket), self.answer_bound));
+                }
+                b'N' => {
+                    let mode = self.mode.as_str();
+                    return Err(io::Error::other(format!(
+                        "the server does not accept TLS, and sslmode={mode} requires it"
+                    )));
+                }
+                other => {
+                    return Err(io::Error::other(format!(
+                        "unexpected answer {other:#04x} to the TLS request"
+                    )));
+                }
+            }
+        }
+        let name = ServerName::try_from(self.host.clone())
+            .map_err(|_| io::Error::other(format!("{:?} is not a valid TLS server name", self.host)))?;
+        let tls = TlsConnector::from(config).connect(name, socket).await?;
+        Ok(Watched::new(Box::new(tls), self.answer_bound))
+    }
+}
+
+impl MakeTlsConnect<Socket> for Negotiate {
+    type Stream = Watched<Box<dyn Io>>;
+    type TlsConnect = Negotiate;
+    type Error = io::Error;
+
+    fn make_tls_connect(&mut self, host: &str) -> io::Result<Negotiate> {
+        Ok(Negotiate { host: host.to_owned(), ..self.clone() })
+    }
+}
+
+impl TlsConnect<Socket> for Negotiate {
+    type Stream = Watched<Box<dyn Io>>;
+    type Error = io::Error;
+    type Future = Pin<Box<dyn Future<Output = io::Result<Self::Stream>> + Send>>;
+
+    fn connect(self, socket: Socket) -> Self::Future {
+        Box::pin(self.start(socket))
+    }
+}
+
+/// Client configurations by `sslmode` and roots, built once per process (certificates read once).
+type Configs = HashMap<(SslMode, Option<RootCert>), Option<Arc<ClientConfig>>>;
+static CONFIGS: LazyLock<Mutex<Configs>> = LazyLock::new(Mutex::default);
 
 /// The client configuration for `mode`, or `None` when TLS is off.
 pub fn client_config(mode: SslMode, root: Option<&RootCert>) -> anyhow::Result<Option<Arc<ClientConfig>>> {
+    let mut configs = CONFIGS.lock().unwrap_or_else(PoisonError::into_inner);
+    let key = (mode, root.cloned());
+    if let Some(config) = configs.get(&key) {
+        return Ok(config.clone());
+    }
+    let config = build(mode, root)?;
+    configs.insert(key, config.clone());
+    Ok(config)
+}
+
+fn build(mode: SslMode, root: Option<&RootCert>) -> anyhow::Result<Option<Arc<ClientConfig>>> {
     if mode == SslMode::Disable {
         return Ok(None);
     }
@@ -51,11 +161,6 @@ pub fn client_config(mode: SslMode, root: Option<&RootCert>) -> anyhow::Result<O
     // What PostgreSQL 17+ expects (and requires for direct TLS); older servers ignore it.
     config.alpn_protocols = vec![b"postgresql".to_vec()];
     Ok(Some(Arc::new(config)))
-}
-
-/// The server name to present and check: the host as written in the URL.
-pub fn server_name(host: &str) -> anyhow::Result<ServerName<'static>> {
-    ServerName::try_from(host.to_owned()).with_context(|| format!("{host:?} is not a valid TLS server name"))
 }
 
 fn load_roots(root: &RootCert) -> anyhow::Result<RootCertStore> {
