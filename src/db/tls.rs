@@ -45,12 +45,12 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 /// How every new connection of one session kind starts: [`MakeTlsConnect`] for tokio-postgres.
 #[derive(Clone)]
 pub struct Negotiate {
-    pub mode: SslMode,
+    mode: SslMode,
     /// `sslnegotiation=direct`: TLS at once, without PostgreSQL's SSLRequest.
-    pub direct: bool,
-    pub tls: Option<Arc<ClientConfig>>,
+    direct: bool,
+    tls: Option<Arc<ClientConfig>>,
     /// The watch's bound on each answer (wire.rs).
-    pub answer_bound: Option<Duration>,
+    answer_bound: Option<Duration>,
     /// The host name to present and check; set per host by tokio-postgres.
     host: String,
 }
@@ -67,33 +67,29 @@ impl Negotiate {
     }
 
     async fn start(self, mut socket: Socket) -> io::Result<Watched<Box<dyn Io>>> {
-        let Some(config) = self.tls else { return Ok(Watched::new(Box::new(socket), self.answer_bound)) };
-        if !self.direct {
-            let mut request = BytesMut::new();
-            frontend::ssl_request(&mut request);
-            socket.write_all(&request).await?;
-            match socket.read_u8().await? {
-                b'S' => {}
-                b'N' if self.mode == SslMode::Prefer => {
-                    return Ok(Watched::new(Box::new(socket), self.answer_bound));
-                }
-                b'N' => {
-                    let mode = self.mode.as_str();
-                    return Err(io::Error::other(format!(
-                        "the server does not accept TLS, and sslmode={mode} requires it"
-                    )));
-                }
-                other => {
-                    return Err(io::Error::other(format!(
-                        "unexpected answer {other:#04x} to the TLS request"
-                    )));
-                }
-            }
+        let tls = match &self.tls {
+            Some(tls) if self.direct || self.server_takes_tls(&mut socket).await? => tls.clone(),
+            _ => return Ok(Watched::new(Box::new(socket), self.answer_bound)),
+        };
+        let name = ServerName::try_from(self.host.clone()).map_err(io::Error::other)?;
+        let stream = TlsConnector::from(tls).connect(name, socket).await?;
+        Ok(Watched::new(Box::new(stream), self.answer_bound))
+    }
+
+    /// PostgreSQL's SSLRequest: whether the server takes TLS; an error if it must and does not.
+    async fn server_takes_tls(&self, socket: &mut Socket) -> io::Result<bool> {
+        let mut request = BytesMut::new();
+        frontend::ssl_request(&mut request);
+        socket.write_all(&request).await?;
+        match socket.read_u8().await? {
+            b'S' => Ok(true),
+            b'N' if self.mode == SslMode::Prefer => Ok(false),
+            answer => Err(io::Error::other(format!(
+                "sslmode={} requires TLS, and the server answered {:?} to the request",
+                self.mode.as_str(),
+                char::from(answer)
+            ))),
         }
-        let name = ServerName::try_from(self.host.clone())
-            .map_err(|_| io::Error::other(format!("{:?} is not a valid TLS server name", self.host)))?;
-        let tls = TlsConnector::from(config).connect(name, socket).await?;
-        Ok(Watched::new(Box::new(tls), self.answer_bound))
     }
 }
 
@@ -138,19 +134,21 @@ fn build(mode: SslMode, root: Option<&RootCert>) -> anyhow::Result<Option<Arc<Cl
         return Ok(None);
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier: Arc<dyn ServerCertVerifier> = match (mode, root) {
+    let chain = match (mode, root) {
         (SslMode::VerifyCa | SslMode::VerifyFull, None) => anyhow::bail!(
             "sslmode={} needs trusted roots: set sslrootcert=<file> (or sslrootcert=system)",
             mode.as_str()
         ),
-        (_, None) => Arc::new(AnyCertificate(provider.clone())),
-        (_, Some(root)) => {
-            let roots = Arc::new(load_roots(root)?);
-            let chain = WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+        (_, None) => None,
+        (_, Some(root)) => Some(
+            WebPkiServerVerifier::builder_with_provider(Arc::new(load_roots(root)?), provider.clone())
                 .build()
-                .context("cannot build the certificate verifier")?;
-            if mode == SslMode::VerifyFull { chain } else { Arc::new(ChainOnly(chain)) }
-        }
+                .context("cannot build the certificate verifier")?,
+        ),
+    };
+    let verifier: Arc<dyn ServerCertVerifier> = match chain {
+        Some(chain) if mode == SslMode::VerifyFull => chain,
+        chain => Arc::new(Lenient { chain, provider: provider.clone() }),
     };
     let mut config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -182,53 +180,18 @@ fn load_roots(root: &RootCert) -> anyhow::Result<RootCertStore> {
     Ok(store)
 }
 
-/// `prefer`/`require` without roots: encryption against passive eavesdropping only. The
-/// handshake's signatures are still checked, so the session is with whoever holds the key of
-/// the certificate presented.
+/// What `sslmode` below verify-full checks. Without roots (`prefer`, `require`): no chain, which
+/// encrypts against passive eavesdropping only; with roots (`verify-ca`, and `require` given a
+/// root): the chain must lead to a trusted root, and the name on the certificate may differ from
+/// the host. The handshake's signatures are checked either way, so the session is with whoever
+/// holds the key of the certificate presented.
 #[derive(Debug)]
-struct AnyCertificate(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+struct Lenient {
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    provider: Arc<CryptoProvider>,
 }
 
-/// `verify-ca` (and `require` with roots): the chain must lead to a trusted root; the name on
-/// the certificate may differ from the host connected to.
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -237,8 +200,9 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        let Some(chain) = &self.chain else { return Ok(ServerCertVerified::assertion()) };
         // webpki checks the chain first and the name last: a name error means the chain passed.
-        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -252,7 +216,8 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
     }
 
     fn verify_tls13_signature(
@@ -261,11 +226,12 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider.signature_verification_algorithms.supported_schemes()
     }
 }
 
