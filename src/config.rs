@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args};
 
-use crate::db::{Conninfo, DatabaseConfig};
+use crate::db::DatabaseConfig;
 use crate::encryption::Keyring;
 use crate::events::nats::NatsConfig;
 use crate::idempotency::sweeper::SweeperConfig;
@@ -50,7 +50,7 @@ pub struct DatabaseArgs {
     /// (disable|prefer|require|verify-ca|verify-full) and sslrootcert. The database is created
     /// when missing and migrated at start.
     #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_DATABASE_URL, hide_env_values = true)]
-    pub database_url: Conninfo,
+    pub database_url: String,
 
     /// Database connections in all (split between the HTTP workers; the background tasks use 2
     /// more). Keep it small: more connections than cores slows PostgreSQL down.
@@ -74,14 +74,16 @@ pub struct DatabaseArgs {
 }
 
 impl DatabaseArgs {
-    pub fn config(&self) -> DatabaseConfig {
-        DatabaseConfig {
-            url: self.database_url.clone(),
+    /// The settings, with `DATABASE_URL` parsed (an error names no part of the URL: it may hold a
+    /// password).
+    pub fn config(&self) -> anyhow::Result<DatabaseConfig> {
+        Ok(DatabaseConfig {
+            url: self.database_url.parse()?,
             pool_size: self.db_pool_size,
             acquire_timeout: Duration::from_millis(self.db_acquire_timeout_ms),
             connect_timeout: Duration::from_millis(self.db_connect_timeout_ms.max(1)),
             statement_timeout: Duration::from_millis(self.db_statement_timeout_ms),
-        }
+        })
     }
 }
 
@@ -673,7 +675,7 @@ impl ServeArgs {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
             .max(1);
         Ok(Settings {
-            database: self.database.config(),
+            database: self.database.config()?,
             listen: self.listen.clone(),
             metrics_listen: self.metrics_listen.clone().filter(|address| !address.trim().is_empty()),
             workers,

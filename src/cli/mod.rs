@@ -36,7 +36,7 @@ pub struct Output {
 /// A connection for one command: the database is created and migrated if needed, as `serve`
 /// does, so that commands work on a fresh database too.
 pub async fn connect(database: &DatabaseArgs) -> anyhow::Result<AsyncPgConnection> {
-    let config = database.config();
+    let config = database.config()?;
     db::prepare(&config).await?;
     db::establish(&config.url, config.connect_timeout).await
 }
@@ -56,13 +56,14 @@ pub struct EngineArgs {
 impl EngineArgs {
     /// The engine and the reconciler's settings; the database is created and migrated if needed.
     pub async fn engine(&self) -> anyhow::Result<(Engine, ReconcilerConfig)> {
-        db::prepare(&self.database.config()).await?;
+        let database = self.database.config()?;
+        db::prepare(&database).await?;
         let provider_config = self.provider.config();
         let config = self.reconcile.config(&provider_config)?;
         // Outside requests no lease is handed to a request: only the recheck matters.
         let timing = Timing { lease: config.claim_for, recheck_after: config.backoff_base };
         let engine = Engine {
-            pool: db::background_pool(&self.database.config(), 2),
+            pool: db::background_pool(&database, 2),
             provider: app::provider(&provider_config)?,
             timing,
             reconciler: config,
