@@ -100,7 +100,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => Application::build(args.settings()?).await?.run_until_stopped().await,
         Command::Migrate(database) => {
-            db::prepare(&database.config()).await?;
+            db::prepare(&database.config()?).await?;
             eprintln!("database is up to date");
             Ok(())
         }

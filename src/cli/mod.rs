@@ -39,8 +39,8 @@ pub struct Output {
 
 /// A connection for one command, to a database whose schema is this binary's (else refused).
 pub async fn connect(database: &DatabaseArgs) -> anyhow::Result<AsyncPgConnection> {
-    let config = database.config();
-    let mut conn = db::establish(&database.database_url, config.connect_timeout)
+    let config = database.config()?;
+    let mut conn = db::establish(&config.url, config.connect_timeout)
         .await
         .context("cannot connect to DATABASE_URL (`orderpay migrate` creates a missing database)")?;
     schema::require_current(&mut conn).await?;
@@ -63,12 +63,13 @@ impl EngineArgs {
     /// The engine and the reconciler's settings, on a database whose schema is this binary's.
     pub async fn engine(&self) -> anyhow::Result<(Engine, ReconcilerConfig)> {
         drop(connect(&self.database).await?);
+        let database = self.database.config()?;
         let provider_config = self.provider.config();
         let config = self.reconcile.config(&provider_config);
         // Outside requests no lease is handed to a request: only the recheck matters.
         let timing = Timing { lease: config.claim_for, recheck_after: config.backoff_base };
         let engine = Engine {
-            pool: db::background_pool(&self.database.config(), 2),
+            pool: db::background_pool(&database, 2),
             provider: app::provider(&provider_config)?,
             timing,
             reconciler: config,

@@ -43,14 +43,16 @@ pub struct DatabaseArgs {
 }
 
 impl DatabaseArgs {
-    pub fn config(&self) -> DatabaseConfig {
-        DatabaseConfig {
-            url: self.database_url.clone(),
+    /// The settings, with `DATABASE_URL` parsed (an error names no part of the URL: it may hold a
+    /// password).
+    pub fn config(&self) -> anyhow::Result<DatabaseConfig> {
+        Ok(DatabaseConfig {
+            url: self.database_url.parse()?,
             pool_size: self.db_pool_size,
             acquire_timeout: Duration::from_millis(self.db_acquire_timeout_ms),
             connect_timeout: Duration::from_millis(self.db_connect_timeout_ms.max(1)),
             statement_timeout: Duration::from_millis(self.db_statement_timeout_ms),
-        }
+        })
     }
 }
 

@@ -236,7 +236,7 @@ impl ServeArgs {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
             .max(1);
         Ok(Settings {
-            database: self.database.config(),
+            database: self.database.config()?,
             listen: self.listen.clone(),
             metrics_listen: self.metrics_listen.clone().filter(|address| !address.trim().is_empty()),
             workers,

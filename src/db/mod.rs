@@ -19,7 +19,7 @@ use diesel_async::{AnsiTransactionManager, AsyncPgConnection, RunQueryDsl, Trans
 use diesel_migrations::{EmbeddedMigrations, MigrationHarness, embed_migrations};
 
 pub use self::connect::Session;
-pub use self::conninfo::{redact, with_database};
+pub use self::conninfo::{Conninfo, Server};
 
 pub type Pool = diesel_async::pooled_connection::bb8::Pool<AsyncPgConnection>;
 pub type PoolRunError = diesel_async::pooled_connection::bb8::RunError;
@@ -39,8 +39,8 @@ pub const BACKGROUND_ANSWER_BOUND: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Clone)]
 pub struct DatabaseConfig {
-    /// `DATABASE_URL`: a URL or key=value pairs, with several hosts to fail over between.
-    pub url: String,
+    /// `DATABASE_URL`, parsed: a URL or key=value pairs, with several hosts to fail over between.
+    pub url: Conninfo,
     /// Connections in all, across every pool the process builds.
     pub pool_size: u32,
     /// How long a request waits for a connection before answering 503.
@@ -55,10 +55,7 @@ pub struct DatabaseConfig {
 
 impl DatabaseConfig {
     fn effective_connect_timeout(&self) -> Duration {
-        let from_url = connect::target(&self.url)
-            .ok()
-            .and_then(|target| target.info().pg.get_connect_timeout().copied());
-        from_url.unwrap_or(self.connect_timeout)
+        self.url.pg.get_connect_timeout().copied().unwrap_or(self.connect_timeout)
     }
 
     /// Connections that serve requests: every statement bounded.
@@ -108,8 +105,8 @@ fn pool(config: &DatabaseConfig, max_size: u32, session: Session) -> Pool {
     manager_config.custom_setup = Box::new(move |_| {
         let url = url.clone();
         Box::pin(async move {
-            let target = connect::target(&url).map_err(|error| connection_error(&error))?;
-            target.connect(&session).await.map_err(|error| connection_error(&error))
+            let connected = connect::connect(&url, &session).await;
+            connected.map_err(|error| diesel::ConnectionError::BadConnection(format!("{error:#}")))
         })
     });
     manager_config.recycling_method = RecyclingMethod::CustomFunction(Box::new(|conn| {
@@ -125,8 +122,11 @@ fn pool(config: &DatabaseConfig, max_size: u32, session: Session) -> Pool {
             }
         })
     }));
-    let manager =
-        AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(&config.url, manager_config);
+    // The URL is only handed to `custom_setup`, which has its own.
+    let manager = AsyncDieselConnectionManager::<AsyncPgConnection>::new_with_config(
+        config.url.to_string(),
+        manager_config,
+    );
     bb8::Pool::builder()
         .max_size(max_size.max(1))
         .min_idle(None)
@@ -134,10 +134,6 @@ fn pool(config: &DatabaseConfig, max_size: u32, session: Session) -> Pool {
         .connection_timeout(config.acquire_timeout)
         .error_sink(Box::new(LogConnectErrors))
         .build_unchecked(manager)
-}
-
-fn connection_error(error: &anyhow::Error) -> diesel::ConnectionError {
-    diesel::ConnectionError::BadConnection(format!("{error:#}"))
 }
 
 /// Connection failures (every host refused, or none writable) are logged; requests meanwhile
@@ -179,8 +175,8 @@ pub async fn is_writable(conn: &mut AsyncPgConnection) -> diesel::QueryResult<bo
 
 /// One connection outside the pools (commands, tests): the connect path of the pools, with no
 /// limit once connected.
-pub async fn establish(url: &str, connect_timeout: Duration) -> anyhow::Result<AsyncPgConnection> {
-    connect::target(url)?.connect(&Session::unbounded(connect_timeout)).await
+pub async fn establish(url: &Conninfo, connect_timeout: Duration) -> anyhow::Result<AsyncPgConnection> {
+    connect::connect(url, &Session::unbounded(connect_timeout)).await
 }
 
 /// Creates the database named in the URL if it does not exist, by connecting to the
@@ -193,12 +189,11 @@ pub async fn ensure_database_exists(config: &DatabaseConfig) -> anyhow::Result<(
         Ok(_) => return Ok(()),
         Err(error) => error,
     };
-    let target = connect::target(url)?;
-    let name = target.info().pg.get_dbname().map(str::to_owned);
-    let Some(name) = name.filter(|name| !name.is_empty()) else {
-        anyhow::bail!("DATABASE_URL names no database: {}", redact(url))
+    let Some(name) = url.pg.get_dbname().filter(|name| !name.is_empty()) else {
+        anyhow::bail!("DATABASE_URL names no database: {url}")
     };
-    let admin_url = with_database(url, "postgres")?;
+    let mut admin_url = url.clone();
+    admin_url.pg.dbname("postgres");
     // If the server cannot be reached at all, the first error is the one that says why.
     let mut admin = establish(&admin_url, timeout).await.map_err(|_| unreachable)?;
     let create = format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\""));
@@ -281,7 +276,7 @@ mod tests {
 
     fn config(statement_timeout_ms: u64) -> DatabaseConfig {
         DatabaseConfig {
-            url: "postgres://u@h1:1,h2:2/db".to_owned(),
+            url: "postgres://u@h1:1,h2:2/db".parse().unwrap(),
             pool_size: 4,
             acquire_timeout: Duration::from_secs(1),
             connect_timeout: Duration::from_millis(750),
@@ -305,7 +300,7 @@ mod tests {
     #[test]
     fn a_connect_timeout_in_the_url_wins() {
         let mut with_own = config(1000);
-        with_own.url = "postgres://u@h/db?connect_timeout=3".to_owned();
+        with_own.url = "postgres://u@h/db?connect_timeout=3".parse().unwrap();
         assert_eq!(with_own.request_session().connect_timeout, Duration::from_secs(3));
     }
 }

@@ -1,11 +1,11 @@
 //! A watch on the PostgreSQL protocol of one connection, between tokio-postgres and the socket
-//! (above TLS, so it sees the plain messages). It reads message headers only and passes every
-//! byte through unchanged, except in two cases where it ends the connection itself:
+//! (above TLS, so it sees the plain messages). It frames the messages with postgres-protocol and
+//! passes every byte through unchanged, except in two cases where it ends the connection itself:
 //!
-//! - **No answer in time.** Each request (`Query`, or an extended-protocol batch ending in
-//!   `Sync`) is answered by a `ReadyForQuery`. When one is awaited for longer than the bound,
-//!   the connection fails with `TimedOut`. The server-side `statement_timeout` cannot do this
-//!   for a server that is frozen (SIGSTOP, a stalled VM): its kernel keeps ACKing, TCP
+//! - **No answer in time.** Each request (the startup, a `Query`, or an extended-protocol batch
+//!   ending in `Sync`) is answered by a `ReadyForQuery`. When one is awaited for longer than the
+//!   bound, the connection fails with `TimedOut`. The server-side `statement_timeout` cannot do
+//!   this for a server that is frozen (SIGSTOP, a stalled VM): its kernel keeps ACKing, TCP
 //!   keepalives included, so nothing else would ever notice.
 //! - **An error that means the session is over or useless**: severity FATAL or PANIC (the
 //!   server closes after sending it: 57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot
@@ -24,8 +24,12 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
+use bytes::BytesMut;
+use postgres_protocol::message::backend::{ErrorResponseBody, Header, Message};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
+use tokio_postgres::fallible_iterator::FallibleIterator;
+use tokio_postgres::tls::{ChannelBinding, TlsStream};
 
 /// Why an error ends the session, or `None` for an error the session survives (a constraint
 /// violation, a serialization failure, a syntax error).
@@ -42,106 +46,34 @@ pub fn ends_session(severity: &str, code: &str) -> Option<&'static str> {
     }
 }
 
-/// A stream of protocol messages, split by their headers.
-struct Framer {
-    /// The first message a client sends (StartupMessage) has no type byte.
-    typed: bool,
-    header: [u8; 5],
-    header_len: usize,
-    kind: u8,
-    body_left: usize,
-    /// The body of the current message, when it is one we read (errors, ReadyForQuery).
-    body: Vec<u8>,
-    keep: bool,
-}
-
-/// Enough of an error's body for its severity, code and message.
-const KEPT_BODY: usize = 8 * 1024;
-
-/// A complete message seen in a chunk of bytes.
-struct Message<'a> {
-    kind: u8,
-    body: &'a [u8],
-    /// Where it started in this chunk (0 when it began in an earlier one).
-    start: usize,
-}
-
-impl Framer {
-    fn new(typed: bool) -> Framer {
-        Framer { typed, header: [0; 5], header_len: 0, kind: 0, body_left: 0, body: Vec::new(), keep: false }
-    }
-
-    /// Walks `bytes`, calling `seen` for each message completed in them, until it returns false.
-    fn feed(&mut self, bytes: &[u8], keep: fn(u8) -> bool, mut seen: impl FnMut(Message<'_>) -> bool) {
-        let mut at = 0;
-        let mut start = 0;
-        while at < bytes.len() {
-            let header_size = if self.typed { 5 } else { 4 };
-            if self.header_len == 0 && self.body_left == 0 {
-                start = at;
-            }
-            if self.header_len < header_size {
-                let take = (header_size - self.header_len).min(bytes.len() - at);
-                self.header[self.header_len..self.header_len + take].copy_from_slice(&bytes[at..at + take]);
-                self.header_len += take;
-                at += take;
-                if self.header_len < header_size {
-                    return;
-                }
-                let length_at = usize::from(self.typed);
-                let mut length = [0; 4];
-                length.copy_from_slice(&self.header[length_at..length_at + 4]);
-                self.kind = if self.typed { self.header[0] } else { 0 };
-                // The length counts itself; a malformed one is tokio-postgres's to reject.
-                self.body_left = (u32::from_be_bytes(length) as usize).saturating_sub(4);
-                self.keep = keep(self.kind);
-                self.body.clear();
-            }
-            let take = self.body_left.min(bytes.len() - at);
-            if self.keep && self.body.len() < KEPT_BODY {
-                let room = KEPT_BODY - self.body.len();
-                self.body.extend_from_slice(&bytes[at..at + take.min(room)]);
-            }
-            self.body_left -= take;
-            at += take;
-            if self.body_left == 0 {
-                self.header_len = 0;
-                self.typed = true;
-                if !seen(Message { kind: self.kind, body: &self.body, start }) {
-                    return;
-                }
-            }
-        }
-    }
-}
-
-/// The fields of an ErrorResponse: (non-localized severity, SQLSTATE, message).
-fn error_fields(body: &[u8]) -> (String, String, String) {
-    let (mut severity, mut localized, mut code, mut message) = (None, None, None, None);
-    let mut rest = body;
-    while let Some((&field, tail)) = rest.split_first() {
-        if field == 0 {
-            break;
-        }
-        let end = tail.iter().position(|&b| b == 0).unwrap_or(tail.len());
-        let value = String::from_utf8_lossy(&tail[..end]).into_owned();
-        match field {
-            b'V' => severity = Some(value),
-            b'S' => localized = Some(value),
-            b'C' => code = Some(value),
-            b'M' => message = Some(value),
+/// Why the error in `body` ends the session, with its severity, code and message.
+fn session_ending(body: &ErrorResponseBody) -> Option<String> {
+    let [mut severity, mut localized, mut code, mut message] = [const { String::new() }; 4];
+    let mut fields = body.fields();
+    while let Ok(Some(field)) = fields.next() {
+        let value = String::from_utf8_lossy(field.value_bytes()).into_owned();
+        match field.type_() {
+            b'V' => severity = value,
+            b'S' => localized = value,
+            b'C' => code = value,
+            b'M' => message = value,
             _ => {}
         }
-        rest = tail.get(end + 1..).unwrap_or_default();
     }
-    (severity.or(localized).unwrap_or_default(), code.unwrap_or_default(), message.unwrap_or_default())
+    // `V` (never localized) is sent by servers since 9.6; `S` may be translated.
+    let severity = if severity.is_empty() { localized } else { severity };
+    ends_session(&severity, &code).map(|why| format!("{why}: {severity} {code} {message}"))
 }
 
 /// A connection's stream, watched. See the module documentation.
 pub struct Watched<S> {
     inner: S,
-    from_server: Framer,
-    from_client: Framer,
+    /// Bytes from the server not yet framed into a whole message.
+    incoming: BytesMut,
+    /// The header of the message the client is writing, so far (the startup message has no
+    /// type byte: a 0 stands in for it), and what is left of that message's body.
+    outgoing: BytesMut,
+    skip: usize,
     /// Requests sent and not yet answered with ReadyForQuery.
     awaiting: u32,
     bound: Option<Duration>,
@@ -151,12 +83,14 @@ pub struct Watched<S> {
 }
 
 impl<S> Watched<S> {
-    /// Watches `inner`; each answer must arrive within `bound` (`None`: no limit).
+    /// Watches `inner` from its startup message on; each answer must arrive within `bound`
+    /// (`None`: no limit).
     pub fn new(inner: S, bound: Option<Duration>) -> Watched<S> {
         Watched {
             inner,
-            from_server: Framer::new(true),
-            from_client: Framer::new(false),
+            incoming: BytesMut::new(),
+            outgoing: BytesMut::from(&[0][..]),
+            skip: 0,
             awaiting: 0,
             bound,
             deadline: None,
@@ -178,17 +112,27 @@ impl<S> Watched<S> {
     }
 
     /// Bytes tokio-postgres wrote: counts the requests that expect a ReadyForQuery.
-    fn sent(&mut self, bytes: &[u8]) {
+    fn sent(&mut self, mut bytes: &[u8]) {
         let mut requests = 0;
-        // StartupMessage (kind 0) is answered by ReadyForQuery once authentication is done.
-        self.from_client.feed(
-            bytes,
-            |_| false,
-            |message| {
-                requests += u32::from(matches!(message.kind, 0 | b'Q' | b'S'));
-                true
-            },
-        );
+        while !bytes.is_empty() {
+            let skipped = self.skip.min(bytes.len());
+            self.skip -= skipped;
+            bytes = &bytes[skipped..];
+            let take = 5_usize.saturating_sub(self.outgoing.len()).min(bytes.len());
+            self.outgoing.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+            match Header::parse(&self.outgoing) {
+                Ok(Some(header)) => {
+                    // StartupMessage (0) is answered by ReadyForQuery once authentication is done.
+                    requests += u32::from(matches!(header.tag(), 0 | b'Q' | b'S'));
+                    self.skip = (header.len() as usize).saturating_sub(4);
+                    self.outgoing.clear();
+                }
+                Ok(None) => {}
+                // tokio-postgres wrote something that is not a message: nothing to count any more.
+                Err(_) => self.skip = usize::MAX,
+            }
+        }
         if requests > 0 {
             if self.awaiting == 0 {
                 self.arm();
@@ -199,36 +143,39 @@ impl<S> Watched<S> {
 
     /// Bytes the server sent: where to cut them if they hold an error that ends the session.
     fn received(&mut self, bytes: &[u8]) -> Option<usize> {
-        let (mut answered, mut cut) = (0, None);
-        let mut reason = None;
-        self.from_server.feed(
-            bytes,
-            |kind| matches!(kind, b'E' | b'Z'),
-            |message| {
-                match message.kind {
-                    b'Z' => answered += 1,
-                    b'E' => {
-                        let (severity, code, text) = error_fields(message.body);
-                        if let Some(why) = ends_session(&severity, &code) {
-                            reason = Some(format!("{why}: {severity} {code} {text}"));
-                            cut = Some(message.start);
-                            return false;
-                        }
+        let carried = self.incoming.len();
+        self.incoming.extend_from_slice(bytes);
+        let (mut consumed, mut answered, mut cut) = (0, 0, None);
+        loop {
+            let (start, before) = (consumed, self.incoming.len());
+            let parsed = Message::parse(&mut self.incoming);
+            consumed += before - self.incoming.len();
+            match parsed {
+                Ok(None) => break,
+                Ok(Some(Message::ReadyForQuery(_))) => answered += 1,
+                Ok(Some(Message::ErrorResponse(body))) => {
+                    if let Some(reason) = session_ending(&body) {
+                        self.failed = Some((io::ErrorKind::ConnectionAborted, reason));
+                        cut = Some(start.saturating_sub(carried));
+                        break;
                     }
-                    _ => {}
                 }
-                true
-            },
-        );
+                Ok(Some(_)) => {}
+                // A length that frames nothing: tokio-postgres rejects it; stop reading along.
+                Err(_) if before == self.incoming.len() => {
+                    self.incoming.clear();
+                    break;
+                }
+                // A message postgres-protocol does not know: passed on like any other.
+                Err(_) => {}
+            }
+        }
         if answered > 0 {
             self.awaiting = self.awaiting.saturating_sub(answered);
             if self.awaiting > 0 {
                 // The next answer of a pipeline gets a full bound of its own.
                 self.arm();
             }
-        }
-        if let Some(reason) = reason {
-            self.failed = Some((io::ErrorKind::ConnectionAborted, reason));
         }
         cut
     }
@@ -244,6 +191,14 @@ impl<S> Watched<S> {
             format!("no answer from the database within {} ms; connection dropped", bound.as_millis());
         self.failed = Some((io::ErrorKind::TimedOut, reason));
         Poll::Ready(self.error().unwrap_or_else(|| io::ErrorKind::TimedOut.into()))
+    }
+}
+
+/// What tokio-postgres asks of a stream its TLS connector returns: no channel binding
+/// (SCRAM-SHA-256-PLUS) is offered.
+impl<S: AsyncRead + AsyncWrite + Unpin> TlsStream for Watched<S> {
+    fn channel_binding(&self) -> ChannelBinding {
+        ChannelBinding::none()
     }
 }
 
@@ -341,7 +296,7 @@ mod tests {
     async fn pipe(bound: Option<Duration>) -> (Watched<DuplexStream>, DuplexStream) {
         let (client, server) = duplex(64 * 1024);
         let mut watched = Watched::new(client, bound);
-        watched.from_client.typed = true;
+        watched.outgoing.clear();
         (watched, server)
     }
 

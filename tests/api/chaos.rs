@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use orderpay::webhook_signature::Secret;
 
-use crate::helpers::{TestApp, http_client, json, new_key, order_body, spawn_app_with};
+use crate::helpers::{TestApp, http_client, json, new_key, order_body, spawn_app_with, use_servers};
 use crate::process::ServiceProcess;
 use crate::proxy::ChaosProxy;
 
@@ -374,9 +374,7 @@ async fn a_database_outage_answers_503_quickly_and_loses_no_acknowledged_order()
     let proxy = ChaosProxy::start("127.0.0.1:5432").await;
     let proxy_port = proxy.port;
     let app = spawn_app_with(move |settings, _| {
-        let mut url = url::Url::parse(&settings.database.url).unwrap();
-        url.set_port(Some(proxy_port)).unwrap();
-        settings.database.url = url.to_string();
+        use_servers(settings, &[("127.0.0.1", proxy_port)]);
         settings.database.acquire_timeout = Duration::from_millis(1000);
     })
     .await;

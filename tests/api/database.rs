@@ -7,34 +7,21 @@ use std::time::Duration;
 
 use diesel::sql_types::{Bool, Integer, Text};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
-use orderpay::db::conninfo::Conninfo;
+use orderpay::db::conninfo::{Conninfo, SslMode};
 use reqwest::Response;
 use serde_json::Value;
+use tokio_postgres::config::TargetSessionAttrs;
 
-use crate::helpers::{TestApp, assert_problem, connect, new_key, order_body, spawn_app, spawn_app_with};
+use crate::helpers::{
+    TestApp, assert_problem, connect, new_key, order_body, spawn_app, spawn_app_with, use_servers,
+    with_params,
+};
 use crate::process::black_hole;
 use crate::proxy::ChaosProxy;
 
-/// `url` with extra parameters (`sslmode=require`), in the URL's own form.
-fn with_params(url: &str, params: &str) -> String {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let separator = if url.contains('?') { '&' } else { '?' };
-        format!("{url}{separator}{params}")
-    } else {
-        format!("{url} {}", params.replace('&', " "))
-    }
-}
-
-/// `url` (a URL naming one host) with that host replaced by `hosts` (`h1:p1,h2:p2`).
-fn with_hosts(url: &str, hosts: &str) -> String {
-    let replaced = url.replacen(&server_address(url), hosts, 1);
-    assert_ne!(replaced, url, "the test server's URL names its host as host:port");
-    replaced
-}
-
 /// `host:port` of the test server.
 fn server_address(url: &str) -> String {
-    url.parse::<Conninfo>().expect("a database URL").host_label(0)
+    url.parse::<Conninfo>().expect("a database URL").servers()[0].to_string()
 }
 
 async fn query_bool(conn: &mut AsyncPgConnection, sql: &str) -> bool {
@@ -74,7 +61,7 @@ async fn server_certificate(app: &TestApp) -> String {
 #[tokio::test]
 async fn sslmode_require_encrypts_every_connection_of_the_service() {
     let app = spawn_app_with(|settings, _| {
-        settings.database.url = with_params(&settings.database.url, "sslmode=require");
+        settings.database.url.ssl_mode = SslMode::Require;
     })
     .await;
     app.create_order().await;
@@ -129,15 +116,13 @@ async fn a_failover_url_skips_hosts_that_refuse_or_never_answer_and_creates_the_
     let refusing = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     // Accepts TCP and never says a word, like a frozen server.
     let (_silent, silent_address) = black_hole();
-    let silent = silent_address.trim_start_matches("http://").to_owned();
+    let silent: u16 = silent_address.rsplit(':').next().unwrap().parse().unwrap();
     let app = spawn_app_with(move |settings, _| {
-        let server = server_address(&settings.database.url);
-        let hosts = format!("127.0.0.1:{refusing},{silent},{server}");
+        let server = settings.database.url.servers()[0].clone();
         // A database that does not exist yet: created through the failover URL.
-        settings.database.url = with_params(
-            &with_hosts(&settings.database.url, &hosts),
-            "target_session_attrs=read-write&sslmode=require",
-        );
+        use_servers(settings, &[("127.0.0.1", refusing), ("127.0.0.1", silent), (&server.host, server.port)]);
+        settings.database.url.pg.target_session_attrs(TargetSessionAttrs::ReadWrite);
+        settings.database.url.ssl_mode = SslMode::Require;
         settings.database.connect_timeout = Duration::from_millis(300);
     })
     .await;
@@ -244,7 +229,7 @@ async fn a_database_that_stops_answering_gets_503_within_the_bound_then_the_serv
     let proxy = ChaosProxy::start(&server_address(&crate::helpers::server_url())).await;
     let proxy_port = proxy.port;
     let proxied = spawn_app_with(move |settings, _| {
-        settings.database.url = with_hosts(&settings.database.url, &format!("127.0.0.1:{proxy_port}"));
+        use_servers(settings, &[("127.0.0.1", proxy_port)]);
         settings.database.statement_timeout = Duration::from_millis(400);
         settings.database.connect_timeout = Duration::from_millis(400);
         settings.database.acquire_timeout = Duration::from_millis(800);
@@ -333,7 +318,7 @@ async fn readyz_and_writes_answer_503_without_a_writable_primary_and_recover_wit
 #[tokio::test]
 async fn a_read_write_url_refuses_read_only_servers_with_503() {
     let app = spawn_app_with(|settings, _| {
-        settings.database.url = with_params(&settings.database.url, "target_session_attrs=read-write");
+        settings.database.url.pg.target_session_attrs(TargetSessionAttrs::ReadWrite);
         settings.database.acquire_timeout = Duration::from_millis(500);
     })
     .await;

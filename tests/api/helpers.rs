@@ -7,7 +7,7 @@ use diesel::sql_types::BigInt;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use orderpay::app::Application;
 use orderpay::config::{ApiSettings, ProviderConfig, Settings, claim_for};
-use orderpay::db::DatabaseConfig;
+use orderpay::db::{DatabaseConfig, Server};
 use orderpay::encryption::Keyring;
 use orderpay::idempotency::sweeper::SweeperConfig;
 use orderpay::ids::AccountId;
@@ -33,15 +33,32 @@ pub fn server_url() -> String {
         .unwrap_or_else(|_| orderpay::config::DEFAULT_DATABASE_URL.to_owned())
 }
 
-/// The server URL naming database `name` (parsed as PostgreSQL parses it: any form, any number
-/// of hosts).
+/// `url` with extra parameters (`sslmode=require`), in the URL's own form.
+pub fn with_params(url: &str, params: &str) -> String {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let separator = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{separator}{params}")
+    } else {
+        format!("{url} {}", params.replace('&', " "))
+    }
+}
+
+/// The server URL naming database `name`: a `dbname` parameter, which wins over the database
+/// the URL names (in either form, with any number of hosts).
 pub fn url_with_database(name: &str) -> String {
-    orderpay::db::with_database(&server_url(), name).expect("a valid TEST_DATABASE_URL")
+    with_params(&server_url(), &format!("dbname={name}"))
 }
 
 /// A direct connection, through the service's own connect path (TLS, several hosts).
 pub async fn connect(url: &str) -> anyhow::Result<AsyncPgConnection> {
-    orderpay::db::establish(url, Duration::from_secs(5)).await
+    orderpay::db::establish(&url.parse()?, Duration::from_secs(5)).await
+}
+
+/// Points the app at `servers` (host, port) instead of its database's own, everything else in
+/// its `DATABASE_URL` unchanged.
+pub fn use_servers(settings: &mut Settings, servers: &[(&str, u16)]) {
+    let servers: Vec<Server> = servers.iter().map(|(host, port)| Server::tcp(host, *port)).collect();
+    settings.database.url.pg = settings.database.url.with_servers(&servers);
 }
 
 pub struct TestApp {
@@ -199,7 +216,7 @@ async fn spawn_app_on(
     let database_url = database_url.map_or_else(|| url_with_database(&database_name), str::to_owned);
     let mut settings = Settings {
         database: DatabaseConfig {
-            url: database_url.clone(),
+            url: database_url.parse().expect("a valid database URL"),
             pool_size: 4,
             acquire_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(5),

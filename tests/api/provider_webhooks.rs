@@ -17,6 +17,7 @@ use orderpay::webhook_signature::{Secret, sign};
 
 use crate::helpers::{
     self, TestApp, assert_problem, json, new_key, provider_webhooks_on, spawn_app, spawn_app_with,
+    use_servers,
 };
 use crate::proxy::ChaosProxy;
 
@@ -663,9 +664,7 @@ async fn a_database_failure_answers_503_and_the_providers_retry_applies_the_even
     let proxy_port = proxy.port;
     let app = spawn_app_with(move |settings, mock| {
         provider_webhooks_on(settings);
-        let mut url = url::Url::parse(&settings.database.url).unwrap();
-        url.set_port(Some(proxy_port)).unwrap();
-        settings.database.url = url.to_string();
+        use_servers(settings, &[("127.0.0.1", proxy_port)]);
         settings.database.acquire_timeout = Duration::from_millis(500);
         mock.settle_after = SETTLE;
     })
