@@ -223,11 +223,12 @@ impl From<EngineError> for Abort {
     }
 }
 
-/// Applies a verified event (see the module doc), once per event id. An event that moves money
-/// beyond what its operation expects, or whose object disagrees with the operation, is applied on
-/// the provider's word instead: the transaction rolls back, the provider is asked (one lookup per
-/// operation in flight, shared with the reconciler's), and the event is applied again with the
-/// provider's answer. Returns what it did once committed; an error (the database away, the
+/// Applies a verified event (see the module doc), once per event id. An event that would move
+/// money (settle an operation in flight, end an authorization, correct a refund), or whose
+/// object disagrees with the operation, is applied on the provider's word: the transaction rolls
+/// back, the provider is asked (one lookup per operation in flight, shared with the
+/// reconciler's), and the event is applied again with the provider's answer. An event that
+/// changes nothing (a duplicate, one about an operation already settled) asks nothing. Returns what it did once committed; an error (the database away, the
 /// provider not answering a verification) rolls everything back, the event's row included, so the
 /// provider's retry applies it.
 pub async fn receive(engine: &Engine, event: &Event) -> Result<Received, EngineError> {
@@ -409,11 +410,10 @@ fn charge_disagreement(payment: &Payment, charge: &Charge) -> Option<String> {
 
 /// A charge event (`charge.succeeded`, `.failed`, `.captured`, `.canceled`): what the charge's
 /// state means for whichever of the payment's operations is in flight. The charge's state is the
-/// event (a snapshot of the charge when it happened), whatever its type says. Applied on its word
-/// only when it matches the payment and moves no money beyond what the operation expects: a
-/// charge or authorization in flight that succeeded or was declined. An end of an authorization
-/// (canceled, expired, captured), a capture's amount, or anything that disagrees is applied as the
-/// provider's lookup (`verified`) says.
+/// event (a snapshot of the charge when it happened), whatever its type says. Nothing is applied
+/// on the event's word: an outcome for an operation in flight, an end of an authorization
+/// (canceled, expired, captured), a capture's amount, anything that disagrees, is applied as the
+/// provider's lookup (`verified`) says. The event only says when to ask.
 async fn apply_charge(
     conn: &mut AsyncPgConnection,
     engine: &Engine,
@@ -457,8 +457,10 @@ async fn apply_charge(
         .is_some_and(|standing| standing.answer().is_none());
     if charge_in_flight {
         return match charge::outcome_of(&payment, Ok(charge.clone())) {
-            // An authorization that ended before it was recorded releases it: asked first.
-            Finding::Final(ChargeOutcome::Canceled { .. }) if !trusted => Ok(ask),
+            // Every outcome is the provider's confirmed word, never the event's alone: before
+            // we know the charge's id, an event naming our key with any charge id could
+            // otherwise settle a payment the provider declined (or fail one it charged).
+            Finding::Final(_) if !trusted => Ok(ask),
             Finding::Final(outcome) => Ok(settled(
                 <Charges as Kind>::settle_on(conn, &payment, outcome, Actor::Webhook).await?,
                 subject,
@@ -513,9 +515,9 @@ async fn apply_charge(
     Ok(Step::Done(Received::Stale, Some(subject)))
 }
 
-/// A refund event (`refund.succeeded`, `refund.failed`): the refund in flight settles on the
-/// event's word when it matches the refund; a settled refund is corrected (carried out after a
-/// give-up, or reversed) only as the provider's lookup says.
+/// A refund event (`refund.succeeded`, `refund.failed`): the refund in flight settles, and a
+/// settled refund is corrected (carried out after a give-up, or reversed), only as the
+/// provider's lookup says.
 async fn apply_refund(
     conn: &mut AsyncPgConnection,
     body: &RefundBody,
@@ -552,6 +554,8 @@ async fn apply_refund(
     let correction = match (held.refund.status, &refund.status) {
         (RefundStatus::Processing, _) => {
             return match refund::outcome_of(Ok(refund.clone())) {
+                // As a charge's: the provider's confirmed word, never the event's alone.
+                Finding::Final(_) if !trusted => Ok(ask),
                 Finding::Final(outcome) => Ok(settled(
                     <Refunds as Kind>::settle_on(conn, &held, outcome, Actor::Webhook).await?,
                     subject,

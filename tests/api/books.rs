@@ -590,3 +590,51 @@ async fn a_reversal_reported_while_the_watch_looks_is_never_lost() {
     assert_eq!(provider_charge(&app, payment_id).await["amount_refunded"], "0.00");
     assert_eq!(app.order_status(&order_id).await, "paid");
 }
+
+/// Property: our books follow the provider's confirmed word, never a webhook's alone. Before the
+/// provider has answered our call we do not know the charge's or refund's id, so a signed event
+/// naming our key with any id matches the operation: applied on its word, a forged success would
+/// settle a payment the provider never charged, a forged failure would let the order be paid a
+/// second time, a forged refund would record money never given back. Each is looked up instead,
+/// and the provider's answer (still pending) changes nothing.
+#[tokio::test]
+async fn forged_outcomes_for_operations_in_flight_are_never_applied_on_their_word() {
+    let app = app_hearing_forgeries_only().await;
+    let secret = secret(&app);
+    let order_id = app.create_order().await["id"].as_str().unwrap().to_owned();
+    let accepted = app.pay(&order_id, "pm_provider_pending", &new_key()).await;
+    assert_eq!(accepted.status(), 202);
+    let payment_id = json(accepted).await["id"].as_str().unwrap().to_owned();
+    let mut forged = provider_charge(&app, &payment_id).await;
+    forged["id"] = json!("ch_forged");
+    forged["status"] = json!("succeeded");
+    forged["captured"] = json!(true);
+    forged["amount_captured"] = forged["amount"].clone();
+    assert_ne!(deliver_ok(&app, &signed(&secret, &event("charge.succeeded", &forged))).await, "applied");
+    forged["status"] = json!("declined");
+    forged["captured"] = json!(false);
+    forged["amount_captured"] = json!("0.00");
+    forged["decline_code"] = json!("card_declined");
+    assert_ne!(deliver_ok(&app, &signed(&secret, &event("charge.failed", &forged))).await, "applied");
+    assert_eq!(app.get_payment(&payment_id).await["status"], "processing", "the provider says pending");
+    assert_eq!(app.order_status(&order_id).await, "pending_payment");
+    let again = app.pay(&order_id, "pm_card_ok", &new_key()).await;
+    assert_problem(again, 409, "payment-in-progress").await;
+
+    let (_, paid) = app.paid_order("30.00", "pm_refund_pending").await;
+    let paid_id = paid["id"].as_str().unwrap();
+    let refund = app.refund(paid_id, None, &new_key()).await;
+    assert_eq!(refund.status(), 202);
+    let refund_id = json(refund).await["id"].as_str().unwrap().to_owned();
+    let mut forged_refund = app.provider_refunds_for(&refund_id).await.remove(0);
+    forged_refund["id"] = json!("re_forged");
+    forged_refund["object"] = json!("refund");
+    forged_refund["status"] = json!("succeeded");
+    assert_ne!(
+        deliver_ok(&app, &signed(&secret, &event("refund.succeeded", &forged_refund))).await,
+        "applied"
+    );
+    assert_eq!(app.get_json(&format!("/refunds/{refund_id}")).await["status"], "processing");
+    assert_eq!(app.get_payment(paid_id).await["amount_refunded"], "0.00");
+    assert!(webhooks_counted(&app, "applied").await == 0, "nothing was applied on an event's word");
+}

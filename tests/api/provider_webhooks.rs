@@ -91,8 +91,10 @@ pub(crate) async fn deliver(app: &TestApp, delivery: &Delivery) -> Response {
 /// Delivers and returns what the event did (`applied`, `duplicate`, `stale`, `unknown`).
 pub(crate) async fn deliver_ok(app: &TestApp, delivery: &Delivery) -> String {
     let response = deliver(app, delivery).await;
-    assert_eq!(response.status(), 200);
-    json(response).await["result"].as_str().unwrap().to_owned()
+    let status = response.status();
+    let body = json(response).await;
+    assert_eq!(status, 200, "{body}");
+    body["result"].as_str().unwrap().to_owned()
 }
 
 /// The charge of `payment_id` as the provider's GET returns it.
