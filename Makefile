@@ -319,6 +319,11 @@ model: ## check the protocol's model (docs/model.md): the unit configurations, t
 	  echo "($$check: $$(( $$(date +%s) - start )) s)"
 	done
 
+.PHONY: model-conformance
+model-conformance: db ## drive more of the model's paths through the service and the mock (tests/api/conformance.rs; make test drives 12)
+	CONFORMANCE_PATHS=$${CONFORMANCE_PATHS:-100} CONFORMANCE_SECONDS=$${CONFORMANCE_SECONDS:-900} \
+	  cargo nextest run --test api -E 'test(/^conformance::/)' --no-capture
+
 .PHONY: clean-test-dbs
 clean-test-dbs: db ## drop databases left by interrupted test runs
 	psql -h $(PG_HOST) -p $(PG_PORT) -U postgres -Atc \

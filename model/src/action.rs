@@ -122,3 +122,21 @@ pub enum Action {
     /// Intent `i`'s key is swept past its retention (`idempotency::store::delete_expired`).
     KeyExpires(u8),
 }
+
+impl Action {
+    /// The process taking this step when it is one of the engine's, which every driver takes
+    /// alike (`LookUp` ... `Release`).
+    pub fn engine_step_of(self) -> Option<Proc> {
+        match self {
+            Action::LookUp(p)
+            | Action::MarkSending(p)
+            | Action::Send(p)
+            | Action::AnswerArrives(p)
+            | Action::TimesOut(p)
+            | Action::Settle(p)
+            | Action::GiveUp(p)
+            | Action::Release(p) => Some(p),
+            _ => None,
+        }
+    }
+}

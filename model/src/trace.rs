@@ -13,15 +13,7 @@ use crate::state::{Key, Op, Pc, Proc, Stage, State};
 pub fn actor(protocol: &Protocol, action: Action) -> String {
     let proc = match action {
         Action::Request(i) | Action::ReadUnlocked(i) => Some(Proc::Client(i)),
-        Action::LookUp(p)
-        | Action::MarkSending(p)
-        | Action::Send(p)
-        | Action::AnswerArrives(p)
-        | Action::TimesOut(p)
-        | Action::Settle(p)
-        | Action::GiveUp(p)
-        | Action::Release(p)
-        | Action::Crash(p) => Some(p),
+        Action::Crash(p) => Some(p),
         Action::Claim(r, _)
         | Action::LateChargeLook(r)
         | Action::LateChargeAct(r)
@@ -34,7 +26,7 @@ pub fn actor(protocol: &Protocol, action: Action) -> String {
         | Action::OperatorLook { .. }
         | Action::OperatorSettle
         | Action::OperatorTakeBack => Some(Proc::Operator),
-        _ => None,
+        _ => action.engine_step_of(),
     };
     match (proc, action) {
         (Some(proc), _) => proc_name(protocol, proc),

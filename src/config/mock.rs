@@ -58,6 +58,7 @@ impl MockProviderArgs {
             webhook_url: self.webhook_url.clone().filter(|url| !url.is_empty()),
             webhook_secret: secret(&self.webhook_secret),
             webhook_retry_base: Duration::from_millis(self.webhook_retry_ms),
+            webhooks_by_hand: false,
         }
     }
 }

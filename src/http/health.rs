@@ -64,7 +64,7 @@ pub async fn metrics(state: web::Data<MetricsSource>) -> HttpResponse {
         for &table in Table::ALL {
             counts.push((table, leases::count_waiting(&mut conn, table, Utc::now()).await.ok()?));
         }
-        let unrefunded = crate::payments::repository::count_late_charges_unrefunded(&mut conn).await.ok()?;
+        let unrefunded = crate::payments::inspect::count_late_charges_unrefunded(&mut conn).await.ok()?;
         Some((counts, unrefunded))
     };
     if let Ok(Some((counts, unrefunded))) = tokio::time::timeout(Duration::from_secs(1), waiting).await {

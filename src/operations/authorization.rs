@@ -24,10 +24,11 @@ use crate::money::Amount;
 use crate::orders::OrderStatus;
 use crate::orders::service as orders;
 use crate::payments::authorization::{self, Action, ActionStatus, PaymentOperation, SettleAction};
-use crate::payments::repository::{self as payments, EndAuthorization};
+use crate::payments::repository as payments;
 use crate::payments::representation::{
     AUTHORIZATION_EXPIRED, action_response, payment_json, stored_action_answer,
 };
+use crate::payments::watches::{self, EndAuthorization};
 use crate::payments::{GAVE_UP_CODE, Payment, PaymentStatus};
 use crate::provider::{CancelRequest, CaptureRequest, Charge, ChargeStatus, PaymentProvider, ProviderError};
 
@@ -381,7 +382,7 @@ pub async fn watch(
     let mut conn = engine.pool.get().await?;
     if let Ok(None) = found {
         tracing::error!(payment_id = %payment.id, "the provider knows no charge for an authorization; no longer watched, it needs a person");
-        payments::watch_again(&mut conn, payment, None).await?;
+        watches::watch_again(&mut conn, payment, None).await?;
         return Ok(Watched::Unknown);
     }
     match found {
@@ -391,11 +392,11 @@ pub async fn watch(
             }
             // Still authorized: look again when it ends, or after `recheck` if that has passed.
             let next = payment.authorization_expires_at.filter(|at| *at > now).unwrap_or(after(now, recheck));
-            payments::watch_again(&mut conn, payment, Some(next)).await?;
+            watches::watch_again(&mut conn, payment, Some(next)).await?;
             Ok(Watched::StillAuthorized)
         }
         Ok(None) | Err(_) => {
-            payments::watch_again(&mut conn, payment, Some(after(now, recheck))).await?;
+            watches::watch_again(&mut conn, payment, Some(after(now, recheck))).await?;
             Ok(Watched::Unknown)
         }
     }
@@ -468,7 +469,7 @@ pub async fn end_on(
         actor: actor.as_str(),
         order_status,
     };
-    let (ended, moved) = payments::end_authorization(conn, end).await?;
+    let (ended, moved) = watches::end_authorization(conn, end).await?;
     Announce::new(Some(&event), order_event.as_ref()).count_written(ended == 1, moved == 1);
     if ended == 1 {
         tracing::warn!(payment_id = %payment.id, status = %status, actor = actor.as_str(),

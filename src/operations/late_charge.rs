@@ -36,6 +36,7 @@ use crate::idempotency::store::{ClaimParameters, ResourceKind};
 use crate::ids::{LeaseId, RefundId};
 use crate::orders::repository as orders;
 use crate::payments::repository as payments;
+use crate::payments::watches;
 use crate::payments::{GAVE_UP_CODE, Payment, PaymentStatus};
 use crate::provider::{CancelRequest, Charge, ChargeStatus};
 use crate::refunds::RefundStatus;
@@ -46,7 +47,7 @@ pub async fn watch_due(engine: &Engine, config: &ReconcilerConfig) -> Result<Pas
     let now = Utc::now();
     let due = {
         let mut conn = engine.pool.get().await?;
-        payments::watch_late(&mut conn, now, config.batch_size, after(now, config.claim_for)).await?
+        watches::watch_late(&mut conn, now, config.batch_size, after(now, config.claim_for)).await?
     };
     let mut report = PassReport { claimed: due.len(), ..PassReport::default() };
     for watched in due {
@@ -144,7 +145,7 @@ pub async fn take_back(
                     tracing::warn!(payment_id = %payment.id, charge_id = %charge.id, "voided an authorization held for a failed payment");
                     crate::telemetry::metrics::late_charge("voided");
                     let mut conn = engine.pool.get().await?;
-                    payments::watch_late_again(&mut conn, payment, None).await?;
+                    watches::watch_late_again(&mut conn, payment, None).await?;
                     Ok(TakenBack::Voided { charge_id: charge.id.clone() })
                 }
                 Err(error) => {
@@ -167,7 +168,7 @@ async fn schedule(
 ) -> Result<(), EngineError> {
     let next = after(Utc::now(), config.backoff(payment.attempts));
     let mut conn = engine.pool.get().await?;
-    payments::watch_late_again(&mut conn, payment, (next <= watch_until).then_some(next)).await?;
+    watches::watch_late_again(&mut conn, payment, (next <= watch_until).then_some(next)).await?;
     Ok(())
 }
 
@@ -188,7 +189,7 @@ async fn refund_late_charge(
     let started = conn
         .transaction::<_, EngineError, _>(async |conn| {
             let detail = format!("{why} ({}, {}); refunding it", charge.id, charge.amount_captured);
-            if !payments::record_late_charge(conn, payment, &charge.id, charge.amount_captured, &detail, now)
+            if !watches::record_late_charge(conn, payment, &charge.id, charge.amount_captured, &detail, now)
                 .await?
             {
                 return Ok(None);
@@ -332,7 +333,7 @@ async fn follow_up(
                 Next::Wait(at, _) => at,
                 _ => None,
             };
-            payments::watch_late_again(conn, payment, next_check).await?;
+            watches::watch_late_again(conn, payment, next_check).await?;
             Ok(next)
         })
         .await?;

@@ -34,6 +34,7 @@ use crate::orders::repository as orders;
 use crate::orders::service::rendered_after;
 use crate::payments::repository as payments;
 use crate::payments::representation::payment_json;
+use crate::payments::watches;
 use crate::refunds::repository::{self as refunds, CorrectRefund, Watched};
 use crate::refunds::representation::correction_json;
 use crate::refunds::{Refund, RefundStatus};
@@ -140,7 +141,7 @@ async fn look(
             let definite = matches!(found, Finding::Final(_));
             if refunds::note_absent(&mut conn, refund, now).await? && refund.idempotency_key.is_none() {
                 // A late charge's refund known not carried out: the follow-up may start another.
-                payments::follow_up_late_charge(&mut conn, refund.account_id, refund.payment_id, now).await?;
+                watches::follow_up_late_charge(&mut conn, refund.account_id, refund.payment_id, now).await?;
             }
             refunds::watch_late_again(&mut conn, refund, if definite { None } else { next }).await?;
             Ok(false)

@@ -32,7 +32,7 @@ use super::{
 use crate::background::{Shutdown, every};
 use crate::clock::after;
 use crate::ids::LeaseId;
-use crate::payments::repository as payments;
+use crate::payments::watches;
 
 #[derive(Debug, Clone, Copy)]
 pub struct ReconcilerConfig {
@@ -289,7 +289,7 @@ async fn watch_authorizations(engine: &Engine, config: &ReconcilerConfig) -> Res
     let now = Utc::now();
     let due = {
         let mut conn = engine.pool.get().await?;
-        payments::watch(&mut conn, now, config.batch_size, after(now, config.claim_for)).await?
+        watches::watch(&mut conn, now, config.batch_size, after(now, config.claim_for)).await?
     };
     let mut report = PassReport { claimed: due.len(), ..PassReport::default() };
     for payment in due {

@@ -41,6 +41,7 @@ use crate::db::schema::provider_webhooks;
 use crate::ids::AccountId;
 use crate::payments::authorization as actions;
 use crate::payments::repository as payments;
+use crate::payments::watches;
 use crate::payments::{CaptureMethod, Payment, PaymentStatus, payment_of_downstream_key};
 use crate::provider::wire::{ChargeBody, RefundBody, event_type};
 use crate::provider::{Charge, ChargeStatus, Refund as ProviderRefund, RefundStatus as ProviderRefundStatus};
@@ -505,7 +506,7 @@ async fn apply_charge(
         // and refunds it (`operations::late_charge`), brought forward to its next pass (the
         // lookup and the refund are provider calls, which never run inside this transaction).
         let watch = engine.reconciler.late_charge_watch;
-        let watched = payments::watch_late_now(conn, account_id, payment_id, Utc::now(), watch).await?;
+        let watched = watches::watch_late_now(conn, account_id, payment_id, Utc::now(), watch).await?;
         tracing::warn!(%payment_id, charge_id = %charge.id, watched,
             "the provider reports a succeeded charge for a failed payment; the late-charge watch looks it up on its next pass");
     }

@@ -13,9 +13,11 @@
 //! for a retry or the reconciler.
 
 pub mod authorization;
+pub mod inspect;
 pub mod repository;
 pub mod representation;
 pub mod service;
+pub mod watches;
 
 use chrono::{DateTime, Utc};
 

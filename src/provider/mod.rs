@@ -1,13 +1,15 @@
 //! The payment provider: what orderpay needs from it ([`PaymentProvider`]), the HTTP client for
 //! the Stripe-like provider contract of docs/payments.md ([`client::HttpProvider`]), the JSON of that
 //! contract ([`wire`]), and the mock provider server that implements it for development, tests
-//! and demos ([`mock`]).
+//! and demos ([`mock`]); [`delegate::Delegating`] for test doubles that change one call of another
+//! provider.
 //!
 //! The domain sees only the trait and these types, never HTTP. Every write names a downstream
 //! idempotency key, so a re-driven call is the same operation at the provider, never a second one.
 
 pub mod client;
 pub mod coalesce;
+pub mod delegate;
 pub mod mock;
 pub mod wire;
 

@@ -117,8 +117,17 @@ impl TestProvider {
     }
 
     pub async fn set_faults(&self, faults: Value) {
+        self.admin_post("faults", &faults).await;
+    }
+
+    /// What each next write does, in order (`POST /_admin/script`): `[{"act": "hold"}, ...]`.
+    pub async fn script(&self, steps: Value) {
+        self.admin_post("script", &steps).await;
+    }
+
+    async fn admin_post(&self, what: &str, body: &Value) {
         let response =
-            self.client.post(format!("{}/_admin/faults", self.address)).json(&faults).send().await.unwrap();
+            self.client.post(format!("{}/_admin/{what}", self.address)).json(body).send().await.unwrap();
         assert_eq!(response.status(), 200);
     }
 }

@@ -14,6 +14,7 @@ mod captures;
 mod chaos;
 mod cli;
 mod clients;
+mod conformance;
 mod database;
 mod errors;
 mod events;

@@ -10,10 +10,8 @@ use diesel::QueryableByName;
 use diesel::sql_types::Text;
 use orderpay::ids::PaymentId;
 use orderpay::operations::operator::{self, Refusal, Resolve, Resolved, Target};
-use orderpay::provider::{
-    BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest, PaymentProvider, ProviderError, Refund,
-    RefundRequest,
-};
+use orderpay::provider::delegate::Delegating;
+use orderpay::provider::{BoxFuture, Charge, PaymentProvider, ProviderError};
 use reqwest::Method;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -531,12 +529,9 @@ impl Paused {
     }
 }
 
-impl PaymentProvider for Paused {
-    fn create_charge<'a>(
-        &'a self,
-        request: &'a ChargeRequest,
-    ) -> BoxFuture<'a, Result<Charge, ProviderError>> {
-        self.inner.create_charge(request)
+impl Delegating for Paused {
+    fn inner(&self) -> &dyn PaymentProvider {
+        &*self.inner
     }
 
     fn find_charge<'a>(
@@ -551,43 +546,6 @@ impl PaymentProvider for Paused {
             }
             self.inner.find_charge(key, request_id).await
         })
-    }
-
-    fn get_charge<'a>(
-        &'a self,
-        id: &'a str,
-        request_id: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Option<Charge>, ProviderError>> {
-        self.inner.get_charge(id, request_id)
-    }
-
-    fn capture_charge<'a>(
-        &'a self,
-        request: &'a CaptureRequest,
-    ) -> BoxFuture<'a, Result<Charge, ProviderError>> {
-        self.inner.capture_charge(request)
-    }
-
-    fn cancel_charge<'a>(
-        &'a self,
-        request: &'a CancelRequest,
-    ) -> BoxFuture<'a, Result<Charge, ProviderError>> {
-        self.inner.cancel_charge(request)
-    }
-
-    fn create_refund<'a>(
-        &'a self,
-        request: &'a RefundRequest,
-    ) -> BoxFuture<'a, Result<Refund, ProviderError>> {
-        self.inner.create_refund(request)
-    }
-
-    fn find_refund<'a>(
-        &'a self,
-        key: &'a str,
-        request_id: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Option<Refund>, ProviderError>> {
-        self.inner.find_refund(key, request_id)
     }
 }
 

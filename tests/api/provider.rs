@@ -525,6 +525,69 @@ async fn faults_apply_to_captures_and_refunds_as_to_charges() {
     assert_eq!(bad.await.unwrap().status(), 400);
 }
 
+#[tokio::test]
+async fn a_script_says_what_each_next_write_does_in_order_then_the_faults_apply_again() {
+    let mock = mock_with(|settings| settings.timeout_hold = Duration::from_millis(1500)).await;
+    let (provider, impatient) =
+        (client(&mock), HttpProvider::new(&mock.address, Duration::from_millis(500), None).unwrap());
+    let steps = json!([
+        {"act": "unavailable"}, {"act": "hold"}, {"act": "later", "after_ms": 1000}, {"act": "never"}, {"act": "now"}
+    ]);
+    mock.script(steps.clone()).await;
+    assert_eq!(get_json(&mock, "/_admin/script").await, steps);
+    let found = |request: &ChargeRequest| {
+        let key = request.downstream_key.clone();
+        let provider = &provider;
+        async move { provider.find_charge(&key, None).await.unwrap().map(|charge| charge.status) }
+    };
+
+    let down = charge_request("pm_card_ok", true);
+    assert_eq!(provider.create_charge(&down).await, Err(ProviderError::ServerError(503)));
+    assert_eq!(found(&down).await, None, "503 without acting");
+
+    let held = charge_request("pm_card_ok", true);
+    assert_eq!(impatient.create_charge(&held).await, Err(ProviderError::Timeout));
+    assert_eq!(found(&held).await, Some(ChargeStatus::Succeeded), "acted, the answer lost");
+
+    let late = charge_request("pm_card_ok", true);
+    assert_eq!(impatient.create_charge(&late).await, Err(ProviderError::Timeout));
+    assert_eq!(found(&late).await, None, "not acted on yet when the sender gave up");
+    let late = &late;
+    eventually("the late charge", move || async move { found(late).await }).await;
+
+    let never = charge_request("pm_card_ok", true);
+    assert_eq!(impatient.create_charge(&never).await, Err(ProviderError::Timeout));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(found(&never).await, None, "never acted on, after the hold too");
+
+    let now = charge_request("pm_card_ok", false);
+    assert_eq!(
+        impatient.create_charge(&now).await.map(|charge| charge.status),
+        Ok(ChargeStatus::RequiresCapture)
+    );
+    assert_eq!(get_json(&mock, "/_admin/script").await, json!([]), "every step taken");
+
+    // The script is spent: the faults apply again (none here), to captures and refunds alike.
+    mock.script(json!([{"act": "unavailable"}])).await;
+    let authorized =
+        get(&provider, &provider.find_charge(&now.downstream_key, None).await.unwrap().unwrap()).await;
+    let capture = capture_request(&authorized, None);
+    assert_eq!(provider.capture_charge(&capture).await, Err(ProviderError::ServerError(503)));
+    assert_eq!(
+        provider.capture_charge(&capture).await.map(|charge| charge.status),
+        Ok(ChargeStatus::Succeeded)
+    );
+
+    let too_late = http_client()
+        .post(format!("{}/_admin/script", mock.address))
+        .json(&json!([{"act": "later", "after_ms": 60_001}]))
+        .send();
+    assert_eq!(too_late.await.unwrap().status(), 400);
+    let unknown =
+        http_client().post(format!("{}/_admin/script", mock.address)).json(&json!([{"act": "twice"}])).send();
+    assert_eq!(unknown.await.unwrap().status(), 400);
+}
+
 /// A webhook receiver on port 0 that records every request and answers 500 to the first
 /// `failures` of them, 200 after.
 struct Receiver {
@@ -858,4 +921,32 @@ async fn the_mock_refuses_a_webhook_url_without_a_secret() {
     assert!(orderpay::provider::mock::MockProvider::build(settings.clone()).is_err());
     settings.webhook_secret = Some("whsec_tooshort".to_owned());
     assert!(orderpay::provider::mock::MockProvider::build(settings).is_err());
+}
+
+#[tokio::test]
+async fn webhooks_by_hand_leave_only_when_delivered_and_as_often_as_delivered() {
+    let (mock, receiver, secret) = mock_with_webhooks(0, |settings| settings.webhooks_by_hand = true).await;
+    let provider = client(&mock);
+    charge(&provider, "pm_card_ok").await;
+    let log = mock.webhooks().await;
+    assert_eq!((log.len(), &log[0]["copies"], &log[0]["type"]), (1, &json!(0), &json!("charge.succeeded")));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(receiver.received().is_empty(), "nothing leaves on its own");
+
+    let deliver = |id: String| {
+        let url = format!("{}/_admin/webhooks/{id}/deliver", mock.address);
+        async move { http_client().post(url).send().await.unwrap() }
+    };
+    let id = log[0]["id"].as_str().unwrap().to_owned();
+    for copy in 1..=2 {
+        let answer = deliver(id.clone()).await;
+        assert_eq!(answer.status(), 200);
+        assert_eq!(helpers::json(answer).await, json!({"status": 200}));
+        let received = receiver.received();
+        assert_eq!(received.len(), copy, "one copy per delivery");
+        assert_signed(&received[copy - 1], &secret);
+        assert_eq!(received[copy - 1].id, id);
+    }
+    assert_eq!(mock.webhooks().await[0]["attempts"].as_array().unwrap().len(), 2);
+    assert_eq!(deliver("evt_unknown".to_owned()).await.status(), 404);
 }

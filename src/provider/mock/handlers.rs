@@ -1,8 +1,7 @@
-//! The mock provider's HTTP handlers: read the request, apply the faults, let the ledger decide,
-//! answer (holding the answer when the ledger or a fault says so). Bad input of any kind is a
+//! The mock provider's HTTP handlers: read the request, let the script or the faults say when
+//! the ledger acts ([`super::script::act`]), answer (holding the answer when the ledger, the
+//! script or a fault says so). Bad input of any kind is a
 //! 400 JSON error, never a panic.
-
-use std::time::Duration;
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -12,7 +11,8 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use super::ledger::Reply;
-use super::{Faults, MockState, bad_request, chance, respond};
+use super::script::{self, Scripted};
+use super::{Faults, MockState, bad_request, respond};
 use crate::provider::wire::{CancelChargeBody, CaptureChargeBody, CreateChargeBody, CreateRefundBody};
 
 /// Keys longer than this are refused, as at Stripe.
@@ -46,32 +46,6 @@ fn json_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Reply> {
     serde_json::from_slice(bytes).map_err(|error| invalid(&format!("invalid JSON body: {error}")))
 }
 
-/// The faults every write goes through before it acts: latency, then a 503 without acting, or
-/// a decision to hold the answer once it has acted.
-async fn faults_before_acting(state: &MockState) -> Result<bool, Reply> {
-    let faults: Faults = state.with_ledger(|ledger| ledger.faults.clone());
-    if faults.latency_ms > 0 {
-        tokio::time::sleep(Duration::from_millis(faults.latency_ms)).await;
-    }
-    if chance(faults.error_rate) {
-        return Err(Reply::error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "api_error",
-            None,
-            "injected fault: unavailable",
-        ));
-    }
-    Ok(chance(faults.timeout_rate))
-}
-
-/// Sends the ledger's answer; a held one only after the hold (the operation is already done).
-async fn answer(state: &MockState, reply: Reply) -> HttpResponse {
-    if reply.hold {
-        tokio::time::sleep(state.settings.timeout_hold).await;
-    }
-    respond(reply)
-}
-
 /// `POST /v1/charges`
 pub(super) async fn create_charge(
     state: web::Data<MockState>,
@@ -82,15 +56,10 @@ pub(super) async fn create_charge(
         Ok(key) => key,
         Err(reply) => return respond(reply),
     };
-    let hold_fault = match faults_before_acting(&state).await {
-        Ok(hold) => hold,
-        Err(reply) => return respond(reply),
-    };
     let body = body.into_inner();
     let request_id = request_id(&request);
-    let reply =
-        state.with_ledger(|ledger| ledger.create_charge(&key, body, request_id, Utc::now(), hold_fault));
-    answer(&state, reply).await
+    script::act(state, move |ledger, hold| ledger.create_charge(&key, body, request_id, Utc::now(), hold))
+        .await
 }
 
 #[derive(Deserialize)]
@@ -128,12 +97,8 @@ pub(super) async fn capture_charge(
         (Ok(key), Ok(body)) => (key, body),
         (Err(reply), _) | (_, Err(reply)) => return respond(reply),
     };
-    let hold_fault = match faults_before_acting(&state).await {
-        Ok(hold) => hold,
-        Err(reply) => return respond(reply),
-    };
-    let reply = state.with_ledger(|ledger| ledger.capture(&id, &key, body, Utc::now(), hold_fault));
-    answer(&state, reply).await
+    let id = id.into_inner();
+    script::act(state, move |ledger, hold| ledger.capture(&id, &key, body, Utc::now(), hold)).await
 }
 
 /// `POST /v1/charges/{id}/cancel` (an empty body, or `{}`)
@@ -147,12 +112,8 @@ pub(super) async fn cancel_charge(
         (Ok(key), Ok(_)) => key,
         (Err(reply), _) | (_, Err(reply)) => return respond(reply),
     };
-    let hold_fault = match faults_before_acting(&state).await {
-        Ok(hold) => hold,
-        Err(reply) => return respond(reply),
-    };
-    let reply = state.with_ledger(|ledger| ledger.cancel(&id, &key, Utc::now(), hold_fault));
-    answer(&state, reply).await
+    let id = id.into_inner();
+    script::act(state, move |ledger, hold| ledger.cancel(&id, &key, Utc::now(), hold)).await
 }
 
 /// `POST /v1/refunds` with `{charge, amount, currency?, reference}`
@@ -169,14 +130,9 @@ pub(super) async fn create_refund(
         Ok(body) => body,
         Err(reply) => return respond(reply),
     };
-    let hold_fault = match faults_before_acting(&state).await {
-        Ok(hold) => hold,
-        Err(reply) => return respond(reply),
-    };
     let request_id = request_id(&request);
-    let reply =
-        state.with_ledger(|ledger| ledger.create_refund(&key, body, request_id, Utc::now(), hold_fault));
-    answer(&state, reply).await
+    script::act(state, move |ledger, hold| ledger.create_refund(&key, body, request_id, Utc::now(), hold))
+        .await
 }
 
 /// `GET /v1/refunds?idempotency_key=...`: 404 when no refund was made for that key.
@@ -222,6 +178,18 @@ pub(super) async fn list_webhooks(state: web::Data<MockState>) -> HttpResponse {
     }
 }
 
+/// `POST /_admin/webhooks/{id}/deliver`: sends that event once, now (with `webhooks_by_hand`,
+/// the only way an event leaves); answers the receiver's status (`null`: no answer).
+pub(super) async fn deliver_webhook(state: web::Data<MockState>, id: web::Path<String>) -> HttpResponse {
+    let Some(webhooks) = &state.webhooks else {
+        return not_found("webhooks are off");
+    };
+    match webhooks.deliver_now(&id).await {
+        Ok(status) => HttpResponse::Ok().json(json!({ "status": status })),
+        Err(message) => not_found(message),
+    }
+}
+
 /// `GET /_admin/faults`
 pub(super) async fn get_faults(state: web::Data<MockState>) -> HttpResponse {
     HttpResponse::Ok().json(state.with_ledger(|ledger| ledger.faults.clone()))
@@ -236,6 +204,21 @@ pub(super) async fn set_faults(state: web::Data<MockState>, faults: web::Json<Fa
     }
     state.with_ledger(|ledger| ledger.faults = faults.clone());
     HttpResponse::Ok().json(faults)
+}
+
+/// `GET /_admin/script`: the scripted writes not taken yet.
+pub(super) async fn get_script(state: web::Data<MockState>) -> HttpResponse {
+    HttpResponse::Ok().json(state.with_script(|script| script.remaining()))
+}
+
+/// `POST /_admin/script` with a list of [`Scripted`] steps: what the mock does with each next
+/// write, in order, instead of the random faults; `[]` clears it.
+pub(super) async fn set_script(state: web::Data<MockState>, steps: web::Json<Vec<Scripted>>) -> HttpResponse {
+    let steps = steps.into_inner();
+    match state.with_script(|script| script.set(steps.clone())) {
+        Ok(()) => HttpResponse::Ok().json(steps),
+        Err(message) => bad_request(message),
+    }
 }
 
 /// `GET /_admin/requests`: how many writes (POST) and lookups (GET) `/v1/*` received.

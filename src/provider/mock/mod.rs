@@ -13,11 +13,13 @@
 //! `MOCK_PROVIDER_AUTH_TTL_MS`.
 //!
 //! `POST /_admin/faults` adds random latency, held answers and 503s to every later write, and
-//! misbehaving webhooks. The modules: [`ledger`] (the books and their state machine),
-//! [`handlers`] (HTTP), [`webhooks`] (signed event delivery).
+//! misbehaving webhooks; `POST /_admin/script` says what each next write does, in order (act now,
+//! act and hold the answer, act after N ms, never act, 503: [`Scripted`]). The modules: [`ledger`] (the books and their state machine, a file per job),
+//! [`handlers`] (HTTP), [`script`] (when a write acts), [`webhooks`] (signed event delivery).
 
 mod handlers;
 mod ledger;
+mod script;
 mod webhooks;
 
 use std::fmt;
@@ -37,6 +39,8 @@ use subtle::ConstantTimeEq;
 use tokio::sync::{Notify, mpsc};
 
 use self::ledger::{Ledger, Reply, Timing};
+use self::script::Script;
+pub use self::script::Scripted;
 use self::webhooks::{Delivery, Webhooks};
 use crate::webhook_signature::Secret;
 
@@ -58,6 +62,9 @@ pub struct MockSettings {
     pub webhook_secret: Option<String>,
     /// The first wait before a failed delivery is retried; doubles per attempt.
     pub webhook_retry_base: Duration,
+    /// Webhook events are logged but never sent on their own: a test delivers each one itself
+    /// (`POST /_admin/webhooks/{id}/deliver`), in the order and as often as it means to.
+    pub webhooks_by_hand: bool,
 }
 
 /// The defaults of `orderpay mock-provider`.
@@ -72,6 +79,7 @@ impl Default for MockSettings {
             webhook_url: None,
             webhook_secret: None,
             webhook_retry_base: Duration::from_millis(500),
+            webhooks_by_hand: false,
         }
     }
 }
@@ -89,6 +97,7 @@ impl fmt::Debug for MockSettings {
             .field("webhook_url", &self.webhook_url)
             .field("webhook_secret", &redacted(&self.webhook_secret))
             .field("webhook_retry_base", &self.webhook_retry_base)
+            .field("webhooks_by_hand", &self.webhooks_by_hand)
             .finish()
     }
 }
@@ -138,6 +147,8 @@ impl Faults {
 pub(super) struct MockState {
     settings: MockSettings,
     ledger: Mutex<Ledger>,
+    /// What the next writes do, when a test scripted them (`POST /_admin/script`).
+    script: Mutex<Script>,
     /// Requests received on `/v1/*`: writes (POST) and lookups (GET), for `GET /_admin/requests`.
     writes: AtomicU64,
     lookups: AtomicU64,
@@ -167,6 +178,13 @@ impl MockState {
     }
 }
 
+impl MockState {
+    fn with_script<T>(&self, operation: impl FnOnce(&mut Script) -> T) -> T {
+        // Every change is one assignment or one pop: a poisoned lock is still consistent.
+        operation(&mut self.script.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+    }
+}
+
 /// A bound mock provider, serving once [`MockProvider::run_until_stopped`] is awaited.
 pub struct MockProvider {
     port: u16,
@@ -183,7 +201,12 @@ impl MockProvider {
                     .map_err(|error| anyhow::anyhow!("MOCK_PROVIDER_WEBHOOK_URL {url:?}: {error}"))?;
                 let secret = Secret::parse(secret)
                     .map_err(|error| anyhow::anyhow!("MOCK_PROVIDER_WEBHOOK_SECRET: {error}"))?;
-                let (webhooks, deliveries) = Webhooks::new(url.clone(), secret, settings.webhook_retry_base);
+                let (webhooks, deliveries) = Webhooks::new(
+                    url.clone(),
+                    secret,
+                    settings.webhook_retry_base,
+                    settings.webhooks_by_hand,
+                );
                 (Some(webhooks), Some(deliveries))
             }
             (Some(_), None) => {
@@ -197,6 +220,7 @@ impl MockProvider {
         let state = web::Data::new(MockState {
             settings,
             ledger: Mutex::new(Ledger::new(timing)),
+            script: Mutex::new(Script::default()),
             writes: AtomicU64::new(0),
             lookups: AtomicU64::new(0),
             scheduled: Notify::new(),
@@ -230,8 +254,11 @@ impl MockProvider {
                 .route("/_admin/charges", web::get().to(handlers::list_charges))
                 .route("/_admin/refunds", web::get().to(handlers::list_refunds))
                 .route("/_admin/webhooks", web::get().to(handlers::list_webhooks))
+                .route("/_admin/webhooks/{id}/deliver", web::post().to(handlers::deliver_webhook))
                 .route("/_admin/faults", web::get().to(handlers::get_faults))
                 .route("/_admin/faults", web::post().to(handlers::set_faults))
+                .route("/_admin/script", web::get().to(handlers::get_script))
+                .route("/_admin/script", web::post().to(handlers::set_script))
                 .route("/_admin/requests", web::get().to(handlers::count_requests))
                 .default_service(web::to(|| async {
                     respond(Reply::error(StatusCode::NOT_FOUND, "not_found", None, "no such endpoint"))

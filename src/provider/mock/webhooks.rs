@@ -30,6 +30,9 @@ pub(super) struct Webhooks {
     url: String,
     secret: Secret,
     retry_base: Duration,
+    /// Events are logged but not sent: a test delivers each itself
+    /// (`POST /_admin/webhooks/{id}/deliver`).
+    by_hand: bool,
     log: Mutex<Vec<EventRecord>>,
     queue: mpsc::UnboundedSender<Delivery>,
 }
@@ -47,6 +50,9 @@ struct EventRecord {
     delay_ms: u64,
     attempts: Vec<Attempt>,
     delivered: bool,
+    /// What every attempt sends (and signs).
+    #[serde(skip)]
+    body: Vec<u8>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -73,9 +79,10 @@ impl Webhooks {
         url: String,
         secret: Secret,
         retry_base: Duration,
+        by_hand: bool,
     ) -> (Arc<Webhooks>, mpsc::UnboundedReceiver<Delivery>) {
         let (queue, deliveries) = mpsc::unbounded_channel();
-        let webhooks = Webhooks { url, secret, retry_base, log: Mutex::new(Vec::new()), queue };
+        let webhooks = Webhooks { url, secret, retry_base, by_hand, log: Mutex::new(Vec::new()), queue };
         (Arc::new(webhooks), deliveries)
     }
 
@@ -106,7 +113,7 @@ impl Webhooks {
                 return;
             }
         };
-        let copies = if chance(faults.webhook_drop_rate) {
+        let copies = if self.by_hand || chance(faults.webhook_drop_rate) {
             0
         } else if chance(faults.webhook_duplicate_rate) {
             2
@@ -124,12 +131,55 @@ impl Webhooks {
             delay_ms: faults.webhook_delay_ms,
             attempts: Vec::new(),
             delivered: false,
+            body: body.clone(),
         });
         if copies > 0 {
             let delay = Duration::from_millis(faults.webhook_delay_ms);
             // Fails only once the delivery task is gone, i.e. the server is stopping.
             let _ = self.queue.send(Delivery { index, id, body, copies, delay });
         }
+    }
+
+    /// Sends event `id` once, now, and logs the attempt: the receiver's status, or `None` when
+    /// there was no answer; `Err` when there is no such event.
+    pub async fn deliver_now(&self, id: &str) -> Result<Option<u16>, &'static str> {
+        let found = self.log().iter().position(|record| record.id == id);
+        let Some(index) = found else {
+            return Err("no such event");
+        };
+        let body = self.log()[index].body.clone();
+        let client =
+            reqwest::Client::builder().timeout(ATTEMPT_TIMEOUT).build().map_err(|_| "no HTTP client")?;
+        self.attempt(&client, index, id, &body).await;
+        Ok(self.log()[index].attempts.last().and_then(|attempt| attempt.status))
+    }
+
+    /// One signed POST of event `id` (at `index` in the log), logged; whether it was delivered.
+    async fn attempt(&self, client: &reqwest::Client, index: usize, id: &str, body: &[u8]) -> bool {
+        let at = Utc::now();
+        // Each attempt is signed with its own timestamp, so a receiver's tolerance window
+        // applies to the attempt, not to the event's age.
+        let timestamp = at.timestamp();
+        let signature = sign(&self.secret, id, timestamp, body);
+        let sent = client
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("webhook-id", id)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signature)
+            .body(body.to_vec())
+            .send()
+            .await;
+        let (status, error) = match sent {
+            Ok(response) => (Some(response.status().as_u16()), None),
+            Err(error) => (None, Some(error.without_url().to_string())),
+        };
+        let delivered = status.is_some_and(|status| (200..300).contains(&status));
+        let mut log = self.log();
+        let record = &mut log[index];
+        record.attempts.push(Attempt { at, status, error });
+        record.delivered |= delivered;
+        delivered
     }
 
     /// `GET /_admin/webhooks`
@@ -169,31 +219,7 @@ impl Webhooks {
         }
         for _ in 0..delivery.copies {
             for attempt in 1..=MAX_ATTEMPTS {
-                let at = Utc::now();
-                // Each attempt is signed with its own timestamp, so a receiver's tolerance
-                // window applies to the attempt, not to the event's age.
-                let timestamp = at.timestamp();
-                let signature = sign(&self.secret, &delivery.id, timestamp, &delivery.body);
-                let sent = client
-                    .post(&self.url)
-                    .header("content-type", "application/json")
-                    .header("webhook-id", &delivery.id)
-                    .header("webhook-timestamp", timestamp.to_string())
-                    .header("webhook-signature", signature)
-                    .body(delivery.body.clone())
-                    .send()
-                    .await;
-                let (status, error) = match sent {
-                    Ok(response) => (Some(response.status().as_u16()), None),
-                    Err(error) => (None, Some(error.without_url().to_string())),
-                };
-                let delivered = status.is_some_and(|status| (200..300).contains(&status));
-                {
-                    let mut log = self.log();
-                    let record = &mut log[delivery.index];
-                    record.attempts.push(Attempt { at, status, error });
-                    record.delivered |= delivered;
-                }
+                let delivered = self.attempt(&client, delivery.index, &delivery.id, &delivery.body).await;
                 if delivered {
                     break;
                 }

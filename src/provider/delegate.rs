@@ -1,0 +1,46 @@
+//! [`Delegating`]: a provider that forwards every call to another unless it says otherwise, so
+//! that a test double which changes one call (holds a lookup, fails a capture) writes that one
+//! method instead of forwarding all seven by hand. Every [`Delegating`] is a [`PaymentProvider`].
+
+use super::{
+    BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest, PaymentProvider, ProviderError, Refund,
+    RefundRequest,
+};
+
+/// Declares [`Delegating`] with a default for each of [`PaymentProvider`]'s calls (the inner
+/// provider's), and makes every `Delegating` a `PaymentProvider` that calls its own: the list
+/// of calls is written once, so a call added to the trait is added here in one line.
+macro_rules! delegating {
+    ($(fn $call:ident<$a:lifetime>($($arg:ident: $ty:ty),*) -> $answer:ty;)*) => {
+        /// Implement [`Delegating::inner`] and override only the calls that differ; the others
+        /// go to the inner provider unchanged. The calls are [`PaymentProvider`]'s.
+        pub trait Delegating: Send + Sync + 'static {
+            /// The provider every call not overridden goes to.
+            fn inner(&self) -> &dyn PaymentProvider;
+
+            $(
+                fn $call<$a>(&$a self, $($arg: $ty),*) -> BoxFuture<$a, $answer> {
+                    self.inner().$call($($arg),*)
+                }
+            )*
+        }
+
+        impl<T: Delegating> PaymentProvider for T {
+            $(
+                fn $call<$a>(&$a self, $($arg: $ty),*) -> BoxFuture<$a, $answer> {
+                    Delegating::$call(self, $($arg),*)
+                }
+            )*
+        }
+    };
+}
+
+delegating! {
+    fn create_charge<'a>(request: &'a ChargeRequest) -> Result<Charge, ProviderError>;
+    fn find_charge<'a>(downstream_key: &'a str, request_id: Option<&'a str>) -> Result<Option<Charge>, ProviderError>;
+    fn get_charge<'a>(charge_id: &'a str, request_id: Option<&'a str>) -> Result<Option<Charge>, ProviderError>;
+    fn capture_charge<'a>(request: &'a CaptureRequest) -> Result<Charge, ProviderError>;
+    fn cancel_charge<'a>(request: &'a CancelRequest) -> Result<Charge, ProviderError>;
+    fn create_refund<'a>(request: &'a RefundRequest) -> Result<Refund, ProviderError>;
+    fn find_refund<'a>(downstream_key: &'a str, request_id: Option<&'a str>) -> Result<Option<Refund>, ProviderError>;
+}

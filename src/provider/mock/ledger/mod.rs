@@ -1,0 +1,112 @@
+//! The mock provider's books: every charge, authorization and refund, the idempotency keys of
+//! every write, and the state machine that moves them. Pure state, no HTTP and no clock of its
+//! own: every operation is given `now`, and what reached a final state is left in
+//! [`Ledger::take_events`] for the caller to send as webhooks.
+//!
+//! Time-driven changes (a pending charge or refund settling, an authorization expiring) happen
+//! in [`Ledger::advance_due`] on time, and lazily whenever the object is read, whichever comes
+//! first; either way they happen once and emit their event once.
+//!
+//! One file per job: [`charges`], [`refunds`], [`keys`] (idempotency of the other writes),
+//! [`timers`], [`events`] (what becomes a webhook), [`admin`] (the admin views), [`reply`]
+//! (what the HTTP layer sends).
+
+mod admin;
+mod charges;
+mod events;
+mod keys;
+mod refunds;
+mod reply;
+mod timers;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use rust_decimal::Decimal;
+use uuid::Uuid;
+
+use self::charges::StoredCharge;
+pub(super) use self::events::Emitted;
+use self::keys::Operation;
+use self::refunds::StoredRefund;
+pub(super) use self::reply::Reply;
+use self::timers::Due;
+use super::Faults;
+use crate::money::{Amount, Currency};
+
+/// Timing the ledger needs from the settings.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Timing {
+    pub settle_after: Duration,
+    pub auth_ttl: Duration,
+}
+
+pub(super) struct Ledger {
+    timing: Timing,
+    charges: Vec<StoredCharge>,
+    charge_by_key: HashMap<String, usize>,
+    charge_by_id: HashMap<String, usize>,
+    refunds: Vec<StoredRefund>,
+    refund_by_id: HashMap<String, usize>,
+    /// Captures, cancels and refunds share one key space, as at Stripe: reusing a capture's key
+    /// for a refund is a 422, not a second operation.
+    operations: HashMap<String, Operation>,
+    /// Every instant at which something changes by itself, earliest first. An entry whose object
+    /// was already moved by a read is a no-op when it comes up.
+    due: BinaryHeap<Reverse<(DateTime<Utc>, Due)>>,
+    /// Set when `due` gained an entry, so that the task settling things on time looks again.
+    pub scheduled: bool,
+    events: Vec<Emitted>,
+    pub faults: Faults,
+}
+
+/// `value` printed with exactly the currency's minor units, as everywhere on the wire.
+fn money(value: Decimal, currency: Currency) -> String {
+    let mut value = value;
+    value.rescale(currency.minor_units());
+    value.to_string()
+}
+
+fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{}", Uuid::now_v7().simple())
+}
+
+/// Parses a positive amount in `currency` (exact, within its minor units).
+fn positive_amount(text: &str, currency: Currency) -> Result<Decimal, Reply> {
+    match Amount::parse(text, currency) {
+        Ok(amount) if amount.value() > Decimal::ZERO => Ok(amount.value()),
+        Ok(_) => Err(Reply::invalid("amount must be positive")),
+        Err(error) => Err(Reply::invalid(&format!("amount {text:?}: {error}"))),
+    }
+}
+
+fn same_currency(given: Option<&str>, currency: Currency) -> Result<(), Reply> {
+    match given.map(Currency::parse) {
+        None => Ok(()),
+        Some(Ok(given)) if given == currency => Ok(()),
+        Some(_) => Err(Reply::invalid(&format!("currency must be the charge's, {currency}"))),
+    }
+}
+
+impl Ledger {
+    pub fn new(timing: Timing) -> Ledger {
+        Ledger {
+            timing,
+            charges: Vec::new(),
+            charge_by_key: HashMap::new(),
+            charge_by_id: HashMap::new(),
+            refunds: Vec::new(),
+            refund_by_id: HashMap::new(),
+            operations: HashMap::new(),
+            due: BinaryHeap::new(),
+            scheduled: false,
+            events: Vec::new(),
+            faults: Faults::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

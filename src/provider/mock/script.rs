@@ -1,0 +1,120 @@
+//! What the mock does with each write (charge, capture, cancel, refund) before and after it acts
+//! on it: the next step of the script a test posted (`POST /_admin/script`), or else the random
+//! faults (`POST /_admin/faults`). A script makes one interleaving happen on purpose: "the
+//! provider acts now", "acts and the answer is lost", "acts after the sender gave up", "never
+//! acts", "is down".
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use actix_web::HttpResponse;
+use actix_web::http::StatusCode;
+use actix_web::web;
+use serde::{Deserialize, Serialize};
+
+use super::ledger::{Ledger, Reply};
+use super::{MockState, chance, respond};
+
+/// One scripted write, as `POST /_admin/script` takes it: `{"act": "now"}`, `{"act": "hold"}`,
+/// `{"act": "later", "after_ms": 500}`, `{"act": "never"}`, `{"act": "unavailable"}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "act", rename_all = "snake_case")]
+pub enum Scripted {
+    /// Acts and answers at once (whatever the random faults say).
+    Now,
+    /// Acts, then holds the answer past the client's timeout (`timeout_hold`): the answer is
+    /// lost, the operation done.
+    Hold,
+    /// Acts only `after_ms` from now, then answers (by then the sender may have given up: the
+    /// provider acting late). The act happens even if the sender hung up.
+    Later { after_ms: u64 },
+    /// Never acts; holds the answer past the client's timeout, then answers 503.
+    Never,
+    /// Answers 503 at once without acting.
+    Unavailable,
+}
+
+/// The longest `after_ms` a script may ask for.
+const MAX_LATER_MS: u64 = 60_000;
+
+/// The steps not taken yet, in order.
+#[derive(Debug, Default)]
+pub(super) struct Script {
+    steps: VecDeque<Scripted>,
+}
+
+impl Script {
+    /// Replaces the steps to come.
+    pub fn set(&mut self, steps: Vec<Scripted>) -> Result<(), &'static str> {
+        if steps.iter().any(|step| matches!(step, Scripted::Later { after_ms } if *after_ms > MAX_LATER_MS)) {
+            return Err("after_ms is at most 60000");
+        }
+        self.steps = steps.into();
+        Ok(())
+    }
+
+    pub fn remaining(&self) -> Vec<Scripted> {
+        self.steps.iter().copied().collect()
+    }
+
+    fn next(&mut self) -> Option<Scripted> {
+        self.steps.pop_front()
+    }
+}
+
+/// The next script step, or what the random faults draw for this write (their latency waited
+/// out first).
+async fn plan(state: &MockState) -> Scripted {
+    if let Some(step) = state.with_script(Script::next) {
+        return step;
+    }
+    let faults = state.with_ledger(|ledger| ledger.faults.clone());
+    if faults.latency_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(faults.latency_ms)).await;
+    }
+    if chance(faults.error_rate) {
+        Scripted::Unavailable
+    } else if chance(faults.timeout_rate) {
+        Scripted::Hold
+    } else {
+        Scripted::Now
+    }
+}
+
+fn unavailable(message: &str) -> HttpResponse {
+    respond(Reply::error(StatusCode::SERVICE_UNAVAILABLE, "api_error", None, message))
+}
+
+/// Carries out a write as the script or the faults say: `operation` is the ledger's, given
+/// whether to hold its answer; the answer is sent after the hold when there is one.
+pub(super) async fn act(
+    state: web::Data<MockState>,
+    operation: impl FnOnce(&mut Ledger, bool) -> Reply + 'static,
+) -> HttpResponse {
+    let reply = match plan(&state).await {
+        Scripted::Unavailable => return unavailable("injected fault: unavailable"),
+        Scripted::Never => {
+            tokio::time::sleep(state.settings.timeout_hold).await;
+            return unavailable("scripted: the provider never acted");
+        }
+        Scripted::Now => state.with_ledger(|ledger| operation(ledger, false)),
+        Scripted::Hold => state.with_ledger(|ledger| operation(ledger, true)),
+        Scripted::Later { after_ms } => {
+            // A task of its own, so that the act happens even if the sender hangs up (which
+            // drops this handler).
+            let acting = state.clone();
+            let later = actix_web::rt::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(after_ms)).await;
+                acting.with_ledger(|ledger| operation(ledger, false))
+            });
+            match later.await {
+                Ok(reply) => reply,
+                Err(_) => return unavailable("the scripted act did not finish"),
+            }
+        }
+    };
+    if reply.hold {
+        tokio::time::sleep(state.settings.timeout_hold).await;
+    }
+    respond(reply)
+}

@@ -1,0 +1,608 @@
+//! Trace conformance: the protocol's model (`orderpay-model`, docs/model.md) and the service held
+//! to each other. Paths of the model are driven through the real service and the real mock
+//! provider, and after each driven stretch the service's rows and the provider's ledger, mapped
+//! to the model's abstract state, must equal the model's state.
+//!
+//! What is driven (docs/model.md, "Conformance", lists what is not): a client's request and its
+//! retries with the same key (`POST /payments`, `POST /refunds`), a reconciler pass (`orderpay
+//! reconcile --once`'s `run_pass`), and the provider's behaviour on each send, scripted on the
+//! mock (`POST /_admin/script`): acting and answering, acting with the answer lost, never acting.
+//! Nothing runs in the background: the app's reconciler and relays and the mock's webhooks are
+//! off, so each step is the harness's.
+//!
+//! A path is a random walk of the model (fixed seeds) in which one driver at a time runs from
+//! idle to idle (a *stretch*: the request, or the pass, with every step of the provider's on its
+//! sends); each stretch's steps are model steps, taken in the model as the checker takes them.
+//! The service is compared with the model after every stretch, and the number of sends it made
+//! with the number the model made.
+
+use std::time::{Duration, Instant};
+
+use orderpay_model::action::{Action, Choice};
+use orderpay_model::config::{CaptureMethod, Faults, Intent};
+use orderpay_model::state::{
+    ChargeStatus, Key, LateCharge, Op, OpStatus, OrderStatus, PaymentStatus, Pc, Proc, ProviderRefundStatus,
+    State,
+};
+use orderpay_model::{Config, Mutation, Protocol};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, json, new_key, spawn_app_with};
+
+/// Paths `make test` (and CI) drive, and how long they may take together
+/// (`CONFORMANCE_PATHS`, `CONFORMANCE_SECONDS`: `make model-conformance` drives more).
+const PATHS: u64 = 12;
+const WALL_CLOCK_CAP: Duration = Duration::from_secs(180);
+/// Stretches per path (each a request, a reconciler pass, or time passing).
+const STRETCHES: usize = 8;
+
+/// The configuration the harness drives: an automatic payment of 2 units and a refund of both,
+/// each key sent twice, one reconciler with two checks; the provider acts at once, acts with the
+/// answer lost, or never acts; sends go quiet, so the reconciler gives up and the late-charge
+/// watch looks. No declines, no pending answers, no webhooks (listed in docs/model.md as not
+/// conformance-checked yet).
+fn config() -> Config {
+    Config {
+        name: "conformance: a charge and a refund, answers lost, sends never acted on, give-ups",
+        total: 2,
+        capture_method: CaptureMethod::Automatic,
+        intents: vec![Intent::Pay, Intent::Refund(2)],
+        requests_per_key: 2,
+        reconcilers: 1,
+        max_attempts: 2,
+        system_refunds: 1,
+        operator: false,
+        webhooks: false,
+        faults: Faults::NONE,
+        mutation: None,
+        defect: None,
+    }
+}
+
+/// xorshift, as the model's own random walks: the same seed, the same path.
+struct Rng(u64);
+
+impl Rng {
+    fn pick<T: Copy>(&mut self, from: &[T]) -> T {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        from[(self.0 % from.len() as u64) as usize]
+    }
+}
+
+/// What the mock is told to do with one send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scripted {
+    Now,
+    Hold,
+    Never,
+}
+
+impl Scripted {
+    fn json(self) -> Value {
+        match self {
+            Scripted::Now => json!({"act": "now"}),
+            Scripted::Hold => json!({"act": "hold"}),
+            Scripted::Never => json!({"act": "never"}),
+        }
+    }
+}
+
+/// Who runs a stretch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Driver {
+    Client(u8),
+    Reconciler,
+    /// Time passes: the last send of this operation goes quiet.
+    Time(Op),
+}
+
+/// One stretch taken in the model: its driver, its steps, and what the provider did with each
+/// of its sends, in order.
+struct Stretch {
+    driver: Driver,
+    steps: Vec<Action>,
+    sends: Vec<Scripted>,
+}
+
+fn enabled(protocol: &Protocol, state: &State) -> Vec<Action> {
+    let mut actions = Vec::new();
+    protocol.enabled(state, &mut actions);
+    actions
+}
+
+/// The steps that start a stretch from a state where every driver is idle.
+fn starts_stretch(action: Action) -> bool {
+    matches!(
+        action,
+        Action::Request(_) | Action::Claim(0, _) | Action::LateChargeLook(0) | Action::SendsGoQuiet(_)
+    )
+}
+
+/// The steps that belong to `proc`'s stretch: its own, and the provider acting on what it sent
+/// while it waits. (The provider acting on a send nobody waits for any more is never taken: the
+/// harness scripts such a send as never acted on.)
+fn of_stretch(state: &State, proc: Proc, action: Action) -> bool {
+    match action {
+        Action::ProviderActs { index, choice: Choice::Succeed } => {
+            state.provider.requests[index as usize].from == Some(proc)
+        }
+        Action::LateChargeAct(r) => proc == Proc::Reconciler(r),
+        _ => action.engine_step_of() == Some(proc),
+    }
+}
+
+/// Where a path's steps come from: a random walk's choices, or a given path (a counterexample)
+/// as far as the harness can drive it.
+enum Source {
+    Walk(Rng),
+    Given(std::collections::VecDeque<Action>),
+}
+
+impl Source {
+    /// The next step among `choices`. A given path that leaves them ends there: its stretch is
+    /// completed with the first choice, and no stretch starts after it.
+    fn next(&mut self, choices: &[Action]) -> Option<Action> {
+        match self {
+            Source::Walk(rng) => (!choices.is_empty()).then(|| rng.pick(choices)),
+            Source::Given(path) => match path.front() {
+                Some(action) if choices.contains(action) => path.pop_front(),
+                _ => {
+                    path.clear();
+                    None
+                }
+            },
+        }
+    }
+}
+
+/// Takes one stretch from a state where every driver is idle, or `None` when the source starts
+/// none.
+fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> Option<Stretch> {
+    let starts: Vec<Action> = enabled(protocol, state).into_iter().filter(|a| starts_stretch(*a)).collect();
+    let start = source.next(&starts)?;
+    let (driver, proc) = match start {
+        Action::Request(i) => (Driver::Client(i), Some(Proc::Client(i))),
+        Action::SendsGoQuiet(op) => (Driver::Time(op), None),
+        _ => (Driver::Reconciler, Some(Proc::Reconciler(0))),
+    };
+    let mut steps = vec![start];
+    *state = protocol.apply(state, start);
+    let mut sends = Vec::new();
+    // What the provider did with the send in flight: acted on it (before its answer arrives or
+    // the sender stops waiting).
+    let mut acted = false;
+    while let Some(proc) = proc.filter(|proc| state.pc(*proc) != Pc::Idle) {
+        let choices: Vec<Action> =
+            enabled(protocol, state).into_iter().filter(|a| of_stretch(state, proc, *a)).collect();
+        assert!(!choices.is_empty(), "{proc:?} is stuck in the model at {:?}", state.pc(proc));
+        let action = source.next(&choices).unwrap_or(choices[0]);
+        match action {
+            Action::Send(_) => acted = false,
+            Action::ProviderActs { .. } => acted = true,
+            Action::AnswerArrives(_) => sends.push(Scripted::Now),
+            Action::TimesOut(_) => sends.push(if acted { Scripted::Hold } else { Scripted::Never }),
+            _ => {}
+        }
+        steps.push(action);
+        *state = protocol.apply(state, action);
+    }
+    Some(Stretch { driver, steps, sends })
+}
+
+/// The part of the state both sides have: our rows and the provider's ledger, as the model
+/// spells them.
+#[derive(Debug, PartialEq, Eq)]
+struct Books {
+    order: OrderStatus,
+    payment: Option<PaymentRow>,
+    /// status, amount, answered, leased, attempts, send recent
+    refunds: Vec<(OpStatus, u8, bool, bool, u8, bool)>,
+    /// Each intent's key: free, naming its operation, or holding a stored answer.
+    keys: Vec<&'static str>,
+    order_events: u8,
+    payment_events: u8,
+    refund_events: u8,
+    /// The provider's charge: status, captured, refunded.
+    charge: Option<(ChargeStatus, u8, u8)>,
+    /// The provider's refund for each of ours: status, amount.
+    provider_refunds: Vec<Option<(ProviderRefundStatus, u8)>>,
+}
+
+/// The payments row as the model holds it.
+#[derive(Debug, PartialEq, Eq)]
+struct PaymentRow {
+    status: PaymentStatus,
+    answered: bool,
+    leased: bool,
+    charge_known: bool,
+    captured: u8,
+    refunded: u8,
+    refunding: u8,
+    /// Reconciler checks, while the charge is in flight.
+    attempts: u8,
+    /// `last_send_at` within the quiet period.
+    send_recent: bool,
+    /// The late-charge watch: off, watching, ended.
+    late: String,
+}
+
+fn key_kind(key: Key) -> &'static str {
+    match key {
+        Key::Free => "free",
+        Key::Names(_) => "names its operation",
+        Key::Stored(_) => "stored answer",
+    }
+}
+
+/// The model's state, as [`Books`].
+fn model_books(protocol: &Protocol, state: &State) -> Books {
+    let max = protocol.config.max_attempts;
+    let leased = |lease: orderpay_model::state::Lease| lease != orderpay_model::state::Lease::Free;
+    Books {
+        order: state.order,
+        payment: state.payment.as_ref().map(|p| {
+            let attempts = if p.charge_in_flight() { p.row.attempts.min(max) } else { 0 };
+            PaymentRow {
+                status: p.status,
+                answered: p.row.answer.is_some(),
+                leased: leased(p.row.lease),
+                charge_known: p.charge_known,
+                captured: p.captured,
+                refunded: p.refunded,
+                refunding: p.refunding,
+                attempts,
+                send_recent: p.row.send_recent,
+                late: match p.late {
+                    LateCharge::Off => "off".to_owned(),
+                    LateCharge::Watching => "watching".to_owned(),
+                    LateCharge::Ended => "ended".to_owned(),
+                    other => format!("{other:?}"),
+                },
+            }
+        }),
+        refunds: state
+            .refunds
+            .iter()
+            .map(|r| {
+                let attempts = if r.status == OpStatus::Processing { r.row.attempts.min(max) } else { 0 };
+                (r.status, r.amount, r.row.answer.is_some(), leased(r.row.lease), attempts, r.row.send_recent)
+            })
+            .collect(),
+        keys: state.keys.iter().map(|key| key_kind(*key)).collect(),
+        order_events: state.order_events,
+        payment_events: state.payment_events,
+        refund_events: state.refunds.iter().map(|r| r.events).sum(),
+        charge: state.provider.charge.map(|c| (c.status, c.captured, c.refunded)),
+        provider_refunds: state
+            .provider
+            .refunds
+            .iter()
+            .map(|r| r.filter(|(status, _)| *status != ProviderRefundStatus::Refused))
+            .collect(),
+    }
+}
+
+/// The service's rows and the mock's ledger, as [`Books`].
+async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books {
+    // The model counts checks up to the last one (`max_attempts`); the rows go on counting.
+    let max = protocol.config.max_attempts;
+    let rows = |sql: String| async move {
+        let text =
+            app.text(&format!("SELECT coalesce(json_agg(t), '[]')::text AS text FROM ({sql}) t")).await;
+        serde_json::from_str::<Vec<Value>>(&text).unwrap()
+    };
+    let units = |value: &Value| value.as_f64().map_or(0, |v| v.round() as u8);
+    let order = rows(format!("SELECT status FROM orders WHERE id = '{}'", path.order_id)).await;
+    let order = match order[0]["status"].as_str().unwrap() {
+        "pending_payment" => OrderStatus::PendingPayment,
+        "authorized" => OrderStatus::Authorized,
+        "paid" => OrderStatus::Paid,
+        "partially_refunded" => OrderStatus::PartiallyRefunded,
+        "refunded" => OrderStatus::Refunded,
+        other => panic!("an order status the model does not have: {other}"),
+    };
+    let leased = "lease_until IS NOT NULL AND lease_until > now() AS leased, \
+        last_send_at IS NOT NULL AND last_send_at > now() - interval '1 hour' AS send_recent";
+    let payment = rows(format!(
+        "SELECT status, answer_status IS NOT NULL AS answered, {leased}, provider_charge_id IS NOT NULL AS known, \
+         amount_captured, amount_refunded, amount_refunding, attempts, \
+         CASE WHEN late_watch_until IS NULL THEN 'off' WHEN next_check_at IS NULL THEN 'ended' \
+         ELSE 'watching' END AS late FROM payments WHERE order_id = '{}'",
+        path.order_id
+    ))
+    .await;
+    let payment = payment.first().map(|p| {
+        let status = match p["status"].as_str().unwrap() {
+            "processing" => PaymentStatus::Processing,
+            "succeeded" => PaymentStatus::Succeeded,
+            "requires_capture" => PaymentStatus::RequiresCapture,
+            "failed" => PaymentStatus::Failed,
+            "canceled" => PaymentStatus::Canceled,
+            other => panic!("a payment status the model does not have: {other}"),
+        };
+        let attempts = if status == PaymentStatus::Processing && p["answered"] == false {
+            units(&p["attempts"]).min(max)
+        } else {
+            0
+        };
+        let flag = |name: &str| p[name].as_bool().unwrap();
+        let amount = |name: &str| units(&p[name]);
+        PaymentRow {
+            status,
+            answered: flag("answered"),
+            leased: flag("leased"),
+            charge_known: flag("known"),
+            captured: amount("amount_captured"),
+            refunded: amount("amount_refunded"),
+            refunding: amount("amount_refunding"),
+            attempts,
+            send_recent: flag("send_recent"),
+            late: p["late"].as_str().unwrap().to_owned(),
+        }
+    });
+    let refund_rows = rows(format!(
+        "SELECT id, status, amount, answer_status IS NOT NULL AS answered, {leased}, attempts \
+         FROM refunds WHERE order_id = '{}' ORDER BY created_at, id",
+        path.order_id
+    ))
+    .await;
+    let refunds = refund_rows
+        .iter()
+        .map(|r| {
+            let status = match r["status"].as_str().unwrap() {
+                "processing" => OpStatus::Processing,
+                "succeeded" => OpStatus::Succeeded,
+                "failed" => OpStatus::Failed,
+                other => panic!("a refund status the model does not have: {other}"),
+            };
+            let attempts = if status == OpStatus::Processing { units(&r["attempts"]).min(max) } else { 0 };
+            let flag = |name: &str| r[name].as_bool().unwrap();
+            (status, units(&r["amount"]), flag("answered"), flag("leased"), attempts, flag("send_recent"))
+        })
+        .collect();
+    let mut keys = Vec::new();
+    for key in &path.keys {
+        let found = rows(format!("SELECT response_status FROM idempotency_keys WHERE key = '{key}'")).await;
+        keys.push(match found.first() {
+            None => "free",
+            Some(row) if row["response_status"].is_null() => "names its operation",
+            Some(_) => "stored answer",
+        });
+    }
+    let events = rows("SELECT type FROM events".to_owned()).await;
+    let count = |prefix: &str| {
+        let all = events.iter().filter(|e| e["type"].as_str().unwrap().starts_with(prefix)).count();
+        let before = path.events_before.iter().filter(|t| t.starts_with(prefix)).count();
+        (all - before) as u8
+    };
+    let charges = app.provider.charges().await;
+    let charge = charges.first().map(|c| {
+        let status = match (c["status"].as_str().unwrap(), c["cancellation_reason"].as_str()) {
+            ("pending", _) => ChargeStatus::Pending,
+            ("succeeded", _) => ChargeStatus::Succeeded,
+            ("requires_capture", _) => ChargeStatus::RequiresCapture,
+            ("declined", _) => ChargeStatus::Declined,
+            ("canceled", Some("authorization_expired")) => ChargeStatus::Expired,
+            ("canceled", _) => ChargeStatus::Voided,
+            (other, _) => panic!("a charge status the model does not have: {other}"),
+        };
+        let amount = |name: &str| units(&Value::from(c[name].as_str().unwrap().parse::<f64>().unwrap()));
+        (status, amount("amount_captured"), amount("amount_refunded"))
+    });
+    let at_provider = app.provider.refunds().await;
+    let provider_refunds = refund_rows
+        .iter()
+        .map(|ours| {
+            let key = format!("orderpay_refund_{}", ours["id"].as_str().unwrap());
+            at_provider.iter().find(|r| r["idempotency_key"] == key.as_str()).map(|r| {
+                let status = match (r["status"].as_str().unwrap(), r["failure_code"].as_str()) {
+                    ("pending", _) => ProviderRefundStatus::Pending,
+                    ("succeeded", _) => ProviderRefundStatus::Succeeded,
+                    ("failed", Some("refund_reversed")) => ProviderRefundStatus::Reversed,
+                    ("failed", _) => ProviderRefundStatus::Failed,
+                    (other, _) => panic!("a refund status the model does not have: {other}"),
+                };
+                (status, units(&Value::from(r["amount"].as_str().unwrap().parse::<f64>().unwrap())))
+            })
+        })
+        .collect();
+    Books {
+        order,
+        payment,
+        refunds,
+        keys,
+        order_events: count("order."),
+        payment_events: count("payment."),
+        refund_events: count("refund."),
+        charge,
+        provider_refunds,
+    }
+}
+
+/// One path's fixtures in the service: its order, its keys, the events written before it.
+struct Path {
+    order_id: String,
+    keys: Vec<String>,
+    events_before: Vec<String>,
+}
+
+async fn writes(app: &TestApp) -> u64 {
+    let response = app.client.get(format!("{}/_admin/requests", app.provider.address)).send().await.unwrap();
+    json(response).await["writes"].as_u64().unwrap()
+}
+
+/// Drives `stretch` through the service: the provider's script, then the request or the pass.
+async fn drive(app: &TestApp, protocol: &Protocol, path: &Path, stretch: &Stretch) {
+    app.provider.script(Value::Array(stretch.sends.iter().map(|send| send.json()).collect())).await;
+    match stretch.driver {
+        Driver::Client(i) => {
+            let key = &path.keys[i as usize];
+            let (route, body) = match protocol.config.intents[i as usize] {
+                Intent::Pay => {
+                    ("/payments", json!({"order_id": path.order_id, "payment_method": "pm_card_ok"}))
+                }
+                Intent::Refund(amount) => {
+                    let sql =
+                        format!("SELECT id::text AS text FROM payments WHERE order_id = '{}'", path.order_id);
+                    let payment_id = app.text(&sql).await;
+                    ("/refunds", json!({"payment_id": payment_id, "amount": format!("{amount}.00")}))
+                }
+                other => panic!("the harness does not drive {other:?}"),
+            };
+            let sent = app.request(Method::POST, route).header("Idempotency-Key", key).json(&body).send();
+            sent.await.expect("the request is answered");
+        }
+        Driver::Reconciler => {
+            // Time passes until every operation in flight is due, as the model's claim assumes.
+            for table in ["payments", "refunds"] {
+                app.execute(&format!(
+                    "UPDATE {table} SET next_check_at = now() - interval '1 second' WHERE next_check_at IS NOT NULL"
+                ))
+                .await;
+            }
+            if stretch.steps[0] == Action::LateChargeLook(0) {
+                // The model's watch looks once nothing can land any more: its window has passed.
+                let sql = "UPDATE payments SET late_watch_until = now() - interval '1 second' \
+                    WHERE late_watch_until IS NOT NULL";
+                app.execute(sql).await;
+            }
+            app.reconcile_once().await;
+        }
+        Driver::Time(op) => {
+            let (table, row) = match op {
+                Op::Charge => ("payments", format!("order_id = '{}'", path.order_id)),
+                Op::Refund(k) => (
+                    "refunds",
+                    format!(
+                        "id = (SELECT id FROM refunds WHERE order_id = '{}' ORDER BY created_at, id OFFSET {k} LIMIT 1)",
+                        path.order_id
+                    ),
+                ),
+                Op::Action(_) => panic!("the harness drives no captures or voids"),
+            };
+            // Past the quiet period (an hour in these apps), as the model's step says.
+            let sql =
+                format!("UPDATE {table} SET last_send_at = last_send_at - interval '2 hours' WHERE {row}");
+            app.execute(&sql).await;
+        }
+    }
+}
+
+/// Drives the path `source` gives in `protocol`'s configuration, checking it after every
+/// stretch (`name` says which path, in a disagreement's message); returns the steps checked.
+async fn check_path(protocol: &Protocol, mut source: Source, name: &str) -> Vec<Action> {
+    let max_attempts = protocol.config.max_attempts;
+    let app = spawn_app_with(|settings, mock| {
+        // A send goes quiet only when the path says so (`SendsGoQuiet` moves `last_send_at`).
+        settings.reconciler.quiet_before_give_up = Duration::from_secs(3600);
+        settings.reconciler.max_attempts = max_attempts.into();
+        settings.timing.lease = Duration::from_secs(60);
+        // A held answer outlasts the provider timeout (1 s); `never` answers after it too.
+        mock.timeout_hold = Duration::from_millis(1500);
+    })
+    .await;
+    let total = format!("{}.00", protocol.config.total);
+    let body = json!({"currency": "USD", "items": [{"sku": "s", "quantity": 1, "unit_price": total}]});
+    let order = json(app.post_order(&body, None).await).await;
+    let events = app.text("SELECT coalesce(json_agg(type), '[]')::text AS text FROM events").await;
+    let path = Path {
+        order_id: order["id"].as_str().unwrap().to_owned(),
+        keys: protocol.config.intents.iter().map(|_| new_key()).collect(),
+        events_before: serde_json::from_str(&events).unwrap(),
+    };
+    let mut state = protocol.initial();
+    let mut lines = Vec::new();
+    let mut steps = Vec::new();
+    for _ in 0..STRETCHES {
+        let Some(stretch) = take_stretch(protocol, &mut state, &mut source) else { break };
+        let before = writes(&app).await;
+        drive(&app, protocol, &path, &stretch).await;
+        lines.push(format!("{:?}: {:?} (provider: {:?})", stretch.driver, stretch.steps, stretch.sends));
+        let trace = lines.join("\n");
+        let sent = writes(&app).await - before;
+        assert_eq!(sent as usize, stretch.sends.len(), "sends to the provider, {name}, after\n{trace}");
+        assert_eq!(
+            service_books(&app, protocol, &path).await,
+            model_books(protocol, &state),
+            "the service (left) and the model (right) part, {name}, after\n{trace}"
+        );
+        steps.extend(stretch.steps);
+    }
+    steps
+}
+
+/// A kind of step worth counting, and how to tell it.
+type StepKind = (&'static str, fn(&Action) -> bool);
+
+/// How many of `steps` are of each kind worth counting (the paths' reach).
+fn reach(steps: &[Action]) -> String {
+    let kinds: [StepKind; 7] = [
+        ("requests", |a| matches!(a, Action::Request(_))),
+        ("claims", |a| matches!(a, Action::Claim(..))),
+        ("settles", |a| matches!(a, Action::Settle(_))),
+        ("releases", |a| matches!(a, Action::Release(_))),
+        ("sends gone quiet", |a| matches!(a, Action::SendsGoQuiet(_))),
+        ("give-ups", |a| matches!(a, Action::GiveUp(_))),
+        ("late-charge looks", |a| matches!(a, Action::LateChargeLook(_))),
+    ];
+    let counts: Vec<String> =
+        kinds.iter().map(|(name, is)| format!("{} {name}", steps.iter().filter(|a| is(a)).count())).collect();
+    counts.join(", ")
+}
+
+#[tokio::test]
+async fn the_service_follows_the_models_paths() {
+    let started = Instant::now();
+    let setting = |name: &str| std::env::var(name).ok().and_then(|n| n.parse::<u64>().ok());
+    let paths = setting("CONFORMANCE_PATHS").unwrap_or(PATHS);
+    let cap = setting("CONFORMANCE_SECONDS").map_or(WALL_CLOCK_CAP, Duration::from_secs);
+    let protocol = Protocol::new(config());
+    let (mut run, mut steps) = (0, Vec::new());
+    for seed in 1..=paths {
+        if started.elapsed() > cap {
+            break;
+        }
+        steps.extend(check_path(&protocol, Source::Walk(Rng(seed)), &format!("seed {seed}")).await);
+        run += 1;
+    }
+    println!(
+        "conformance: {run} random paths, {} model steps checked ({}), {:.1} s",
+        steps.len(),
+        reach(&steps),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(run > 0 && !steps.is_empty(), "no path was driven");
+}
+
+/// Each mutant's shortest counterexample, with the mutation switched off (the correct model
+/// replays it as far as its guards allow), driven as far as the harness drives steps: the
+/// stretches up to the first step it cannot drive, that stretch completed in the model.
+#[tokio::test]
+async fn the_service_follows_every_mutants_counterexample_with_the_mutation_off() {
+    let started = Instant::now();
+    let mut report = Vec::new();
+    for mutation in Mutation::ALL {
+        let killed = orderpay_model::check::kill(mutation).expect("every mutant is killed");
+        let protocol = Protocol::new(Config { mutation: None, ..Config::for_mutation(mutation) });
+        let replayed: Vec<Action> =
+            orderpay_model::trace::replay(&protocol, &killed.actions).into_iter().map(|r| r.action).collect();
+        let steps =
+            check_path(&protocol, Source::Given(replayed.iter().copied().collect()), mutation.name()).await;
+        report.push(format!(
+            "{}: {} of {} steps replayed, {} checked ({})",
+            mutation.name(),
+            replayed.len(),
+            killed.actions.len(),
+            steps.len(),
+            reach(&steps)
+        ));
+    }
+    println!(
+        "conformance, counterexamples ({:.1} s):\n{}",
+        started.elapsed().as_secs_f64(),
+        report.join("\n")
+    );
+}
