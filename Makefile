@@ -61,7 +61,7 @@ build: ## build the orderpay binary (debug)
 
 .PHONY: run
 run: db ## run the mock provider and the service on a fresh database (DEMO_DATABASE), with a demo account and a walk-through
-	@bin=$$(tests/scripts/orderpay-bin.sh)
+	@bin=$$(tests/scripts/cargo-exe.sh --bin orderpay)
 	# Both ports must be free before anything is created: say which is taken and how to move.
 	for address in $(ORDERPAY_LISTEN) $(MOCK_PROVIDER_LISTEN); do
 	  if (exec 3<>"/dev/tcp/$${address%:*}/$${address##*:}") 2>/dev/null; then
@@ -182,7 +182,8 @@ clients-build: node ## build the TypeScript client (clients/typescript/dist; its
 
 .PHONY: clients-test
 clients-test: db node clients-build ## the TypeScript client's tests (the shared vectors; the real service through the fault proxy) and both checkout examples
-	cargo build --quiet -p orderpay -p orderpay-fault-proxy --bins
+	FAULT_PROXY_BIN=$$(tests/scripts/cargo-exe.sh -p orderpay-fault-proxy --bin fault-proxy)
+	export FAULT_PROXY_BIN
 	npm --prefix clients/typescript test
 	tests/scripts/with-service.sh npm --prefix clients/typescript run --silent test:service
 	tests/scripts/with-service.sh tests/scripts/clients-examples.sh
@@ -198,8 +199,8 @@ clients-package: clients-build ## package both clients: cargo package (built fro
 .PHONY: clients-faults
 clients-faults: db node clients-build ## both clients through 20% faults: 1,000 intents each with retries, at the defaults, and with none (CLIENT_FAULT_INTENTS); target/clients-faults.txt
 	intents=$${CLIENT_FAULT_INTENTS:-1000}
-	cargo build --quiet -p orderpay -p orderpay-fault-proxy --bins
-	export CLIENT_FAULT_INTENTS=$$intents CLIENT_FAULT_MODES=retries,defaults,naive
+	FAULT_PROXY_BIN=$$(tests/scripts/cargo-exe.sh -p orderpay-fault-proxy --bin fault-proxy)
+	export FAULT_PROXY_BIN CLIENT_FAULT_INTENTS=$$intents CLIENT_FAULT_MODES=retries,defaults,naive
 	if cargo nextest --version >/dev/null 2>&1; then
 	  CLIENT_FAULT_REPORT=target/clients-faults-rust.txt cargo nextest run --test api --no-capture -E 'test(/^clients::faulted/)'
 	else
@@ -211,7 +212,8 @@ clients-faults: db node clients-build ## both clients through 20% faults: 1,000 
 
 .PHONY: checkout-check
 checkout-check: db build node clients-build ## the checkout example in headless Chromium: double click, reload while held, offline, a dropped answer
-	cargo build --quiet -p orderpay-fault-proxy
+	FAULT_PROXY_BIN=$$(tests/scripts/cargo-exe.sh -p orderpay-fault-proxy --bin fault-proxy)
+	export FAULT_PROXY_BIN
 	. tests/scripts/chromium.sh
 	cd examples/checkout && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && cd ../..
 	tests/scripts/with-service.sh npm --prefix examples/checkout test
@@ -223,7 +225,7 @@ demo: node clients-build ## the checkout example (http://127.0.0.1:3000) beside 
 	  exit 1
 	fi
 	cd examples/checkout && { [ -d node_modules ] || npm ci --no-audit --no-fund --omit=dev; } && cd ../..
-	key=$$(DATABASE_URL=$(DEMO_DATABASE_URL) "$$(tests/scripts/orderpay-bin.sh)" accounts create "checkout demo" 2>/dev/null)
+	key=$$(DATABASE_URL=$(DEMO_DATABASE_URL) "$$(tests/scripts/cargo-exe.sh --bin orderpay)" accounts create "checkout demo" 2>/dev/null)
 	echo "  The checkout: http://$${CHECKOUT_LISTEN:-127.0.0.1:3000}/ (its own account; Ctrl-C stops it)"
 	ORDERPAY_URL="http://$(ORDERPAY_LISTEN)" ORDERPAY_KEY="$$key" node examples/checkout/server.mjs
 
@@ -239,13 +241,13 @@ chaos: db ## crash, fault, outage and database failover tests (CHAOS_ORDERS, CHA
 bench: db ## the full benchmark on a private tuned PostgreSQL (bench/results.md and charts; under 40 minutes)
 	command -v wrk >/dev/null || apt-get install -y -q wrk
 	bench/venv.sh
-	ORDERPAY_BIN=$$(tests/scripts/orderpay-bin.sh --release) python3 bench/run.py
+	ORDERPAY_BIN=$$(tests/scripts/cargo-exe.sh --release --bin orderpay) python3 bench/run.py
 
 .PHONY: bench-quick
 bench-quick: db ## the benchmark's quick mode for iterating, a few minutes (written to bench/quick/)
 	command -v wrk >/dev/null || apt-get install -y -q wrk
 	bench/venv.sh
-	ORDERPAY_BIN=$$(tests/scripts/orderpay-bin.sh --release) BENCH_QUICK=1 python3 bench/run.py
+	ORDERPAY_BIN=$$(tests/scripts/cargo-exe.sh --release --bin orderpay) BENCH_QUICK=1 python3 bench/run.py
 
 .PHONY: bench-report
 bench-report: ## render bench/results.md and the charts again from bench/last-run.json

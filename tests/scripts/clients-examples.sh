@@ -18,10 +18,11 @@ print(f"{name}: {line}")
 PY
 }
 
-cargo build -q -p orderpay-client --example checkout
+# The example where cargo puts it (CARGO_TARGET_DIR included).
+example=$(tests/scripts/cargo-exe.sh -p orderpay-client --example checkout)
 for method in pm_card_ok pm_card_declined; do
   expected=$([ "$method" = pm_card_ok ] && echo succeeded || echo failed)
-  check "rust example ($method)" "$expected" "$(ORDERPAY_PAYMENT_METHOD=$method target/debug/examples/checkout)"
+  check "rust example ($method)" "$expected" "$(ORDERPAY_PAYMENT_METHOD=$method "$example")"
   check "typescript example ($method)" "$expected" \
     "$(ORDERPAY_PAYMENT_METHOD=$method node clients/typescript/examples/checkout.mjs)"
 done

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 # The binary where cargo puts it (CARGO_TARGET_DIR included), unless ORDERPAY_BIN names one.
-bin=${ORDERPAY_BIN:-$(tests/scripts/orderpay-bin.sh)}
+bin=${ORDERPAY_BIN:-$(tests/scripts/cargo-exe.sh --bin orderpay)}
 server=${PG_SERVER_URL:-postgres://postgres@127.0.0.1:5432}
 db="orderpay_script_$(date +%s)_$$"
 logs=$(mktemp -d)
