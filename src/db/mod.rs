@@ -160,17 +160,12 @@ pub fn discard(conn: &mut AsyncPgConnection) {
 
 /// Whether the server behind `conn` takes writes: not a standby, not read-only by setting.
 pub async fn is_writable(conn: &mut AsyncPgConnection) -> diesel::QueryResult<bool> {
-    #[derive(diesel::QueryableByName)]
-    struct Writable {
-        #[diesel(sql_type = diesel::sql_types::Bool)]
-        writable: bool,
-    }
-    let answer: Writable = diesel::sql_query(
-        "SELECT NOT (pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on') AS writable",
-    )
-    .get_result(conn)
-    .await?;
-    Ok(answer.writable)
+    diesel_async::RunQueryDsl::get_result(IsWritable, conn).await
+}
+
+crate::prepared_statement! {
+    /// Whether the server takes writes (`is_writable.sql`).
+    pub(crate) struct IsWritable("is_writable.sql") -> Bool;
 }
 
 /// One connection outside the pools (commands, tests): the connect path of the pools, with no

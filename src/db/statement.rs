@@ -479,6 +479,7 @@ mod tests {
             declared::<crate::accounts::keys::LookupKey<'static>>(),
             declared::<crate::accounts::ListAccounts>(),
             declared::<crate::ledger::CheckMovements>(),
+            declared::<crate::db::IsWritable>(),
             declared::<crate::ledger::CheckPayments>(),
             declared::<crate::ledger::CheckOrders<'static>>(),
         ]);

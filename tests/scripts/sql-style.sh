@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One SQL style per purpose (docs/architecture.md): hand-written statements live in .sql files
-# declared with `prepared_statement!`, never in Rust strings (src/db, the database layer itself,
-# is the exception: it creates databases and takes the migration lock), and the statuses of our
+# declared with `prepared_statement!`, never in Rust strings (src/db/mod.rs, the database layer
+# itself, is the exception: it creates databases and takes the migration lock), and the statuses of our
 # rows are spelled only in `text_enum!` declarations and .sql files. Part of `make lint`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -11,7 +11,7 @@ statuses=$(grep -rhozP 'enum \w*Status \{[^}]*\}' src --include=*.rs | tr '\0' '
   | grep -oP '= "\K[a-z_]+(?=")' | sort -u | paste -sd'|')
 [ -n "$statuses" ] || { echo "sql-style: found no status enums under src/" >&2; exit 1; }
 
-code_lines() { grep -rnE --include=*.rs "$1" src | grep -v '^src/db/' | grep -vE '^[^:]+:[0-9]+:\s*//' || true; }
+code_lines() { grep -rnE --include=*.rs "$1" src | grep -v '^src/db/mod.rs:' | grep -vE '^[^:]+:[0-9]+:\s*//' || true; }
 
 raw=$(code_lines 'sql_query\(')
 built=$(code_lines 'format!\("\s*(SELECT|UPDATE|INSERT|DELETE|WITH)\b')
