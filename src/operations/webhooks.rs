@@ -32,7 +32,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::authorization::{self, Actions, Held as HeldAction, charge_state};
-use super::charge::{self, ChargeOutcome, Charges};
+use super::charge::{self, Charges};
 use super::late_refund::{self, Corrected, Correction};
 use super::leases::{self, Table};
 use super::refund::{self, Held, Refunds};

@@ -203,6 +203,11 @@ async fn an_app_finds_its_way_back_through_the_order_and_the_lists() {
     let event = client.list_events(&refunded_events).await.unwrap().value.data.remove(0);
     assert_eq!(client.get_event(&event.id).await.unwrap().value, event);
     assert!(matches!(&event.data.object, EventObject::Order(order) if order.id == order_id));
+    let books = ListParams { order_id: Some(order_id.clone()), ..ListParams::default() };
+    let movements = client.list_balance_transactions(&books).await.unwrap().value.data;
+    let kinds: Vec<_> = movements.iter().map(|movement| movement.transaction_type.as_str()).collect();
+    assert_eq!(kinds, ["refund", "charge_captured"]);
+    assert_eq!(movements[0].source.id, refunded.id);
     let cancel_later = client.create_order(&order("i-8"), Key::New).await.unwrap().value.id;
     assert_eq!(client.cancel_order(&cancel_later, Key::New).await.unwrap().value.status, "cancelled");
     let second = client.create_order(&order("i-9"), Key::New).await.unwrap().value.id;

@@ -281,6 +281,17 @@ impl Client {
         self.read("getRefund", Some(id), Vec::new()).await
     }
 
+    // Books
+
+    /// The account's money movements, newest first (filters: `payment_id`, `order_id`,
+    /// `event_type` as the movement's type).
+    pub async fn list_balance_transactions(
+        &self,
+        params: &ListParams,
+    ) -> Result<Reply<List<BalanceTransaction>>, Error> {
+        self.read("listBalanceTransactions", None, params.query()).await
+    }
+
     // Events
 
     pub async fn list_events(&self, params: &ListParams) -> Result<Reply<List<Event>>, Error> {

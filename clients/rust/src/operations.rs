@@ -15,6 +15,7 @@ pub const COVERED: &[(&str, &str, &str)] = &[
     ("createRefund", "POST", "/refunds"),
     ("listRefunds", "GET", "/refunds"),
     ("getRefund", "GET", "/refunds/{id}"),
+    ("listBalanceTransactions", "GET", "/balance_transactions"),
     ("listEvents", "GET", "/events"),
     ("getEvent", "GET", "/events/{id}"),
     ("createWebhookEndpoint", "POST", "/webhook_endpoints"),

@@ -27,6 +27,32 @@ pub struct OrderItemRequest {
     pub unit_price: Money,
 }
 
+/// A movement of money in the account's books (`GET /balance_transactions`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct BalanceTransaction {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub transaction_type: String,
+    /// What moved, always positive (a decimal string).
+    pub amount: String,
+    /// What it did to what the provider holds for the merchant: negative when money left.
+    pub net: String,
+    pub currency: String,
+    pub debit: String,
+    pub credit: String,
+    pub source: BalanceTransactionSource,
+    pub payment_id: String,
+    pub order_id: String,
+    pub created_at: String,
+}
+
+/// The payment or refund whose outcome moved the money.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct BalanceTransactionSource {
+    pub object: String,
+    pub id: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Order {
     pub id: String,
@@ -185,13 +211,13 @@ pub struct List<T> {
 pub struct ListParams {
     pub limit: Option<u32>,
     pub starting_after: Option<String>,
-    /// `GET /payments`: only this order's payments.
+    /// `GET /payments` and `GET /balance_transactions`: only this order's.
     pub order_id: Option<String>,
     /// `GET /payments`: only this status.
     pub status: Option<String>,
-    /// `GET /refunds`: only this payment's refunds.
+    /// `GET /refunds` and `GET /balance_transactions`: only this payment's.
     pub payment_id: Option<String>,
-    /// `GET /events`: only this type.
+    /// `GET /events` and `GET /balance_transactions`: only this type.
     pub event_type: Option<String>,
 }
 

@@ -159,6 +159,11 @@ export class OrderpayClient {
     return this.read<T.Refund>("getRefund", id);
   }
 
+  // Books
+  listBalanceTransactions(params: T.BalanceTransactionListParams = {}) {
+    return this.read<T.List<T.BalanceTransaction>>("listBalanceTransactions", undefined, params);
+  }
+
   // Events
   listEvents(params: T.EventListParams = {}) {
     return this.read<T.List<T.Event>>("listEvents", undefined, params);

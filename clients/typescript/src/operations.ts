@@ -14,6 +14,7 @@ export const COVERED: ReadonlyArray<readonly [operationId: string, method: strin
   ["createRefund", "POST", "/refunds"],
   ["listRefunds", "GET", "/refunds"],
   ["getRefund", "GET", "/refunds/{id}"],
+  ["listBalanceTransactions", "GET", "/balance_transactions"],
   ["listEvents", "GET", "/events"],
   ["getEvent", "GET", "/events/{id}"],
   ["createWebhookEndpoint", "POST", "/webhook_endpoints"],

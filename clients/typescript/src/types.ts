@@ -20,6 +20,7 @@ export type CreatePayment = WithMoney<Schemas["CreatePaymentRequest"], "amount">
 export type Capture = WithMoney<Schemas["CaptureRequest"], "amount">;
 export type Refund = Schemas["Refund"];
 export type CreateRefund = WithMoney<Schemas["CreateRefundRequest"], "amount">;
+export type BalanceTransaction = Schemas["BalanceTransaction"];
 export type Event = Schemas["Event"];
 export type EventType = Schemas["EventType"];
 export type WebhookEndpoint = Schemas["WebhookEndpoint"];
@@ -45,6 +46,11 @@ export interface PaymentListParams extends ListParams {
 }
 export interface RefundListParams extends ListParams {
   payment_id?: string;
+}
+export interface BalanceTransactionListParams extends ListParams {
+  payment_id?: string;
+  order_id?: string;
+  type?: Schemas["BalanceTransactionType"];
 }
 export interface EventListParams extends ListParams {
   type?: EventType;
