@@ -22,7 +22,7 @@ use orderpay_model::action::{Action, Choice};
 use orderpay_model::config::{CaptureMethod, Faults, Intent};
 use orderpay_model::state::{
     ChargeStatus, Key, LateCharge, Op, OpStatus, OrderStatus, PaymentStatus, Pc, Proc, ProviderRefundStatus,
-    State,
+    State, Target,
 };
 use orderpay_model::{Config, Mutation, Protocol};
 use reqwest::Method;
@@ -35,16 +35,17 @@ use crate::helpers::{TestApp, json, new_key, spawn_app_with};
 const PATHS: u64 = 12;
 const WALL_CLOCK_CAP: Duration = Duration::from_secs(180);
 /// Stretches per path (each a request, a reconciler pass, or time passing).
-const STRETCHES: usize = 8;
+const STRETCHES: usize = 10;
 
 /// The configuration the harness drives: an automatic payment of 2 units and a refund of both,
 /// each key sent twice, one reconciler with two checks; the provider acts at once, acts with the
-/// answer lost, or never acts; sends go quiet, so the reconciler gives up and the late-charge
-/// watch looks. No declines, no pending answers, no webhooks (listed in docs/model.md as not
+/// answer lost, or acts later (once, after every sender stopped waiting, or after the give-up),
+/// or never; sends go quiet, so the reconciler gives up and the late-charge watch looks, and
+/// takes back a charge that landed late. No declines, no pending answers, no webhooks (listed in docs/model.md as not
 /// conformance-checked yet).
 fn config() -> Config {
     Config {
-        name: "conformance: a charge and a refund, answers lost, sends never acted on, give-ups",
+        name: "conformance: a charge and a refund, answers lost, the provider late, give-ups",
         total: 2,
         capture_method: CaptureMethod::Automatic,
         intents: vec![Intent::Pay, Intent::Refund(2)],
@@ -54,7 +55,7 @@ fn config() -> Config {
         system_refunds: 1,
         operator: false,
         webhooks: false,
-        faults: Faults::NONE,
+        faults: Faults { late: 1, ..Faults::NONE },
         mutation: None,
         defect: None,
     }
@@ -77,7 +78,9 @@ impl Rng {
 enum Scripted {
     Now,
     Hold,
-    Never,
+    /// Not acted on while its sender waits: parked, for the provider to act on later (a
+    /// provider stretch) or never.
+    Park,
 }
 
 impl Scripted {
@@ -85,7 +88,7 @@ impl Scripted {
         match self {
             Scripted::Now => json!({"act": "now"}),
             Scripted::Hold => json!({"act": "hold"}),
-            Scripted::Never => json!({"act": "never"}),
+            Scripted::Park => json!({"act": "park"}),
         }
     }
 }
@@ -97,6 +100,12 @@ enum Driver {
     Reconciler,
     /// Time passes: the last send of this operation goes quiet.
     Time(Op),
+    /// The provider acts on a send nobody waits for any more (late, or just after its sender
+    /// gave up), or drops it for good (`acts: false`).
+    Provider {
+        target: Target,
+        acts: bool,
+    },
 }
 
 /// One stretch taken in the model: its driver, its steps, and what the provider did with each
@@ -114,11 +123,17 @@ fn enabled(protocol: &Protocol, state: &State) -> Vec<Action> {
 }
 
 /// The steps that start a stretch from a state where every driver is idle.
-fn starts_stretch(action: Action) -> bool {
-    matches!(
-        action,
-        Action::Request(_) | Action::Claim(0, _) | Action::LateChargeLook(0) | Action::SendsGoQuiet(_)
-    )
+fn starts_stretch(state: &State, action: Action) -> bool {
+    match action {
+        Action::Request(_) | Action::Claim(0, _) | Action::LateChargeLook(0) | Action::SendsGoQuiet(_) => {
+            true
+        }
+        Action::ProviderActs { index, choice: Choice::Succeed } => {
+            state.provider.requests[index as usize].from.is_none()
+        }
+        Action::ProviderDrops(_) => true,
+        _ => false,
+    }
 }
 
 /// The steps that belong to `proc`'s stretch: its own, and the provider acting on what it sent
@@ -161,11 +176,18 @@ impl Source {
 /// Takes one stretch from a state where every driver is idle, or `None` when the source starts
 /// none.
 fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> Option<Stretch> {
-    let starts: Vec<Action> = enabled(protocol, state).into_iter().filter(|a| starts_stretch(*a)).collect();
+    let starts: Vec<Action> =
+        enabled(protocol, state).into_iter().filter(|a| starts_stretch(state, *a)).collect();
     let start = source.next(&starts)?;
     let (driver, proc) = match start {
         Action::Request(i) => (Driver::Client(i), Some(Proc::Client(i))),
         Action::SendsGoQuiet(op) => (Driver::Time(op), None),
+        Action::ProviderActs { index, .. } => {
+            (Driver::Provider { target: state.provider.requests[index as usize].target, acts: true }, None)
+        }
+        Action::ProviderDrops(index) => {
+            (Driver::Provider { target: state.provider.requests[index as usize].target, acts: false }, None)
+        }
         _ => (Driver::Reconciler, Some(Proc::Reconciler(0))),
     };
     let mut steps = vec![start];
@@ -183,7 +205,7 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
             Action::Send(_) => acted = false,
             Action::ProviderActs { .. } => acted = true,
             Action::AnswerArrives(_) => sends.push(Scripted::Now),
-            Action::TimesOut(_) => sends.push(if acted { Scripted::Hold } else { Scripted::Never }),
+            Action::TimesOut(_) => sends.push(if acted { Scripted::Hold } else { Scripted::Park }),
             _ => {}
         }
         steps.push(action);
@@ -309,8 +331,11 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
     let payment = rows(format!(
         "SELECT status, answer_status IS NOT NULL AS answered, {leased}, provider_charge_id IS NOT NULL AS known, \
          amount_captured, amount_refunded, amount_refunding, attempts, \
-         CASE WHEN late_watch_until IS NULL THEN 'off' WHEN next_check_at IS NULL THEN 'ended' \
-         ELSE 'watching' END AS late FROM payments WHERE order_id = '{}'",
+         CASE WHEN late_watch_until IS NULL THEN 'off' \
+         WHEN late_charge_amount IS NOT NULL THEN CASE WHEN EXISTS (SELECT 1 FROM refunds r \
+           WHERE r.payment_id = payments.id AND r.idempotency_key IS NULL AND r.status = 'succeeded') \
+           THEN 'Refunded' ELSE 'Refunding' END \
+         WHEN next_check_at IS NULL THEN 'ended' ELSE 'watching' END AS late FROM payments WHERE order_id = '{}'",
         path.order_id
     ))
     .await;
@@ -471,6 +496,25 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &Path, stretch: &Stretc
             }
             app.reconcile_once().await;
         }
+        Driver::Provider { target, acts } => {
+            let id = |table: &str, offset: usize| {
+                let sql = format!(
+                    "SELECT id::text AS text FROM {table} WHERE order_id = '{}' ORDER BY created_at, id OFFSET {offset} LIMIT 1",
+                    path.order_id
+                );
+                async move { app.text(&sql).await }
+            };
+            let key = match target {
+                Target::Op(Op::Charge) => format!("orderpay_pay_{}", id("payments", 0).await),
+                Target::Op(Op::Refund(k)) => format!("orderpay_refund_{}", id("refunds", k.into()).await),
+                Target::LateVoid => format!("orderpay_late_void_{}", id("payments", 0).await),
+                Target::Op(Op::Action(_)) => panic!("the harness drives no captures or voids"),
+            };
+            let what = if acts { "act" } else { "drop" };
+            let url = format!("{}/_admin/parked/{key}/{what}", app.provider.address);
+            let answer = json(app.client.post(url).send().await.unwrap()).await;
+            assert!(answer[what].as_u64().unwrap() > 0, "no write parked under {key}: {answer}");
+        }
         Driver::Time(op) => {
             let (table, row) = match op {
                 Op::Charge => ("payments", format!("order_id = '{}'", path.order_id)),
@@ -539,7 +583,7 @@ type StepKind = (&'static str, fn(&Action) -> bool);
 
 /// How many of `steps` are of each kind worth counting (the paths' reach).
 fn reach(steps: &[Action]) -> String {
-    let kinds: [StepKind; 7] = [
+    let kinds: [StepKind; 9] = [
         ("requests", |a| matches!(a, Action::Request(_))),
         ("claims", |a| matches!(a, Action::Claim(..))),
         ("settles", |a| matches!(a, Action::Settle(_))),
@@ -547,6 +591,8 @@ fn reach(steps: &[Action]) -> String {
         ("sends gone quiet", |a| matches!(a, Action::SendsGoQuiet(_))),
         ("give-ups", |a| matches!(a, Action::GiveUp(_))),
         ("late-charge looks", |a| matches!(a, Action::LateChargeLook(_))),
+        ("late-charge acts", |a| matches!(a, Action::LateChargeAct(_))),
+        ("provider acts or drops", |a| matches!(a, Action::ProviderActs { .. } | Action::ProviderDrops(_))),
     ];
     let counts: Vec<String> =
         kinds.iter().map(|(name, is)| format!("{} {name}", steps.iter().filter(|a| is(a)).count())).collect();
