@@ -114,6 +114,8 @@ struct Stretch {
     driver: Driver,
     steps: Vec<Action>,
     sends: Vec<Scripted>,
+    /// A watch's look when nothing can land any more: in the service, its window has passed.
+    windows_pass: bool,
 }
 
 fn enabled(protocol: &Protocol, state: &State) -> Vec<Action> {
@@ -144,7 +146,7 @@ fn of_stretch(state: &State, proc: Proc, action: Action) -> bool {
         Action::ProviderActs { index, choice: Choice::Succeed } => {
             state.provider.requests[index as usize].from == Some(proc)
         }
-        Action::LateChargeAct(r) => proc == Proc::Reconciler(r),
+        Action::LateChargeAct(r) | Action::LateRefundAct(r) => proc == Proc::Reconciler(r),
         _ => action.engine_step_of() == Some(proc),
     }
 }
@@ -190,6 +192,11 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
         }
         _ => (Driver::Reconciler, Some(Proc::Reconciler(0))),
     };
+    let windows_pass = match start {
+        Action::LateChargeLook(_) => !state.could_land(Target::Op(Op::Charge)),
+        Action::LateRefundLook(_, k) => !state.could_land(Target::Op(Op::Refund(k))),
+        _ => false,
+    };
     let mut steps = vec![start];
     *state = protocol.apply(state, start);
     let mut sends = Vec::new();
@@ -211,7 +218,7 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
         steps.push(action);
         *state = protocol.apply(state, action);
     }
-    Some(Stretch { driver, steps, sends })
+    Some(Stretch { driver, steps, sends, windows_pass })
 }
 
 /// The part of the state both sides have: our rows and the provider's ledger, as the model
@@ -220,8 +227,7 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
 struct Books {
     order: OrderStatus,
     payment: Option<PaymentRow>,
-    /// status, amount, answered, leased, attempts, send recent
-    refunds: Vec<(OpStatus, u8, bool, bool, u8, bool)>,
+    refunds: Vec<RefundRow>,
     /// Each intent's key: free, naming its operation, or holding a stored answer.
     keys: Vec<&'static str>,
     order_events: u8,
@@ -231,6 +237,22 @@ struct Books {
     charge: Option<(ChargeStatus, u8, u8)>,
     /// The provider's refund for each of ours: status, amount.
     provider_refunds: Vec<Option<(ProviderRefundStatus, u8)>>,
+}
+
+/// A refunds row as the model holds it.
+#[derive(Debug, PartialEq, Eq)]
+struct RefundRow {
+    status: OpStatus,
+    amount: u8,
+    answered: bool,
+    leased: bool,
+    /// Reconciler checks, while in flight.
+    attempts: u8,
+    send_recent: bool,
+    /// Failed by a give-up.
+    gave_up: bool,
+    /// The system's (no key).
+    system: bool,
 }
 
 /// The payments row as the model holds it.
@@ -290,7 +312,16 @@ fn model_books(protocol: &Protocol, state: &State) -> Books {
             .iter()
             .map(|r| {
                 let attempts = if r.status == OpStatus::Processing { r.row.attempts.min(max) } else { 0 };
-                (r.status, r.amount, r.row.answer.is_some(), leased(r.row.lease), attempts, r.row.send_recent)
+                RefundRow {
+                    status: r.status,
+                    amount: r.amount,
+                    answered: r.row.answer.is_some(),
+                    leased: leased(r.row.lease),
+                    attempts,
+                    send_recent: r.row.send_recent,
+                    gave_up: r.gave_up,
+                    system: r.system(),
+                }
             })
             .collect(),
         keys: state.keys.iter().map(|key| key_kind(*key)).collect(),
@@ -369,7 +400,8 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
         }
     });
     let refund_rows = rows(format!(
-        "SELECT id, status, amount, answer_status IS NOT NULL AS answered, {leased}, attempts \
+        "SELECT id, status, amount, answer_status IS NOT NULL AS answered, {leased}, attempts, \
+         failure_code IS NOT DISTINCT FROM 'reconciliation_gave_up' AS gave_up, idempotency_key IS NULL AS system \
          FROM refunds WHERE order_id = '{}' ORDER BY created_at, id",
         path.order_id
     ))
@@ -385,7 +417,16 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
             };
             let attempts = if status == OpStatus::Processing { units(&r["attempts"]).min(max) } else { 0 };
             let flag = |name: &str| r[name].as_bool().unwrap();
-            (status, units(&r["amount"]), flag("answered"), flag("leased"), attempts, flag("send_recent"))
+            RefundRow {
+                status,
+                amount: units(&r["amount"]),
+                answered: flag("answered"),
+                leased: flag("leased"),
+                attempts,
+                send_recent: flag("send_recent"),
+                gave_up: flag("gave_up"),
+                system: flag("system"),
+            }
         })
         .collect();
     let mut keys = Vec::new();
@@ -459,8 +500,24 @@ async fn writes(app: &TestApp) -> u64 {
     json(response).await["writes"].as_u64().unwrap()
 }
 
+/// The table and the `WHERE` condition of `op`'s row.
+fn row_of(path: &Path, op: Op) -> (&'static str, String) {
+    match op {
+        Op::Charge => ("payments", format!("order_id = '{}'", path.order_id)),
+        Op::Refund(k) => (
+            "refunds",
+            format!(
+                "id = (SELECT id FROM refunds WHERE order_id = '{}' ORDER BY created_at, id OFFSET {k} LIMIT 1)",
+                path.order_id
+            ),
+        ),
+        Op::Action(_) => panic!("the harness drives no captures or voids"),
+    }
+}
+
 /// Drives `stretch` through the service: the provider's script, then the request or the pass.
-async fn drive(app: &TestApp, protocol: &Protocol, path: &Path, stretch: &Stretch) {
+/// `Err`: the service cannot take the step as the model took it.
+async fn drive(app: &TestApp, protocol: &Protocol, path: &Path, stretch: &Stretch) -> Result<(), String> {
     app.provider.script(Value::Array(stretch.sends.iter().map(|send| send.json()).collect())).await;
     match stretch.driver {
         Driver::Client(i) => {
@@ -481,18 +538,26 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &Path, stretch: &Stretc
             sent.await.expect("the request is answered");
         }
         Driver::Reconciler => {
-            // Time passes until every operation in flight is due, as the model's claim assumes.
-            for table in ["payments", "refunds"] {
+            // Time passes until the operation (or the watch) the stretch is about is due, as
+            // the model's step assumes; nothing else is due (rechecks are an hour away).
+            let (op, window) = match stretch.steps[0] {
+                Action::Claim(_, op) => (op, false),
+                Action::LateChargeLook(_) => (Op::Charge, stretch.windows_pass),
+                Action::LateRefundLook(_, k) => (Op::Refund(k), stretch.windows_pass),
+                other => panic!("a reconciler stretch does not start with {other:?}"),
+            };
+            let (table, row) = row_of(path, op);
+            app.execute(&format!(
+                "UPDATE {table} SET next_check_at = now() - interval '1 second' WHERE {row}"
+            ))
+            .await;
+            if window {
+                // The model's watch ends on a look once nothing can land any more: its window
+                // has passed.
                 app.execute(&format!(
-                    "UPDATE {table} SET next_check_at = now() - interval '1 second' WHERE next_check_at IS NOT NULL"
+                    "UPDATE {table} SET late_watch_until = now() - interval '1 second' WHERE {row}"
                 ))
                 .await;
-            }
-            if stretch.steps[0] == Action::LateChargeLook(0) {
-                // The model's watch looks once nothing can land any more: its window has passed.
-                let sql = "UPDATE payments SET late_watch_until = now() - interval '1 second' \
-                    WHERE late_watch_until IS NOT NULL";
-                app.execute(sql).await;
             }
             app.reconcile_once().await;
         }
@@ -513,26 +578,19 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &Path, stretch: &Stretc
             let what = if acts { "act" } else { "drop" };
             let url = format!("{}/_admin/parked/{key}/{what}", app.provider.address);
             let answer = json(app.client.post(url).send().await.unwrap()).await;
-            assert!(answer[what].as_u64().unwrap() > 0, "no write parked under {key}: {answer}");
+            if answer[what] != 1 {
+                return Err(format!("no write parked under {key} for the provider to {what}"));
+            }
         }
         Driver::Time(op) => {
-            let (table, row) = match op {
-                Op::Charge => ("payments", format!("order_id = '{}'", path.order_id)),
-                Op::Refund(k) => (
-                    "refunds",
-                    format!(
-                        "id = (SELECT id FROM refunds WHERE order_id = '{}' ORDER BY created_at, id OFFSET {k} LIMIT 1)",
-                        path.order_id
-                    ),
-                ),
-                Op::Action(_) => panic!("the harness drives no captures or voids"),
-            };
+            let (table, row) = row_of(path, op);
             // Past the quiet period (an hour in these apps), as the model's step says.
             let sql =
                 format!("UPDATE {table} SET last_send_at = last_send_at - interval '2 hours' WHERE {row}");
             app.execute(&sql).await;
         }
     }
+    Ok(())
 }
 
 /// Drives the path `source` gives in `protocol`'s configuration, checking it after every
@@ -544,7 +602,11 @@ async fn check_path(protocol: &Protocol, mut source: Source, name: &str) -> Vec<
         settings.reconciler.quiet_before_give_up = Duration::from_secs(3600);
         settings.reconciler.max_attempts = max_attempts.into();
         settings.timing.lease = Duration::from_secs(60);
-        // A held answer outlasts the provider timeout (1 s); `never` answers after it too.
+        // Nothing comes due by itself: a stretch moves the one row it is about.
+        settings.timing.recheck_after = Duration::from_secs(3600);
+        (settings.reconciler.backoff_base, settings.reconciler.backoff_cap) =
+            (Duration::from_secs(3600), Duration::from_secs(3600));
+        // A held answer outlasts the provider timeout (1 s); a parked write answers after it too.
         mock.timeout_hold = Duration::from_millis(1500);
     })
     .await;
@@ -563,9 +625,12 @@ async fn check_path(protocol: &Protocol, mut source: Source, name: &str) -> Vec<
     for _ in 0..STRETCHES {
         let Some(stretch) = take_stretch(protocol, &mut state, &mut source) else { break };
         let before = writes(&app).await;
-        drive(&app, protocol, &path, &stretch).await;
+        let driven = drive(&app, protocol, &path, &stretch).await;
         lines.push(format!("{:?}: {:?} (provider: {:?})", stretch.driver, stretch.steps, stretch.sends));
         let trace = lines.join("\n");
+        if let Err(refused) = driven {
+            panic!("{refused}, {name}, at the last of\n{trace}");
+        }
         let sent = writes(&app).await - before;
         assert_eq!(sent as usize, stretch.sends.len(), "sends to the provider, {name}, after\n{trace}");
         assert_eq!(

@@ -230,20 +230,18 @@ pub(super) async fn list_parked(state: web::Data<MockState>) -> HttpResponse {
     HttpResponse::Ok().json(state.with_script(|script| script.parked_keys()))
 }
 
-/// `POST /_admin/parked/{key}/act`: the provider acts, now, on every write parked under `key`
-/// (their senders stopped waiting long ago); `POST /_admin/parked/{key}/drop`: it never will.
-/// Answers how many there were.
+/// `POST /_admin/parked/{key}/act`: the provider acts, now, on the oldest write parked under
+/// `key` (its sender stopped waiting long ago); `POST /_admin/parked/{key}/drop`: it never will.
+/// Answers how many it acted on or dropped (0 or 1).
 pub(super) async fn unpark(state: web::Data<MockState>, path: web::Path<(String, String)>) -> HttpResponse {
     let (key, what) = path.into_inner();
     if what != "act" && what != "drop" {
         return not_found("act or drop");
     }
     let parked = state.with_script(|script| script.unpark(&key));
-    let count = parked.len();
-    if what == "act" {
-        for (_, operation) in parked {
-            state.with_ledger(|ledger| operation(ledger, false));
-        }
+    let count = usize::from(parked.is_some());
+    if let Some((_, operation)) = parked.filter(|_| what == "act") {
+        state.with_ledger(|ledger| operation(ledger, false));
     }
     HttpResponse::Ok().json(json!({ what: count }))
 }

@@ -69,11 +69,10 @@ impl Script {
         self.steps.pop_front()
     }
 
-    /// Takes the writes parked under `key`, oldest first.
-    pub fn unpark(&mut self, key: &str) -> Vec<Parked> {
-        let (taken, kept) = std::mem::take(&mut self.parked).into_iter().partition(|(k, _)| k == key);
-        self.parked = kept;
-        taken
+    /// Takes the oldest write parked under `key`.
+    pub fn unpark(&mut self, key: &str) -> Option<Parked> {
+        let index = self.parked.iter().position(|(parked, _)| parked == key)?;
+        Some(self.parked.remove(index))
     }
 
     /// The keys of the parked writes, oldest first.
