@@ -588,6 +588,41 @@ async fn a_script_says_what_each_next_write_does_in_order_then_the_faults_apply_
     assert_eq!(unknown.await.unwrap().status(), 400);
 }
 
+#[tokio::test]
+async fn a_parked_write_is_acted_on_when_the_test_says_or_never() {
+    let mock = mock_with(|settings| settings.timeout_hold = Duration::from_millis(600)).await;
+    let (provider, impatient) =
+        (client(&mock), HttpProvider::new(&mock.address, Duration::from_millis(300), None).unwrap());
+    mock.script(json!([{"act": "park"}, {"act": "park"}])).await;
+    let (late, never) = (charge_request("pm_card_ok", true), charge_request("pm_card_ok", true));
+    for request in [&late, &never] {
+        assert_eq!(impatient.create_charge(request).await, Err(ProviderError::Timeout));
+    }
+    assert_eq!(get_json(&mock, "/_admin/parked").await, json!([late.downstream_key, never.downstream_key]));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(provider.find_charge(&late.downstream_key, None).await, Ok(None), "not acted on while parked");
+
+    let address = mock.address.clone();
+    let post = |path: String| {
+        let url = format!("{address}{path}");
+        async move {
+            let response = http_client().post(url).send().await.unwrap();
+            (response.status().as_u16(), response.json::<Value>().await.unwrap())
+        }
+    };
+    let acted = post(format!("/_admin/parked/{}/act", late.downstream_key)).await;
+    assert_eq!(acted, (200, json!({"act": 1})));
+    let found = provider.find_charge(&late.downstream_key, None).await.unwrap().map(|charge| charge.status);
+    assert_eq!(found, Some(ChargeStatus::Succeeded), "acted on, long after its sender gave up");
+    assert_eq!(
+        post(format!("/_admin/parked/{}/drop", never.downstream_key)).await,
+        (200, json!({"drop": 1}))
+    );
+    assert_eq!(provider.find_charge(&never.downstream_key, None).await, Ok(None), "dropped: never acted on");
+    assert_eq!(get_json(&mock, "/_admin/parked").await, json!([]));
+    assert_eq!(post(format!("/_admin/parked/{}/twice", late.downstream_key)).await.0, 404);
+}
+
 /// A webhook receiver on port 0 that records every request and answers 500 to the first
 /// `failures` of them, 200 after.
 struct Receiver {

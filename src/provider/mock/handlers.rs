@@ -1,7 +1,6 @@
 //! The mock provider's HTTP handlers: read the request, let the script or the faults say when
 //! the ledger acts ([`super::script::act`]), answer (holding the answer when the ledger, the
-//! script or a fault says so). Bad input of any kind is a
-//! 400 JSON error, never a panic.
+//! script or a fault says so). Bad input of any kind is a 400 JSON error, never a panic.
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -58,8 +57,10 @@ pub(super) async fn create_charge(
     };
     let body = body.into_inner();
     let request_id = request_id(&request);
-    script::act(state, move |ledger, hold| ledger.create_charge(&key, body, request_id, Utc::now(), hold))
-        .await
+    script::act(state, &key.clone(), move |ledger, hold| {
+        ledger.create_charge(&key, body, request_id, Utc::now(), hold)
+    })
+    .await
 }
 
 #[derive(Deserialize)]
@@ -98,7 +99,8 @@ pub(super) async fn capture_charge(
         (Err(reply), _) | (_, Err(reply)) => return respond(reply),
     };
     let id = id.into_inner();
-    script::act(state, move |ledger, hold| ledger.capture(&id, &key, body, Utc::now(), hold)).await
+    script::act(state, &key.clone(), move |ledger, hold| ledger.capture(&id, &key, body, Utc::now(), hold))
+        .await
 }
 
 /// `POST /v1/charges/{id}/cancel` (an empty body, or `{}`)
@@ -113,7 +115,7 @@ pub(super) async fn cancel_charge(
         (Err(reply), _) | (_, Err(reply)) => return respond(reply),
     };
     let id = id.into_inner();
-    script::act(state, move |ledger, hold| ledger.cancel(&id, &key, Utc::now(), hold)).await
+    script::act(state, &key.clone(), move |ledger, hold| ledger.cancel(&id, &key, Utc::now(), hold)).await
 }
 
 /// `POST /v1/refunds` with `{charge, amount, currency?, reference}`
@@ -131,8 +133,10 @@ pub(super) async fn create_refund(
         Err(reply) => return respond(reply),
     };
     let request_id = request_id(&request);
-    script::act(state, move |ledger, hold| ledger.create_refund(&key, body, request_id, Utc::now(), hold))
-        .await
+    script::act(state, &key.clone(), move |ledger, hold| {
+        ledger.create_refund(&key, body, request_id, Utc::now(), hold)
+    })
+    .await
 }
 
 /// `GET /v1/refunds?idempotency_key=...`: 404 when no refund was made for that key.
@@ -219,6 +223,27 @@ pub(super) async fn set_script(state: web::Data<MockState>, steps: web::Json<Vec
         Ok(()) => HttpResponse::Ok().json(steps),
         Err(message) => bad_request(message),
     }
+}
+
+/// `GET /_admin/parked`: the idempotency keys of the writes parked by the script, oldest first.
+pub(super) async fn list_parked(state: web::Data<MockState>) -> HttpResponse {
+    HttpResponse::Ok().json(state.with_script(|script| script.parked_keys()))
+}
+
+/// `POST /_admin/parked/{key}/act`: the provider acts, now, on the oldest write parked under
+/// `key` (its sender stopped waiting long ago); `POST /_admin/parked/{key}/drop`: it never will.
+/// Answers how many it acted on or dropped (0 or 1).
+pub(super) async fn unpark(state: web::Data<MockState>, path: web::Path<(String, String)>) -> HttpResponse {
+    let (key, what) = path.into_inner();
+    if what != "act" && what != "drop" {
+        return not_found("act or drop");
+    }
+    let parked = state.with_script(|script| script.unpark(&key));
+    let count = usize::from(parked.is_some());
+    if let Some((_, operation)) = parked.filter(|_| what == "act") {
+        state.with_ledger(|ledger| operation(ledger, false));
+    }
+    HttpResponse::Ok().json(json!({ what: count }))
 }
 
 /// `GET /_admin/requests`: how many writes (POST) and lookups (GET) `/v1/*` received.

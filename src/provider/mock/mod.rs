@@ -14,7 +14,7 @@
 //!
 //! `POST /_admin/faults` adds random latency, held answers and 503s to every later write, and
 //! misbehaving webhooks; `POST /_admin/script` says what each next write does, in order (act now,
-//! act and hold the answer, act after N ms, never act, 503: [`Scripted`]). The modules: [`ledger`] (the books and their state machine, a file per job),
+//! act and hold the answer, act after N ms, never act, 503, act when the test says: [`Scripted`]). The modules: [`ledger`] (the books and their state machine, a file per job),
 //! [`handlers`] (HTTP), [`script`] (when a write acts), [`webhooks`] (signed event delivery).
 
 mod handlers;
@@ -259,6 +259,8 @@ impl MockProvider {
                 .route("/_admin/faults", web::post().to(handlers::set_faults))
                 .route("/_admin/script", web::get().to(handlers::get_script))
                 .route("/_admin/script", web::post().to(handlers::set_script))
+                .route("/_admin/parked", web::get().to(handlers::list_parked))
+                .route("/_admin/parked/{key}/{what}", web::post().to(handlers::unpark))
                 .route("/_admin/requests", web::get().to(handlers::count_requests))
                 .default_service(web::to(|| async {
                     respond(Reply::error(StatusCode::NOT_FOUND, "not_found", None, "no such endpoint"))

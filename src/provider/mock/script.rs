@@ -2,7 +2,7 @@
 //! on it: the next step of the script a test posted (`POST /_admin/script`), or else the random
 //! faults (`POST /_admin/faults`). A script makes one interleaving happen on purpose: "the
 //! provider acts now", "acts and the answer is lost", "acts after the sender gave up", "never
-//! acts", "is down".
+//! acts", "is down", "acts when the test says" (a parked write, `POST /_admin/parked/{key}/act`).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -32,15 +32,23 @@ pub enum Scripted {
     Never,
     /// Answers 503 at once without acting.
     Unavailable,
+    /// Does not act until the test says so (`POST /_admin/parked/{key}/act`, or `.../drop` for
+    /// never); holds the answer past the client's timeout, then answers 503. The provider acting
+    /// whenever a test means it to: after the sender gave up, after the reconciler did.
+    Park,
 }
+
+/// A write the provider has not acted on yet, by its idempotency key: the ledger's operation.
+pub(super) type Parked = (String, Box<dyn FnOnce(&mut Ledger, bool) -> Reply + Send>);
 
 /// The longest `after_ms` a script may ask for.
 const MAX_LATER_MS: u64 = 60_000;
 
-/// The steps not taken yet, in order.
-#[derive(Debug, Default)]
+/// The steps not taken yet, in order, and the writes parked by them.
+#[derive(Default)]
 pub(super) struct Script {
     steps: VecDeque<Scripted>,
+    parked: Vec<Parked>,
 }
 
 impl Script {
@@ -59,6 +67,17 @@ impl Script {
 
     fn next(&mut self) -> Option<Scripted> {
         self.steps.pop_front()
+    }
+
+    /// Takes the oldest write parked under `key`.
+    pub fn unpark(&mut self, key: &str) -> Option<Parked> {
+        let index = self.parked.iter().position(|(parked, _)| parked == key)?;
+        Some(self.parked.remove(index))
+    }
+
+    /// The keys of the parked writes, oldest first.
+    pub fn parked_keys(&self) -> Vec<String> {
+        self.parked.iter().map(|(key, _)| key.clone()).collect()
     }
 }
 
@@ -85,14 +104,21 @@ fn unavailable(message: &str) -> HttpResponse {
     respond(Reply::error(StatusCode::SERVICE_UNAVAILABLE, "api_error", None, message))
 }
 
-/// Carries out a write as the script or the faults say: `operation` is the ledger's, given
-/// whether to hold its answer; the answer is sent after the hold when there is one.
+/// Carries out the write of idempotency key `key` as the script or the faults say: `operation`
+/// is the ledger's, given whether to hold its answer; the answer is sent after the hold when
+/// there is one.
 pub(super) async fn act(
     state: web::Data<MockState>,
-    operation: impl FnOnce(&mut Ledger, bool) -> Reply + 'static,
+    key: &str,
+    operation: impl FnOnce(&mut Ledger, bool) -> Reply + Send + 'static,
 ) -> HttpResponse {
     let reply = match plan(&state).await {
         Scripted::Unavailable => return unavailable("injected fault: unavailable"),
+        Scripted::Park => {
+            state.with_script(|script| script.parked.push((key.to_owned(), Box::new(operation))));
+            tokio::time::sleep(state.settings.timeout_hold).await;
+            return unavailable("scripted: parked, not acted on yet");
+        }
         Scripted::Never => {
             tokio::time::sleep(state.settings.timeout_hold).await;
             return unavailable("scripted: the provider never acted");
