@@ -59,7 +59,7 @@ pub enum Action {
     /// counting an attempt (`operations::reconciler::pass_over`).
     Claim(u8, Op),
     /// `operations::late_charge::look`: the late-charge watch looks the payment's key up
-    /// (`payments::repository::watch_late`, `find_charge`).
+    /// (`payments::watches::watch_late`, `find_charge`).
     LateChargeLook(u8),
     /// What the late-charge watch does with what it saw: `operations::late_charge::take_back`
     /// (`record_late_charge` and `refunds/start_refund.sql` for a system refund, one
