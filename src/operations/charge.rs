@@ -334,8 +334,16 @@ pub async fn settle_on(
         return Ok(None);
     }
     if current.payment.status != settled.status {
-        tracing::error!(payment_id = %payment.id, current = %current.payment.status,
-            wanted = %settled.status, "conflicting outcomes for one payment's charge; the first stands");
+        // Money kept against money not taken is a real conflict. Two states of one charge that
+        // moved on (an authorization settled while a look at it already saw it captured) are not.
+        let failed = |status: PaymentStatus| status == PaymentStatus::Failed;
+        if failed(current.payment.status) != failed(settled.status) {
+            tracing::error!(payment_id = %payment.id, current = %current.payment.status,
+                wanted = %settled.status, "conflicting outcomes for one payment's charge; the first stands");
+        } else {
+            tracing::info!(payment_id = %payment.id, current = %current.payment.status,
+                wanted = %settled.status, "a later state of the payment's charge was seen; the first settle stands");
+        }
     }
     let answer = match current.answer {
         Some((status, body)) => stored_answer(payment.id.as_uuid(), status, body),
