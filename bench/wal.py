@@ -25,6 +25,8 @@ URL = os.environ["ORDERPAY_URL"]
 KEY = os.environ["ORDERPAY_KEY"]
 DB_URL = os.environ["DATABASE_URL"]
 OPS = int(os.environ.get("WAL_OPS", "200"))
+# How many relations and record types each operation lists (WAL_TOP=40 shows the small ones).
+TOP = int(os.environ.get("WAL_TOP", "12"))
 # With WAL_JSON=path, the figures are also written there as JSON (bench/run.py's WAL stage).
 JSON_OUT = os.environ.get("WAL_JSON")
 
@@ -102,13 +104,13 @@ def measure(name, prepare, operation):
         by_record[f"{manager}/{record}"] += 1
     print(f"\n{name}: {total / OPS:.0f} bytes of WAL per operation ({fpi / OPS:.0f} of them full-page images), "
           f"{commits / OPS:.2f} commits per operation (server-wide)")
-    for relation, length in by_relation.most_common(12):
+    for relation, length in by_relation.most_common(TOP):
         print(f"  {relation:40} {length / OPS:8.0f} bytes")
-    for record, count in by_record.most_common(12):
+    for record, count in by_record.most_common(TOP):
         print(f"  {record:40} {count / OPS:8.2f} records")
     return {"bytes": total / OPS, "fpi": fpi / OPS, "commits": commits / OPS,
-            "relations": [[relation, length / OPS] for relation, length in by_relation.most_common(12)],
-            "records": [[record, count / OPS] for record, count in by_record.most_common(12)]}
+            "relations": [[relation, length / OPS] for relation, length in by_relation.most_common(TOP)],
+            "records": [[record, count / OPS] for record, count in by_record.most_common(TOP)]}
 
 
 def main():
