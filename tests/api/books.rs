@@ -550,7 +550,7 @@ async fn a_reversal_reported_while_the_watch_looks_is_never_lost() {
     let app = spawn_app_with(|settings, mock| {
         impatient(settings, 1);
         provider_webhooks_on(settings);
-        mock.settle_after = Duration::from_millis(1500);
+        mock.settle_after = Duration::from_millis(3000);
     })
     .await;
     let (order_id, payment) = app.paid_order("40.00", "pm_refund_reversed").await;
@@ -563,11 +563,19 @@ async fn a_reversal_reported_while_the_watch_looks_is_never_lost() {
     app.provider.set_faults(json!({"webhook_drop_rate": 1.0})).await;
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(app.reconcile_once().await.gave_up, 1);
-    // It lands at 2 s and is reversed 1.5 s later; the watch's look (due 1.1 s after the give-up)
+    let given_up = std::time::Instant::now();
+    // It lands at 2 s and is reversed 3 s later; the watch's look (due 1.1 s after the give-up)
     // is held between its lookup (succeeded) and its correction until the reversal's webhook is in.
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    wait_until("the refund lands at the provider", Duration::from_secs(10), async || {
+        app.provider_refunds_for(&refund_id)
+            .await
+            .first()
+            .is_some_and(|refund| refund["status"] == "succeeded")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await; // its webhook went out, and was dropped
     app.provider.set_faults(json!({})).await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::sleep(Duration::from_millis(1200).saturating_sub(given_up.elapsed())).await;
     let mut held = orderpay::hooks::pause("late_refund.before_correction");
     let reversal_heard = async {
         tokio::time::timeout(Duration::from_secs(10), held.reached())
@@ -577,7 +585,7 @@ async fn a_reversal_reported_while_the_watch_looks_is_never_lost() {
             "SELECT count(*) AS count FROM provider_webhooks WHERE event_type = 'refund.failed' \
              AND subject_id = '{refund_id}'"
         );
-        wait_until("the reversal's webhook", Duration::from_secs(5), async || app.count(&heard).await == 1)
+        wait_until("the reversal's webhook", Duration::from_secs(10), async || app.count(&heard).await == 1)
             .await;
         held.release();
     };
