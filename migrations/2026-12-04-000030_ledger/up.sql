@@ -12,8 +12,9 @@
 -- Movements are written by triggers on the two columns that hold our money (a payment's
 -- `amount_captured`, a refund's `status`), in the very statement that settles them: every path
 -- that moves money (a request, the reconciler, a webhook, an operator, a correction) writes
--- its movement, and a settle that changes nothing writes nothing. Each movement is unique per
--- (operation, type); a correction is a new movement, never an update: movements are immutable.
+-- its movement, and a settle that changes nothing writes nothing (the triggers fire on a change
+-- of the column only). Each movement is unique per (operation, type, occurrence); a correction
+-- is a new movement, never an update: movements are immutable.
 CREATE TABLE ledger_movements (
     account_id uuid NOT NULL,
     id uuid NOT NULL,
@@ -31,9 +32,12 @@ CREATE TABLE ledger_movements (
     amount numeric NOT NULL CHECK (amount > 0),
     currency text NOT NULL,
     created_at timestamptz NOT NULL,
+    -- The how-manieth movement of this type for the operation: 1, unless the provider moved the
+    -- same money back and forth (a refund reversed, corrected, reversed again).
+    occurrence int NOT NULL DEFAULT 1 CHECK (occurrence >= 1),
     PRIMARY KEY (account_id, id),
     FOREIGN KEY (account_id, payment_id) REFERENCES payments (account_id, id),
-    UNIQUE (operation_id, type),
+    UNIQUE (operation_id, type, occurrence),
     CHECK (debit_account <> credit_account)
 );
 CREATE INDEX ledger_movements_by_payment ON ledger_movements (account_id, payment_id);
@@ -49,11 +53,14 @@ $$;
 CREATE FUNCTION orderpay_ledger_move(account uuid, kind text, operation uuid, payment uuid,
     order_id uuid, debit text, credit text, amount numeric, currency text, at timestamptz)
 RETURNS void LANGUAGE sql AS $$
+    -- Called from a trigger of the operation's own row, under its row lock: two movements of one
+    -- operation are never counted at once.
     INSERT INTO ledger_movements (account_id, id, type, operation_id, payment_id, order_id,
-        debit_account, credit_account, amount, currency, created_at)
+        debit_account, credit_account, amount, currency, created_at, occurrence)
     VALUES (account, orderpay_uuid_v7(at), kind, operation, payment, order_id, debit, credit,
-        amount, currency, at)
-    ON CONFLICT (operation_id, type) DO NOTHING
+        amount, currency, at,
+        1 + (SELECT count(*) FROM ledger_movements AS m
+             WHERE m.operation_id = operation AND m.type = kind))
 $$;
 
 -- A payment's captured amount grew: its charge or capture succeeded (`charge_captured`), or a

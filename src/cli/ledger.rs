@@ -12,8 +12,9 @@ use super::{Output, connect, table};
 #[derive(Subcommand)]
 pub enum LedgerCommand {
     /// Check the ledger: every movement balances; per payment, the ledger's captured and
-    /// refunded sums equal the payment's columns; per order, the net money taken is never above
-    /// its total nor below zero, and zero once every payment failed and nothing is in flight.
+    /// refunded sums equal the payment's columns; per order, what the provider keeps (late
+    /// charges apart) is never above its total nor below zero, and zero once every payment
+    /// failed; late charges are given back unless their refund is in flight.
     /// Exits 1 and lists what does not hold.
     Check {
         #[command(flatten)]
@@ -81,11 +82,17 @@ fn print(report: &Report, output: Output) -> anyhow::Result<()> {
         print!("\npayments whose columns and ledger disagree:\n{}", table(&columns, &rows));
     }
     for (title, orders) in [
-        ("orders whose net money is wrong", &report.order_violations),
-        ("orders with money in flight (not a violation yet)", &report.in_flight),
+        ("orders whose money is wrong", &report.order_violations),
+        ("orders with late charges whose refund is in flight (not a violation yet)", &report.in_flight),
     ] {
         if !orders.is_empty() {
-            print!("\n{title}:\n{}", table(&["ORDER", "CURRENCY", "TOTAL", "NET"], &order_rows(orders)));
+            print!(
+                "\n{title}:\n{}",
+                table(
+                    &["ORDER", "CURRENCY", "TOTAL", "KEPT", "LATE CHARGES UNREFUNDED"],
+                    &order_rows(orders)
+                )
+            );
         }
     }
     Ok(())
@@ -99,7 +106,8 @@ fn order_rows(orders: &[OrderFinding]) -> Vec<Vec<String>> {
                 order.order_id.to_string(),
                 order.currency.to_string(),
                 order.total_amount.to_string(),
-                order.net.to_string(),
+                order.kept.to_string(),
+                order.late_charges_unrefunded.to_string(),
             ]
         })
         .collect()

@@ -95,6 +95,7 @@ diesel::table! {
         amount -> Numeric,
         currency -> Text,
         created_at -> Timestamptz,
+        occurrence -> Int4,
     }
 }
 

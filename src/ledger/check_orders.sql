@@ -1,15 +1,21 @@
--- Orders whose net money is wrong by the ledger: the net (what moved into the provider's
--- balance for the order, less what moved out) above the order's total, below zero, or not zero
--- when every payment of the order failed. Each comes with whether money is still in flight for
--- it (a late charge whose system refund is processing or watched, or whose follow-up is due):
--- then it is not a violation yet. $1 is now.
-WITH net AS (
+-- Orders whose money is wrong by the ledger. Per order, two figures:
+--   kept: what the provider holds for the order's payments (into its balance, less out of it),
+--     late charges apart: never above the order's total, never below zero, and zero when
+--     every payment of the order failed;
+--   late charges unrefunded: charges that landed on failed payments and are not given back yet
+--     (the `late_charges` account's balance for the order): zero, unless money is still in
+--     flight for them (a system refund processing or watched, or the payment's follow-up due).
+-- Returns each order where one of them is off, with whether that is only money in flight.
+-- $1 is now.
+WITH sums AS (
     SELECT account_id, order_id,
         coalesce(sum(amount) FILTER (WHERE debit_account = 'provider_balance'), 0)
-        - coalesce(sum(amount) FILTER (WHERE credit_account = 'provider_balance'), 0) AS net
+        - coalesce(sum(amount) FILTER (WHERE credit_account = 'provider_balance'), 0) AS net,
+        coalesce(sum(amount) FILTER (WHERE credit_account = 'late_charges'), 0)
+        - coalesce(sum(amount) FILTER (WHERE debit_account = 'late_charges'), 0) AS late
     FROM ledger_movements GROUP BY account_id, order_id
 ), judged AS (
-    SELECT o.account_id, o.id, o.currency, o.total_amount, n.net,
+    SELECT o.account_id, o.id, o.currency, o.total_amount, s.net - s.late AS kept, s.late,
         (SELECT bool_and(p.status = 'failed') FROM payments AS p
             WHERE p.account_id = o.account_id AND p.order_id = o.id) AS all_failed,
         EXISTS (
@@ -20,10 +26,13 @@ WITH net AS (
                     SELECT FROM refunds AS r
                     WHERE r.account_id = p.account_id AND r.payment_id = p.id
                         AND r.idempotency_key IS NULL
-                        AND (r.status = 'processing' OR r.late_watch_until > $1)))) AS in_flight
-    FROM net AS n
-    JOIN orders AS o ON o.account_id = n.account_id AND o.id = n.order_id
+                        AND (r.status = 'processing' OR r.late_watch_until > $1)))) AS late_in_flight
+    FROM sums AS s
+    JOIN orders AS o ON o.account_id = s.account_id AND o.id = s.order_id
 )
-SELECT account_id, id, currency, total_amount, net, in_flight FROM judged
-WHERE net > total_amount OR net < 0 OR (all_failed AND net <> 0)
+SELECT account_id, id, currency, total_amount, kept, late,
+    kept > total_amount OR kept < 0 OR (all_failed AND kept <> 0)
+        OR (late <> 0 AND NOT late_in_flight) AS violation
+FROM judged
+WHERE kept > total_amount OR kept < 0 OR (all_failed AND kept <> 0) OR late <> 0
 ORDER BY account_id, id

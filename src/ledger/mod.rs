@@ -155,19 +155,23 @@ pub struct PaymentMismatch {
     pub ledger_refunded: Decimal,
 }
 
-/// An order whose net money (what the provider took for it, less what it gave back) is above its
-/// total, below zero, or not zero although every payment of it failed.
+/// An order whose money is off by the ledger: what the provider keeps for it (late charges
+/// apart) above its total, below zero, or not zero although every payment of it failed; or late
+/// charges of its payments not given back.
 #[derive(Debug, Clone, PartialEq, Eq, Queryable, Serialize)]
 pub struct OrderFinding {
     pub account_id: AccountId,
     pub order_id: OrderId,
     pub currency: Currency,
     pub total_amount: Decimal,
-    pub net: Decimal,
-    /// Money is still in flight for it (a late charge whose system refund is processing or
-    /// watched, or due for its follow-up): not a violation yet.
+    /// What the provider keeps for the order's payments, late charges apart.
+    pub kept: Decimal,
+    /// Late charges of the order's payments not given back yet.
+    pub late_charges_unrefunded: Decimal,
+    /// Whether it is a violation; `false`: only late charges whose refund is still in flight (a
+    /// system refund processing or watched, or its follow-up due).
     #[serde(skip)]
-    pub in_flight: bool,
+    pub violation: bool,
 }
 
 /// What `orderpay ledger check` found.
@@ -178,7 +182,7 @@ pub struct Report {
     pub unbalanced: i64,
     pub payment_mismatches: Vec<PaymentMismatch>,
     pub order_violations: Vec<OrderFinding>,
-    /// Orders whose net is not right yet because money is still in flight for them.
+    /// Orders with late charges whose refund is still in flight: not right yet, not a violation.
     pub in_flight: Vec<OrderFinding>,
 }
 
@@ -190,9 +194,9 @@ impl Report {
 }
 
 /// Checks the ledger's invariants at `now`: every movement balances; per payment, the ledger's
-/// captured and refunded sums equal the payment's columns; per order, the net money taken is
-/// never above the total nor below zero, and zero once every payment failed and nothing is in
-/// flight. One snapshot: the caller runs it in a repeatable-read transaction if it wants one.
+/// captured and refunded sums equal the payment's columns; per order, what the provider keeps
+/// (late charges apart) is never above the total nor below zero, and zero once every payment
+/// failed; late charges are given back unless their refund is still in flight. One snapshot: the caller runs it in a repeatable-read transaction if it wants one.
 pub async fn check(conn: &mut AsyncPgConnection, now: DateTime<Utc>) -> QueryResult<Report> {
     let movements = ledger_movements::table.count().get_result(conn).await?;
     let unbalanced = CheckMovements.get_result(conn).await?;
@@ -216,10 +220,11 @@ pub async fn check(conn: &mut AsyncPgConnection, now: DateTime<Utc>) -> QueryRes
         .into_iter()
         .map(|order| OrderFinding {
             total_amount: in_minor_units(order.total_amount, order.currency),
-            net: in_minor_units(order.net, order.currency),
+            kept: in_minor_units(order.kept, order.currency),
+            late_charges_unrefunded: in_minor_units(order.late_charges_unrefunded, order.currency),
             ..order
         })
-        .partition(|order| order.in_flight);
+        .partition(|order| !order.violation);
     Ok(Report { movements, unbalanced, payment_mismatches, order_violations, in_flight })
 }
 
@@ -241,8 +246,8 @@ crate::prepared_statement! {
 }
 
 crate::prepared_statement! {
-    /// Orders whose net money is wrong, with whether money is in flight (`check_orders.sql`).
-    pub(crate) struct CheckOrders<'a>("check_orders.sql") -> (Uuid, Uuid, Text, Numeric, Numeric, Bool) {
+    /// Orders whose money is off, with whether that is a violation (`check_orders.sql`).
+    pub(crate) struct CheckOrders<'a>("check_orders.sql") -> (Uuid, Uuid, Text, Numeric, Numeric, Numeric, Bool) {
         1 => now: &'a DateTime<Utc> as Timestamptz,
     }
 }
