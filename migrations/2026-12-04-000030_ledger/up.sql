@@ -67,17 +67,15 @@ $$;
 -- charge landed on it after it failed (`late_charge`, recorded with `late_charge_amount`).
 -- The captured amount never shrinks; if it ever did, `orderpay ledger check` reports the payment.
 CREATE FUNCTION orderpay_ledger_payment() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    late boolean := NEW.late_charge_amount IS NOT NULL AND OLD.late_charge_amount IS NULL;
 BEGIN
     IF NEW.amount_captured > OLD.amount_captured THEN
-        IF NEW.late_charge_amount IS NOT NULL AND OLD.late_charge_amount IS NULL THEN
-            PERFORM orderpay_ledger_move(NEW.account_id, 'late_charge', NEW.id, NEW.id,
-                NEW.order_id, 'provider_balance', 'late_charges',
-                NEW.amount_captured - OLD.amount_captured, NEW.currency, NEW.updated_at);
-        ELSE
-            PERFORM orderpay_ledger_move(NEW.account_id, 'charge_captured', NEW.id, NEW.id,
-                NEW.order_id, 'provider_balance', 'customer_payments',
-                NEW.amount_captured - OLD.amount_captured, NEW.currency, NEW.updated_at);
-        END IF;
+        PERFORM orderpay_ledger_move(NEW.account_id,
+            CASE WHEN late THEN 'late_charge' ELSE 'charge_captured' END, NEW.id, NEW.id,
+            NEW.order_id, 'provider_balance',
+            CASE WHEN late THEN 'late_charges' ELSE 'customer_payments' END,
+            NEW.amount_captured - OLD.amount_captured, NEW.currency, NEW.updated_at);
     END IF;
     RETURN NULL;
 END
@@ -93,14 +91,12 @@ CREATE FUNCTION orderpay_ledger_refund() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     given_back text := CASE WHEN NEW.idempotency_key IS NULL THEN 'late_charges' ELSE 'refunds' END;
 BEGIN
-    IF OLD.status = 'processing' AND NEW.status = 'succeeded' THEN
+    IF NEW.status = 'succeeded' AND OLD.status IN ('processing', 'failed') THEN
         PERFORM orderpay_ledger_move(NEW.account_id,
-            CASE WHEN NEW.idempotency_key IS NULL THEN 'late_charge_refund' ELSE 'refund' END,
+            CASE WHEN OLD.status = 'failed' THEN 'refund_correction'
+                 WHEN NEW.idempotency_key IS NULL THEN 'late_charge_refund' ELSE 'refund' END,
             NEW.id, NEW.payment_id, NEW.order_id, given_back, 'provider_balance', NEW.amount,
             NEW.currency, NEW.updated_at);
-    ELSIF OLD.status = 'failed' AND NEW.status = 'succeeded' THEN
-        PERFORM orderpay_ledger_move(NEW.account_id, 'refund_correction', NEW.id, NEW.payment_id,
-            NEW.order_id, given_back, 'provider_balance', NEW.amount, NEW.currency, NEW.updated_at);
     ELSIF OLD.status = 'succeeded' AND NEW.status = 'failed' THEN
         PERFORM orderpay_ledger_move(NEW.account_id, 'refund_reversal', NEW.id, NEW.payment_id,
             NEW.order_id, 'provider_balance', given_back, NEW.amount, NEW.currency, NEW.updated_at);
@@ -122,20 +118,17 @@ $$;
 CREATE TRIGGER ledger_movements_immutable BEFORE UPDATE OR DELETE ON ledger_movements
     FOR EACH ROW EXECUTE FUNCTION orderpay_ledger_immutable();
 
--- Payments and refunds settled before the ledger existed: their movements, as of now.
-INSERT INTO ledger_movements (account_id, id, type, operation_id, payment_id, order_id,
-    debit_account, credit_account, amount, currency, created_at)
-SELECT account_id, orderpay_uuid_v7(updated_at),
+-- Payments and refunds settled before the ledger existed: their movements, as of now, made as
+-- the triggers make them.
+SELECT orderpay_ledger_move(account_id,
     CASE WHEN late_charge_amount IS NOT NULL THEN 'late_charge' ELSE 'charge_captured' END,
     id, id, order_id, 'provider_balance',
     CASE WHEN late_charge_amount IS NOT NULL THEN 'late_charges' ELSE 'customer_payments' END,
-    amount_captured, currency, updated_at
+    amount_captured, currency, updated_at)
 FROM payments WHERE amount_captured > 0;
-INSERT INTO ledger_movements (account_id, id, type, operation_id, payment_id, order_id,
-    debit_account, credit_account, amount, currency, created_at)
-SELECT account_id, orderpay_uuid_v7(updated_at),
+SELECT orderpay_ledger_move(account_id,
     CASE WHEN idempotency_key IS NULL THEN 'late_charge_refund' ELSE 'refund' END,
     id, payment_id, order_id,
     CASE WHEN idempotency_key IS NULL THEN 'late_charges' ELSE 'refunds' END,
-    'provider_balance', amount, currency, updated_at
+    'provider_balance', amount, currency, updated_at)
 FROM refunds WHERE status = 'succeeded';
