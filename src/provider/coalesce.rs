@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::OnceCell;
 
 use super::{
-    BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest, PaymentProvider, ProviderError, Refund,
-    RefundRequest,
+    BalancePage, BalanceQuery, BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest,
+    PaymentProvider, ProviderError, Refund, RefundRequest,
 };
 
 type Lookup<T> = Result<Option<T>, ProviderError>;
@@ -115,6 +115,13 @@ impl<P: PaymentProvider> PaymentProvider for Coalescing<P> {
         request_id: Option<&'a str>,
     ) -> BoxFuture<'a, Lookup<Refund>> {
         Box::pin(self.refunds_by_key.run(downstream_key, self.inner.find_refund(downstream_key, request_id)))
+    }
+
+    fn list_balance_transactions<'a>(
+        &'a self,
+        query: &'a BalanceQuery,
+    ) -> BoxFuture<'a, Result<BalancePage, ProviderError>> {
+        self.inner.list_balance_transactions(query)
     }
 }
 

@@ -3,8 +3,8 @@
 //! method instead of forwarding all seven by hand. Every [`Delegating`] is a [`PaymentProvider`].
 
 use super::{
-    BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest, PaymentProvider, ProviderError, Refund,
-    RefundRequest,
+    BalancePage, BalanceQuery, BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest,
+    PaymentProvider, ProviderError, Refund, RefundRequest,
 };
 
 /// Declares [`Delegating`] with a default for each of [`PaymentProvider`]'s calls (the inner
@@ -43,4 +43,5 @@ delegating! {
     fn cancel_charge<'a>(request: &'a CancelRequest) -> Result<Charge, ProviderError>;
     fn create_refund<'a>(request: &'a RefundRequest) -> Result<Refund, ProviderError>;
     fn find_refund<'a>(downstream_key: &'a str, request_id: Option<&'a str>) -> Result<Option<Refund>, ProviderError>;
+    fn list_balance_transactions<'a>(query: &'a BalanceQuery) -> Result<BalancePage, ProviderError>;
 }

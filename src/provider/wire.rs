@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{Charge, ChargeStatus, ProviderError, Refund, RefundStatus};
+use super::{BalanceTransaction, Charge, ChargeStatus, ProviderError, Refund, RefundStatus};
 use crate::money::parse_value;
 
 /// Charge statuses on the wire.
@@ -36,6 +36,20 @@ pub mod event_type {
     pub const CHARGE_CANCELED: &str = "charge.canceled";
     pub const REFUND_SUCCEEDED: &str = "refund.succeeded";
     pub const REFUND_FAILED: &str = "refund.failed";
+}
+
+/// What moved the money of a balance transaction (Stripe's `reporting_category`).
+pub mod reporting_category {
+    /// A charge captured: money in.
+    pub const CHARGE: &str = "charge";
+    /// A refund succeeded: money out.
+    pub const REFUND: &str = "refund";
+    /// A refund that had succeeded was reversed: the money came back.
+    pub const REFUND_FAILURE: &str = "refund_failure";
+    /// A dispute opened: the customer's bank took the funds.
+    pub const DISPUTE: &str = "dispute";
+    /// A dispute won: the funds came back.
+    pub const DISPUTE_REVERSAL: &str = "dispute_reversal";
 }
 
 /// Error codes of business refusals: an answer about the money (nothing moved), as opposed to a
@@ -142,6 +156,33 @@ pub struct RefundBody {
     pub created_at: DateTime<Utc>,
 }
 
+/// A movement of the merchant's money at the provider (`GET /v1/balance_transactions`), as
+/// Stripe's balance transactions: `amount` is signed (negative when money left the balance).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BalanceTransactionBody {
+    /// `txn_...`
+    pub id: String,
+    pub object: String,
+    pub amount: String,
+    pub currency: String,
+    /// One of [`reporting_category`] (kept a string: a provider may report others).
+    pub reporting_category: String,
+    /// The charge, refund or dispute that moved the money.
+    pub source: String,
+    /// The idempotency key of the write that created the charge or refund (for a dispute, its
+    /// charge's): how orderpay's operation is named without a lookup.
+    pub source_idempotency_key: Option<String>,
+    pub created: DateTime<Utc>,
+}
+
+/// A page of a list, newest first: `starting_after` the last id of a page gives the next.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListBody<T> {
+    pub object: String,
+    pub data: Vec<T>,
+    pub has_more: bool,
+}
+
 /// An error answer: `{"error": {"type": ..., "code": ..., "message": ...}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
@@ -190,6 +231,14 @@ pub enum EventObject {
 
 fn money(field: &str, text: &str) -> Result<rust_decimal::Decimal, ProviderError> {
     parse_value(text).map_err(|error| ProviderError::Malformed(format!("{field} {text:?}: {error}")))
+}
+
+/// An amount that may be negative (a balance transaction's: money that left).
+fn signed_money(field: &str, text: &str) -> Result<rust_decimal::Decimal, ProviderError> {
+    match text.strip_prefix('-') {
+        Some(magnitude) => money(field, magnitude).map(|value| -value),
+        None => money(field, text),
+    }
 }
 
 impl ChargeBody {
@@ -241,6 +290,21 @@ impl RefundBody {
             status,
             currency: self.currency.clone(),
             amount: money("amount", &self.amount)?,
+        })
+    }
+}
+
+impl BalanceTransactionBody {
+    /// The domain's view of this movement; a malformed amount is `Malformed`.
+    pub fn to_balance_transaction(&self) -> Result<BalanceTransaction, ProviderError> {
+        Ok(BalanceTransaction {
+            id: self.id.clone(),
+            category: self.reporting_category.clone(),
+            amount: signed_money("amount", &self.amount)?,
+            currency: self.currency.clone(),
+            source: self.source.clone(),
+            source_key: self.source_idempotency_key.clone(),
+            created: self.created,
         })
     }
 }

@@ -249,10 +249,20 @@ impl MockProvider {
                         .route("/charges/{id}/cancel", web::post().to(handlers::cancel_charge))
                         .route("/refunds", web::post().to(handlers::create_refund))
                         .route("/refunds", web::get().to(handlers::find_refund_by_key))
-                        .route("/refunds/{id}", web::get().to(handlers::get_refund)),
+                        .route("/refunds/{id}", web::get().to(handlers::get_refund))
+                        .route("/balance_transactions", web::get().to(handlers::list_balance_transactions)),
                 )
                 .route("/_admin/charges", web::get().to(handlers::list_charges))
                 .route("/_admin/refunds", web::get().to(handlers::list_refunds))
+                .route("/_admin/balance_transactions", web::post().to(handlers::inject_balance_transaction))
+                .route(
+                    "/_admin/balance_transactions/generate",
+                    web::post().to(handlers::generate_balance_transactions),
+                )
+                .route(
+                    "/_admin/balance_transactions/{id}",
+                    web::delete().to(handlers::hide_balance_transaction),
+                )
                 .route("/_admin/webhooks", web::get().to(handlers::list_webhooks))
                 .route("/_admin/webhooks/{id}/deliver", web::post().to(handlers::deliver_webhook))
                 .route("/_admin/faults", web::get().to(handlers::get_faults))

@@ -8,10 +8,11 @@
 //! first; either way they happen once and emit their event once.
 //!
 //! One file per job: [`charges`], [`refunds`], [`keys`] (idempotency of the other writes),
-//! [`timers`], [`events`] (what becomes a webhook), [`admin`] (the admin views), [`reply`]
-//! (what the HTTP layer sends).
+//! [`timers`], [`events`] (what becomes a webhook), [`balance`] (the settlement records: every
+//! movement of money), [`admin`] (the admin views), [`reply`] (what the HTTP layer sends).
 
 mod admin;
+mod balance;
 mod charges;
 mod events;
 mod keys;
@@ -27,6 +28,7 @@ use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use uuid::Uuid;
 
+pub(super) use self::balance::{BalanceListQuery, Generate, InjectedMovement};
 use self::charges::StoredCharge;
 pub(super) use self::events::Emitted;
 use self::keys::Operation;
@@ -59,6 +61,8 @@ pub(super) struct Ledger {
     /// Set when `due` gained an entry, so that the task settling things on time looks again.
     pub scheduled: bool,
     events: Vec<Emitted>,
+    /// Every movement of money, for the settlement records.
+    balance: balance::Feed,
     pub faults: Faults,
 }
 
@@ -103,6 +107,7 @@ impl Ledger {
             due: BinaryHeap::new(),
             scheduled: false,
             events: Vec::new(),
+            balance: balance::Feed::default(),
             faults: Faults::default(),
         }
     }
