@@ -445,6 +445,7 @@ mod tests {
     /// the test below, so a new statement cannot be left out of this list.
     fn every_statement() -> Vec<Declared> {
         let mut statements = crate::operations::leases::declared_statements();
+        statements.extend(crate::settlement::repository::declared_statements());
         statements.extend([
             declared::<crate::idempotency::store::ClaimKey<'static>>(),
             declared::<crate::orders::repository::NewOrderStatement<'static>>(),

@@ -179,6 +179,31 @@ crate::prepared_statement! {
     struct CountOpenExceptions("sql/count_open_exceptions.sql") -> (Text, BigInt);
 }
 
+/// Every statement above, for the checks of `db::statement`'s tests.
+#[cfg(test)]
+pub(crate) fn declared_statements() -> Vec<crate::db::statement::Declared> {
+    use crate::db::statement::declared;
+    vec![
+        declared::<ClaimRun<'static>>(),
+        declared::<FinishRun<'static>>(),
+        declared::<ReleaseRun<'static>>(),
+        declared::<KnownProviderIds<'static>>(),
+        declared::<OursOfObjects<'static>>(),
+        declared::<ItemsOfObjects<'static>>(),
+        declared::<StatusesOfObjects<'static>>(),
+        declared::<InsertItems<'static>>(),
+        declared::<AttachProvider<'static>>(),
+        declared::<AttachOurs<'static>>(),
+        declared::<UnmatchedOurs<'static>>(),
+        declared::<PageSettings>(),
+        declared::<AccountIds>(),
+        declared::<WindowReport<'static>>(),
+        declared::<OpenExceptions<'static>>(),
+        declared::<ResolveException<'static>>(),
+        declared::<CountOpenExceptions>(),
+    ]
+}
+
 /// Claims a run of `window`; `None` when it is scheduled and another instance holds the window
 /// (it ran it, or is running it and its claim is younger than `stale_before`).
 pub async fn claim_run(

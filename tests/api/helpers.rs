@@ -690,8 +690,10 @@ pub async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
 impl TestApp {
     /// Our books follow the provider's money: once nothing is in flight, every payment's
     /// `amount_captured` and `amount_refunded` equal what the provider's charge for its
-    /// downstream key captured and refunded (none: nothing captured). `make chaos` asserts it
-    /// after every run. Returns how many payments were compared.
+    /// downstream key captured and refunded (none: nothing captured), the ledger check holds,
+    /// and settlement finds every movement of the provider's records in the ledger and every
+    /// ledger movement in them. `make chaos` asserts it after every run. Returns how many
+    /// payments were compared.
     pub async fn assert_books_equal_the_provider(&self) -> usize {
         let in_flight = self
             .count(
@@ -739,6 +741,21 @@ impl TestApp {
         // nothing is still in flight for any of them.
         let report = orderpay::ledger::check(&mut conn, chrono::Utc::now()).await.expect("ledger check");
         assert!(report.holds() && report.in_flight.is_empty(), "the ledger's books: {report:?}");
+        // And the provider's own records of money moved (its balance transactions) match the
+        // ledger movement for movement: settlement over all time finds no exception.
+        let provider = orderpay::app::provider(&self.settings.provider).expect("the provider client");
+        let all_time = orderpay::settlement::Window {
+            start: chrono::DateTime::UNIX_EPOCH,
+            end: chrono::Utc::now() + chrono::Duration::hours(1),
+        };
+        let options = orderpay::settlement::RunOptions {
+            page_size: 100,
+            scheduled: false,
+            stale_claim: Duration::from_secs(60),
+        };
+        let settled =
+            orderpay::settlement::run(&mut conn, provider.as_ref(), all_time, options).await.expect("settlement");
+        assert_eq!(settled.exceptions(), 0, "settlement against the provider's records: {settled:#?}");
         payments.len()
     }
 }
