@@ -155,6 +155,11 @@ pub enum ApiError {
     #[error("the amount is more than the {refundable_amount} still refundable")]
     RefundExceedsRefundable { refundable_amount: Amount },
 
+    /// 409 `charge-disputed`: more than is still refundable while a dispute of the payment is
+    /// open (its money withdrawn by the customer's bank). Not stored: a won dispute gives it back.
+    #[error("the payment is disputed; {refundable_amount} is still refundable")]
+    ChargeDisputed { refundable_amount: Amount },
+
     /// 422 `capture-exceeds-capturable`: more than was authorized. Not stored.
     #[error("the amount is more than the {capturable_amount} authorized")]
     CaptureExceedsCapturable { capturable_amount: Amount },
@@ -235,6 +240,7 @@ impl ApiError {
             ApiError::RefundExceedsRefundable { .. } => {
                 ("refund-exceeds-refundable", "Refund exceeds refundable")
             }
+            ApiError::ChargeDisputed { .. } => ("charge-disputed", "Charge disputed"),
             ApiError::CaptureExceedsCapturable { .. } => {
                 ("capture-exceeds-capturable", "Capture exceeds capturable")
             }
@@ -277,7 +283,8 @@ impl ApiError {
             ApiError::OperationFailed { id, .. } => {
                 members.insert("resource_id".into(), json!(id));
             }
-            ApiError::RefundExceedsRefundable { refundable_amount } => {
+            ApiError::RefundExceedsRefundable { refundable_amount }
+            | ApiError::ChargeDisputed { refundable_amount } => {
                 members.insert("refundable_amount".into(), json!(refundable_amount));
             }
             ApiError::CaptureExceedsCapturable { capturable_amount } => {
@@ -340,6 +347,7 @@ impl ResponseError for ApiError {
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::IdempotencyKeyInUse { .. }
             | ApiError::InvalidState { .. }
+            | ApiError::ChargeDisputed { .. }
             | ApiError::PaymentInProgress { .. } => StatusCode::CONFLICT,
             ApiError::PaymentDeclined { .. }
             | ApiError::PaymentFailed { .. }

@@ -5,7 +5,8 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{Charge, ChargeStatus, ProviderError, Refund, RefundStatus};
+use super::{Charge, ChargeStatus, Dispute, ProviderError, Refund, RefundStatus};
+use crate::disputes::{ClosedReason, DisputeStatus};
 use crate::money::parse_value;
 
 /// Charge statuses on the wire.
@@ -330,6 +331,40 @@ impl RefundBody {
             status,
             currency: self.currency.clone(),
             amount: money("amount", &self.amount)?,
+        })
+    }
+}
+
+impl DisputeBody {
+    /// The domain's view of this dispute; an unknown status or a malformed amount is `Malformed`.
+    pub fn to_dispute(&self) -> Result<Dispute, ProviderError> {
+        let status = DisputeStatus::parse(&self.status)
+            .ok_or_else(|| ProviderError::Malformed(format!("unknown dispute status {:?}", self.status)))?;
+        let closed_reason = self
+            .closed_reason
+            .as_deref()
+            .map(|reason| {
+                ClosedReason::parse(reason)
+                    .ok_or_else(|| ProviderError::Malformed(format!("unknown closed reason {reason:?}")))
+            })
+            .transpose()?;
+        if status.is_final() != closed_reason.is_some() {
+            return Err(ProviderError::Malformed(format!(
+                "a {status} dispute with closed reason {closed_reason:?}"
+            )));
+        }
+        Ok(Dispute {
+            id: self.id.clone(),
+            charge_id: self.charge.clone(),
+            amount: money("amount", &self.amount)?,
+            currency: self.currency.clone(),
+            reason: self.reason.clone(),
+            status,
+            closed_reason,
+            evidence_due_by: self.evidence_due_by,
+            amount_withdrawn: money("amount_withdrawn", &self.amount_withdrawn)?,
+            amount_reinstated: money("amount_reinstated", &self.amount_reinstated)?,
+            created_at: self.created_at,
         })
     }
 }

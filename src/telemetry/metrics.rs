@@ -120,6 +120,11 @@ pub const DESCRIBED: &[(&str, Kind, &str)] = &[
     ("orderpay_reconciler_passes_total", Kind::Counter, "Reconciler passes run"),
     ("orderpay_reconciler_payments_total", Kind::Counter, "Payments handled by the reconciler, by result"),
     ("orderpay_provider_webhooks_total", Kind::Counter, "Provider webhook deliveries, by what they did"),
+    (
+        "orderpay_disputes_recorded_total",
+        Kind::Counter,
+        "Disputes the provider reported, by what recording them did",
+    ),
     ("orderpay_db_pool_connections", Kind::Gauge, "Database connections by state"),
     (
         "orderpay_db_pool_max_connections",
@@ -191,6 +196,9 @@ fn export_at_start() {
         for &value in values {
             counter!(name, label => value).increment(0);
         }
+    }
+    for outcome in crate::disputes::repository::RecordOutcome::ALL {
+        counter!("orderpay_disputes_recorded_total", "result" => outcome.as_str()).increment(0);
     }
     for event_type in crate::events::EventType::ALL {
         counter!("orderpay_events_total", "type" => event_type.as_str()).increment(0);
@@ -295,6 +303,14 @@ pub fn reconciler_pass(results: &[(&'static str, usize)]) {
 }
 
 /// One provider webhook delivery: applied, duplicate, stale, unknown, rejected.
+/// `result` of recording a dispute the provider reported: a [`RecordOutcome`]'s name (refused:
+/// it broke the transition guard, ignored).
+///
+/// [`RecordOutcome`]: crate::disputes::repository::RecordOutcome
+pub fn dispute_recorded(result: &'static str) {
+    counter!("orderpay_disputes_recorded_total", "result" => result).increment(1);
+}
+
 pub fn provider_webhook(result: &'static str) {
     counter!("orderpay_provider_webhooks_total", "result" => result).increment(1);
 }
