@@ -235,6 +235,7 @@ impl Application {
                 rate_limiter.prune();
                 std::future::ready(false)
             });
+        let settlement_provider = provider.clone();
         let reconciler_engine = engine(&settings, background_pool.clone(), provider);
         let events_sweep = crate::events::sweeper::run(
             background_pool.clone(),
@@ -244,6 +245,14 @@ impl Application {
             shutdown_signal.clone(),
         );
         let mut background = vec![tokio::spawn(events_sweep)];
+        if let Some(settlement) = settings.settlement {
+            background.push(tokio::spawn(crate::settlement::job::run(
+                background_pool.clone(),
+                settlement_provider,
+                settlement,
+                shutdown_signal.clone(),
+            )));
+        }
         if let Some(nats) = &settings.nats {
             // Returns at once: the connection is made in the background, retried for ever.
             let relay =

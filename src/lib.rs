@@ -26,5 +26,6 @@ pub mod payments;
 pub mod provider;
 pub mod rate_limit;
 pub mod refunds;
+pub mod settlement;
 pub mod telemetry;
 pub mod webhook_signature;

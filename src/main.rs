@@ -63,6 +63,12 @@ enum Command {
         #[command(subcommand)]
         command: cli::ledger::LedgerCommand,
     },
+
+    /// Compare the provider's records of money movements with the ledger.
+    Settlement {
+        #[command(subcommand)]
+        command: cli::settlement::SettlementCommand,
+    },
     /// Act on events: send one again to merchant webhook endpoints.
     Events {
         #[command(subcommand)]
@@ -135,6 +141,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Keys { command } => cli::keys::run(command).await,
         Command::Payments { command } => cli::payments::run(command).await,
         Command::Ledger { command } => cli::ledger::run(command).await,
+        Command::Settlement { command } => cli::settlement::run(command).await,
         Command::Events { command } => cli::events::run(command).await,
         Command::Webhooks { command } => cli::webhooks::run(command).await,
         Command::Secrets { command } => cli::secrets::run(command).await,

@@ -1,4 +1,4 @@
-//! Operator commands: `accounts ...`, `keys show`, `payments ...`, `ledger check`,
+//! Operator commands: `accounts ...`, `keys show`, `payments ...`, `ledger check`, `settlement ...`,
 //! `events redeliver`, `webhooks failing` and `secrets reseal`. Each connects with `DATABASE_URL`, refuses a database
 //! whose schema is not this binary's (`schema.rs`: only `serve` and `migrate` migrate), prints a
 //! table for people by default and, with `--json`, JSON for scripts: a listing is a JSON array of
@@ -12,6 +12,7 @@ pub mod ledger;
 pub mod payments;
 pub mod schema;
 pub mod secrets;
+pub mod settlement;
 pub mod webhooks;
 
 use anyhow::Context;

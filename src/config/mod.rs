@@ -11,6 +11,7 @@ mod database;
 mod mock;
 mod nats;
 mod provider;
+mod settlement;
 mod webhooks;
 
 use std::time::Duration;
@@ -22,6 +23,7 @@ pub use database::{DEFAULT_DATABASE_URL, DatabaseArgs};
 pub use mock::MockProviderArgs;
 pub use nats::NatsArgs;
 pub use provider::{ProviderArgs, ProviderConfig, ReconcileArgs, claim_for};
+pub use settlement::SettlementArgs;
 pub use webhooks::{MerchantWebhookArgs, WebhookArgs};
 
 use crate::db::DatabaseConfig;
@@ -57,6 +59,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub nats: NatsArgs,
+
+    #[command(flatten)]
+    pub settlement: SettlementArgs,
 
     /// Address the HTTP API listens on.
     #[arg(long, env = "ORDERPAY_LISTEN", default_value = "127.0.0.1:8080")]
@@ -210,6 +215,8 @@ pub struct Settings {
     pub webhooks: Option<WebhookSettings>,
     /// The NATS JetStream relay, when `ORDERPAY_NATS_URL` is set.
     pub nats: Option<NatsConfig>,
+    /// The settlement job; `None` when off.
+    pub settlement: Option<crate::settlement::job::SettlementConfig>,
     pub client_timeout: Duration,
     /// How long a request body may take to arrive once the head is in.
     pub client_body_timeout: Duration,
@@ -268,6 +275,7 @@ impl ServeArgs {
             },
             webhooks: self.merchant_webhooks.settings()?,
             nats: self.nats.config()?,
+            settlement: self.settlement.config(),
             client_timeout: Duration::from_millis(self.client_timeout_ms.max(1)),
             client_body_timeout: Duration::from_millis(self.client_body_timeout_ms.max(1)),
             max_connections: self.max_connections,

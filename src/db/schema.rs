@@ -282,6 +282,47 @@ diesel::table! {
 }
 
 diesel::table! {
+    settlement_items (id) {
+        id -> Uuid,
+        category -> Text,
+        found_as -> Text,
+        run_id -> Uuid,
+        object_id -> Nullable<Uuid>,
+        movement_class -> Text,
+        rank -> Nullable<Int4>,
+        provider_id -> Nullable<Text>,
+        provider_category -> Nullable<Text>,
+        provider_amount -> Nullable<Numeric>,
+        provider_currency -> Nullable<Text>,
+        provider_source -> Nullable<Text>,
+        provider_key -> Nullable<Text>,
+        provider_created -> Nullable<Timestamptz>,
+        account_id -> Nullable<Uuid>,
+        ledger_movement_id -> Nullable<Uuid>,
+        ours_type -> Nullable<Text>,
+        ours_amount -> Nullable<Numeric>,
+        ours_currency -> Nullable<Text>,
+        ours_created -> Nullable<Timestamptz>,
+        ours_status -> Nullable<Text>,
+        resolved_at -> Nullable<Timestamptz>,
+        resolution -> Nullable<Text>,
+        note -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    settlement_runs (id) {
+        id -> Uuid,
+        window_start -> Timestamptz,
+        window_end -> Timestamptz,
+        scheduled -> Bool,
+        started_at -> Timestamptz,
+        finished_at -> Nullable<Timestamptz>,
+        report -> Nullable<Jsonb>,
+    }
+}
+
+diesel::table! {
     webhook_deliveries (account_id, id) {
         account_id -> Uuid,
         id -> Uuid,
@@ -331,6 +372,7 @@ diesel::table! {
 }
 
 diesel::joinable!(api_keys -> accounts (account_id));
+diesel::joinable!(settlement_items -> settlement_runs (run_id));
 
 diesel::allow_tables_to_appear_in_same_query!(
     accounts,
@@ -350,6 +392,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     provider_webhooks,
     refunds,
     relay_cursors,
+    settlement_items,
+    settlement_runs,
     webhook_deliveries,
     webhook_delivery_attempts,
     webhook_endpoints,

@@ -65,13 +65,17 @@ pub async fn metrics(state: web::Data<MetricsSource>) -> HttpResponse {
             counts.push((table, leases::count_waiting(&mut conn, table, Utc::now()).await.ok()?));
         }
         let unrefunded = crate::payments::inspect::count_late_charges_unrefunded(&mut conn).await.ok()?;
-        Some((counts, unrefunded))
+        let exceptions = crate::settlement::repository::count_open_exceptions(&mut conn).await.ok()?;
+        Some((counts, unrefunded, exceptions))
     };
-    if let Ok(Some((counts, unrefunded))) = tokio::time::timeout(Duration::from_secs(1), waiting).await {
+    if let Ok(Some((counts, unrefunded, exceptions))) =
+        tokio::time::timeout(Duration::from_secs(1), waiting).await
+    {
         for (table, count) in counts {
             metrics::operations_waiting(table.label(), count);
         }
         metrics::late_charges_unrefunded(unrefunded);
+        metrics::settlement_exceptions(&exceptions);
     }
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")

@@ -13,12 +13,12 @@ use reqwest::{RequestBuilder, StatusCode};
 use serde::de::DeserializeOwned;
 
 use super::wire::{
-    CancelChargeBody, CaptureChargeBody, ChargeBody, CreateChargeBody, CreateRefundBody, DisputeBody,
-    DisputeList, ErrorBody, REFUSAL_CODES, RefundBody,
+    BalanceTransactionBody, CancelChargeBody, CaptureChargeBody, ChargeBody, CreateChargeBody,
+    CreateRefundBody, DisputeBody, ErrorBody, ListBody, REFUSAL_CODES, RefundBody,
 };
 use super::{
-    BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest, Dispute, DisputePage, PaymentProvider,
-    ProviderError, Refund, RefundRequest,
+    BalancePage, BalanceQuery, BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest, Dispute,
+    DisputePage, PaymentProvider, ProviderError, Refund, RefundRequest,
 };
 
 #[derive(Debug, Clone)]
@@ -139,6 +139,24 @@ impl HttpProvider {
         let refund: Option<RefundBody> = lookup(get).await?;
         refund.map(|refund| refund.to_refund()).transpose()
     }
+
+    async fn balance_transactions(&self, query: &BalanceQuery) -> Result<BalancePage, ProviderError> {
+        let mut url = self.url(&["v1", "balance_transactions"])?;
+        {
+            let mut pairs = url.query_pairs_mut();
+            pairs
+                .append_pair("created_gte", &query.created_gte.to_rfc3339())
+                .append_pair("created_lt", &query.created_lt.to_rfc3339())
+                .append_pair("limit", &query.limit.to_string());
+            if let Some(after) = &query.starting_after {
+                pairs.append_pair("starting_after", after);
+            }
+        }
+        let page: ListBody<BalanceTransactionBody> = answer(self.http.get(url), &[StatusCode::OK]).await?;
+        let transactions =
+            page.data.iter().map(BalanceTransactionBody::to_balance_transaction).collect::<Result<_, _>>()?;
+        Ok(BalancePage { transactions, has_more: page.has_more })
+    }
 }
 
 impl HttpProvider {
@@ -164,7 +182,7 @@ impl HttpProvider {
         if let Some(after) = starting_after {
             url.query_pairs_mut().append_pair("starting_after", after);
         }
-        let list: DisputeList = answer(self.http.get(url), &[StatusCode::OK]).await?;
+        let list: ListBody<DisputeBody> = answer(self.http.get(url), &[StatusCode::OK]).await?;
         let disputes = list.data.iter().map(DisputeBody::to_dispute).collect::<Result<_, _>>()?;
         Ok(DisputePage { disputes, has_more: list.has_more })
     }
@@ -237,6 +255,13 @@ impl PaymentProvider for HttpProvider {
         starting_after: Option<&'a str>,
     ) -> BoxFuture<'a, Result<DisputePage, ProviderError>> {
         Box::pin(self.disputes(created_gte, starting_after))
+    }
+
+    fn list_balance_transactions<'a>(
+        &'a self,
+        query: &'a BalanceQuery,
+    ) -> BoxFuture<'a, Result<BalancePage, ProviderError>> {
+        Box::pin(self.balance_transactions(query))
     }
 }
 

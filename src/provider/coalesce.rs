@@ -15,8 +15,8 @@ use tokio::sync::OnceCell;
 use chrono::{DateTime, Utc};
 
 use super::{
-    BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest, Dispute, DisputePage, PaymentProvider,
-    ProviderError, Refund, RefundRequest,
+    BalancePage, BalanceQuery, BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest, Dispute,
+    DisputePage, PaymentProvider, ProviderError, Refund, RefundRequest,
 };
 
 type Lookup<T> = Result<Option<T>, ProviderError>;
@@ -135,6 +135,13 @@ impl<P: PaymentProvider> PaymentProvider for Coalescing<P> {
         starting_after: Option<&'a str>,
     ) -> BoxFuture<'a, Result<DisputePage, ProviderError>> {
         self.inner.list_disputes(created_gte, starting_after)
+    }
+
+    fn list_balance_transactions<'a>(
+        &'a self,
+        query: &'a BalanceQuery,
+    ) -> BoxFuture<'a, Result<BalancePage, ProviderError>> {
+        self.inner.list_balance_transactions(query)
     }
 }
 

@@ -5,8 +5,8 @@
 use chrono::{DateTime, Utc};
 
 use super::{
-    BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest, Dispute, DisputePage, PaymentProvider,
-    ProviderError, Refund, RefundRequest,
+    BalancePage, BalanceQuery, BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest, Dispute,
+    DisputePage, PaymentProvider, ProviderError, Refund, RefundRequest,
 };
 
 /// Declares [`Delegating`] with a default for each of [`PaymentProvider`]'s calls (the inner
@@ -47,4 +47,5 @@ delegating! {
     fn find_refund<'a>(downstream_key: &'a str, request_id: Option<&'a str>) -> Result<Option<Refund>, ProviderError>;
     fn get_dispute<'a>(dispute_id: &'a str, request_id: Option<&'a str>) -> Result<Option<Dispute>, ProviderError>;
     fn list_disputes<'a>(created_gte: DateTime<Utc>, starting_after: Option<&'a str>) -> Result<DisputePage, ProviderError>;
+    fn list_balance_transactions<'a>(query: &'a BalanceQuery) -> Result<BalancePage, ProviderError>;
 }

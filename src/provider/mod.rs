@@ -176,6 +176,41 @@ pub struct DisputePage {
     pub has_more: bool,
 }
 
+/// A movement of the merchant's money at the provider, as its settlement reports list them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BalanceTransaction {
+    pub id: String,
+    /// What moved it (`charge`, `refund`, `refund_failure`, `dispute`, `dispute_reversal`, or a
+    /// category orderpay does not know).
+    pub category: String,
+    /// Signed: negative when money left the merchant's balance.
+    pub amount: Decimal,
+    /// As the provider spells it.
+    pub currency: String,
+    /// The provider's id of the charge, refund or dispute.
+    pub source: String,
+    /// The idempotency key its charge or refund was created with: names our payment or refund.
+    pub source_key: Option<String>,
+    pub created: DateTime<Utc>,
+}
+
+/// Which movements to list: those created in `[created_gte, created_lt)`, newest first, up to
+/// `limit`, after the movement `starting_after` of the previous page.
+#[derive(Debug, Clone)]
+pub struct BalanceQuery {
+    pub created_gte: DateTime<Utc>,
+    pub created_lt: DateTime<Utc>,
+    pub limit: u32,
+    pub starting_after: Option<String>,
+}
+
+/// One page of movements, and whether more follow.
+#[derive(Debug, Clone, Default)]
+pub struct BalancePage {
+    pub transactions: Vec<BalanceTransaction>,
+    pub has_more: bool,
+}
+
 /// Why a provider call did not give us the object we asked for. Only [`ProviderError::Refused`]
 /// is a definite answer about money; none of the others means "nothing happened".
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -260,4 +295,10 @@ pub trait PaymentProvider: Send + Sync + 'static {
         created_gte: DateTime<Utc>,
         starting_after: Option<&'a str>,
     ) -> BoxFuture<'a, Result<DisputePage, ProviderError>>;
+
+    /// A page of the provider's movements of money (its settlement records), newest first.
+    fn list_balance_transactions<'a>(
+        &'a self,
+        query: &'a BalanceQuery,
+    ) -> BoxFuture<'a, Result<BalancePage, ProviderError>>;
 }

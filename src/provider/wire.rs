@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{Charge, ChargeStatus, Dispute, ProviderError, Refund, RefundStatus};
+use super::{BalanceTransaction, Charge, ChargeStatus, Dispute, ProviderError, Refund, RefundStatus};
 use crate::disputes::{ClosedReason, DisputeStatus};
 use crate::money::parse_value;
 
@@ -70,6 +70,20 @@ pub mod event_type {
     pub const DISPUTE_FUNDS_REINSTATED: &str = "charge.dispute.funds_reinstated";
     /// A dispute reached its final status (`won`, `lost`, `warning_closed`).
     pub const DISPUTE_CLOSED: &str = "charge.dispute.closed";
+}
+
+/// What moved the money of a balance transaction (Stripe's `reporting_category`).
+pub mod reporting_category {
+    /// A charge captured: money in.
+    pub const CHARGE: &str = "charge";
+    /// A refund succeeded: money out.
+    pub const REFUND: &str = "refund";
+    /// A refund that had succeeded was reversed: the money came back.
+    pub const REFUND_FAILURE: &str = "refund_failure";
+    /// A dispute opened: the customer's bank took the funds.
+    pub const DISPUTE: &str = "dispute";
+    /// A dispute won: the funds came back.
+    pub const DISPUTE_REVERSAL: &str = "dispute_reversal";
 }
 
 /// Error codes of business refusals: an answer about the money (nothing moved), as opposed to a
@@ -223,11 +237,30 @@ pub struct UpdateDisputeBody {
 #[serde(deny_unknown_fields)]
 pub struct CloseDisputeBody {}
 
-/// A page of `GET /v1/disputes`: newest first.
+/// A movement of the merchant's money at the provider (`GET /v1/balance_transactions`), as
+/// Stripe's balance transactions: `amount` is signed (negative when money left the balance).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DisputeList {
+pub struct BalanceTransactionBody {
+    /// `txn_...`
+    pub id: String,
     pub object: String,
-    pub data: Vec<DisputeBody>,
+    pub amount: String,
+    pub currency: String,
+    /// One of [`reporting_category`] (kept a string: a provider may report others).
+    pub reporting_category: String,
+    /// The charge, refund or dispute that moved the money.
+    pub source: String,
+    /// The idempotency key of the write that created the charge or refund (for a dispute, its
+    /// charge's): how orderpay's operation is named without a lookup.
+    pub source_idempotency_key: Option<String>,
+    pub created: DateTime<Utc>,
+}
+
+/// A page of a list, newest first: `starting_after` the last id of a page gives the next.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListBody<T> {
+    pub object: String,
+    pub data: Vec<T>,
     pub has_more: bool,
 }
 
@@ -280,6 +313,14 @@ pub enum EventObject {
 
 fn money(field: &str, text: &str) -> Result<rust_decimal::Decimal, ProviderError> {
     parse_value(text).map_err(|error| ProviderError::Malformed(format!("{field} {text:?}: {error}")))
+}
+
+/// An amount that may be negative (a balance transaction's: money that left).
+fn signed_money(field: &str, text: &str) -> Result<rust_decimal::Decimal, ProviderError> {
+    match text.strip_prefix('-') {
+        Some(magnitude) => money(field, magnitude).map(|value| -value),
+        None => money(field, text),
+    }
 }
 
 impl ChargeBody {
@@ -365,6 +406,21 @@ impl DisputeBody {
             amount_withdrawn: money("amount_withdrawn", &self.amount_withdrawn)?,
             amount_reinstated: money("amount_reinstated", &self.amount_reinstated)?,
             created_at: self.created_at,
+        })
+    }
+}
+
+impl BalanceTransactionBody {
+    /// The domain's view of this movement; a malformed amount is `Malformed`.
+    pub fn to_balance_transaction(&self) -> Result<BalanceTransaction, ProviderError> {
+        Ok(BalanceTransaction {
+            id: self.id.clone(),
+            category: self.reporting_category.clone(),
+            amount: signed_money("amount", &self.amount)?,
+            currency: self.currency.clone(),
+            source: self.source.clone(),
+            source_key: self.source_idempotency_key.clone(),
+            created: self.created,
         })
     }
 }

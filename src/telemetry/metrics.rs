@@ -25,6 +25,9 @@
 //! | `orderpay_webhook_deliveries_total` | counter | `result`: delivered, failed, gave_up (merchant webhook delivery attempts) |
 //! | `orderpay_webhook_secret_errors_total` | counter | deliveries that could not be signed: their endpoint's secret opens under no key of `ORDERPAY_ENCRYPTION_KEY` |
 //! | `orderpay_nats_published_total` | counter | events the NATS relay stored in its JetStream stream (first copies) |
+//! | `orderpay_settlement_exceptions` | gauge | `category`: settlement exceptions nobody settled (missing_ours, missing_provider, amount_mismatch, currency_mismatch, status_mismatch, duplicate_provider; read at scrape) |
+//! | `orderpay_settlement_runs_total` | counter | `result`: clean (every movement matched), exceptions (the window has open exceptions), failed |
+//! | `orderpay_settlement_last_run_timestamp_seconds` | gauge | when this instance last finished a settlement run (set by the run) |
 //! | `orderpay_nats_duplicates_total` | counter | events published again that JetStream dropped by their `Nats-Msg-Id` (a batch handed on again after a crash or a lost PubAck) |
 //!
 //! Every name is declared in [`DESCRIBED`], which `describe` registers and the test of the
@@ -117,6 +120,17 @@ pub const DESCRIBED: &[(&str, Kind, &str)] = &[
         Kind::Counter,
         "Money constraints that refused what a statement's own guard let through (a guard's bug)",
     ),
+    (
+        "orderpay_settlement_exceptions",
+        Kind::Gauge,
+        "Settlement exceptions (our books against the provider's records) nobody settled, by category",
+    ),
+    ("orderpay_settlement_runs_total", Kind::Counter, "Settlement runs of a window, by result"),
+    (
+        "orderpay_settlement_last_run_timestamp_seconds",
+        Kind::Gauge,
+        "When this instance last finished a settlement run (Unix seconds)",
+    ),
     ("orderpay_reconciler_passes_total", Kind::Counter, "Reconciler passes run"),
     ("orderpay_reconciler_payments_total", Kind::Counter, "Payments handled by the reconciler, by result"),
     ("orderpay_provider_webhooks_total", Kind::Counter, "Provider webhook deliveries, by what they did"),
@@ -174,6 +188,8 @@ pub const PROVIDER_WEBHOOK_RESULTS: &[&str] =
     &["applied", "duplicate", "stale", "unknown", "mismatch", "rejected"];
 /// `result` of `orderpay_webhook_deliveries_total`.
 pub const WEBHOOK_DELIVERY_RESULTS: &[&str] = &["delivered", "failed", "gave_up"];
+/// `result` of `orderpay_settlement_runs_total`.
+pub const SETTLEMENT_RUN_RESULTS: &[&str] = &["clean", "exceptions", "failed"];
 
 /// Every counter at 0 for each of its known label values (and the HTTP metrics for the scrape
 /// itself, the one request known to come), so that each renders from start.
@@ -181,7 +197,7 @@ fn export_at_start() {
     let scrape = [("method", "GET"), ("route", "/metrics"), ("status", "200")];
     counter!("orderpay_http_requests_total", &scrape).increment(0);
     let _ = histogram!(HTTP_DURATION, &scrape);
-    let labelled: [(&'static str, &'static str, &[&'static str]); 9] = [
+    let labelled: [(&'static str, &'static str, &[&'static str]); 10] = [
         ("orderpay_idempotency_requests_total", "outcome", IDEMPOTENCY_OUTCOMES),
         ("orderpay_payments_settled_total", "status", PAYMENT_STATUSES),
         ("orderpay_refunds_settled_total", "status", REFUND_STATUSES),
@@ -191,6 +207,7 @@ fn export_at_start() {
         ("orderpay_reconciler_payments_total", "result", RECONCILER_RESULTS),
         ("orderpay_provider_webhooks_total", "result", PROVIDER_WEBHOOK_RESULTS),
         ("orderpay_webhook_deliveries_total", "result", WEBHOOK_DELIVERY_RESULTS),
+        ("orderpay_settlement_runs_total", "result", SETTLEMENT_RUN_RESULTS),
     ];
     for (name, label, values) in labelled {
         for &value in values {
@@ -241,6 +258,26 @@ pub fn payment_settled(status: &'static str) {
 
 pub fn late_charges_unrefunded(count: i64) {
     gauge!("orderpay_late_charges_unrefunded").set(count as f64);
+}
+
+/// The open settlement exceptions per category.
+pub fn settlement_exceptions(counts: &std::collections::HashMap<crate::settlement::Category, i64>) {
+    for (category, count) in counts {
+        gauge!("orderpay_settlement_exceptions", "category" => category.as_str()).set(*count as f64);
+    }
+}
+
+/// A settlement run finished (or failed: `report` is `None`).
+pub fn settlement_run(report: Option<&crate::settlement::Report>) {
+    let result = match report {
+        None => "failed",
+        Some(report) if report.exceptions() == 0 => "clean",
+        Some(_) => "exceptions",
+    };
+    counter!("orderpay_settlement_runs_total", "result" => result).increment(1);
+    if report.is_some() {
+        gauge!("orderpay_settlement_last_run_timestamp_seconds").set(chrono::Utc::now().timestamp() as f64);
+    }
 }
 
 pub fn refund_corrected(to: &'static str) {

@@ -350,3 +350,31 @@ async fn refunds_are_refused_while_disputed_and_after_a_lost_dispute_and_allowed
     assert_eq!(refunded["status"], "succeeded", "{refunded}");
     app.assert_books_equal_the_provider().await;
 }
+
+/// The provider's settlement records of a won and a lost dispute (`dispute`, `dispute_reversal`)
+/// match the ledger's movements one for one.
+#[tokio::test]
+async fn settlement_matches_the_disputes_movements_with_the_providers() {
+    use orderpay::settlement::{self, RunOptions, Window};
+    let app = app().await;
+    let now = chrono::Utc::now();
+    let window =
+        Window { start: now - chrono::Duration::seconds(1), end: now + chrono::Duration::minutes(1) };
+    let (_, won_charge) = paid(&app, "pm_card_ok").await;
+    let (_, lost_charge) = paid(&app, "pm_card_ok").await;
+    let won = open_dispute(&app, &won_charge).await;
+    let lost = open_dispute(&app, &lost_charge).await;
+    decide(&app, &won, "won").await;
+    decide(&app, &lost, "lost").await;
+    deliver_all(&app).await;
+
+    let provider = orderpay::app::provider(&app.settings.provider).unwrap();
+    let options = RunOptions { page_size: 3, scheduled: false, stale_claim: Duration::from_secs(60) };
+    let report = settlement::run(&mut app.db().await, provider.as_ref(), window, options).await.unwrap();
+    assert_eq!(
+        report.categories["matched"].count, 5,
+        "two charges, two withdrawals, one reinstatement: {report:#?}"
+    );
+    assert_eq!(report.exceptions(), 0, "{report:#?}");
+    assert_eq!(report.ours_total["USD"], report.provider_total["USD"]);
+}

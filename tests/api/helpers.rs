@@ -76,7 +76,7 @@ pub struct TestApp {
 /// This test's mock payment provider, a real HTTP server.
 pub struct TestProvider {
     pub address: String,
-    client: reqwest::Client,
+    pub client: reqwest::Client,
     server: actix_web::dev::ServerHandle,
 }
 
@@ -264,6 +264,8 @@ async fn spawn_app_on(
         webhooks: None,
         // Off unless a test turns it on (tests/api/nats.rs).
         nats: None,
+        // Off unless a test turns it on (tests/api/settlement.rs runs windows itself).
+        settlement: None,
         client_timeout: Duration::from_secs(5),
         client_body_timeout: Duration::from_secs(10),
         max_connections: 4096,

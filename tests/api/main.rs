@@ -34,4 +34,5 @@ mod provider;
 mod provider_webhooks;
 mod refunds;
 mod security;
+mod settlement;
 mod webhooks;

@@ -20,10 +20,13 @@ def show(parts):
 
 
 def main():
-    metadata = json.loads(subprocess.run(
-        ["cargo", "metadata", "--format-version", "1", "--locked", "--offline"],
-        check=True, capture_output=True, text=True,
-    ).stdout)
+    command = ["cargo", "metadata", "--format-version", "1", "--locked", "--offline"]
+    found = subprocess.run(command, capture_output=True, text=True)
+    if found.returncode != 0:
+        # A fresh machine's registry lacks the crates of other platforms, which metadata reads.
+        subprocess.run(["cargo", "fetch", "--locked"], check=True)
+        found = subprocess.run(command, check=True, capture_output=True, text=True)
+    metadata = json.loads(found.stdout)
     packages = {package["id"]: package for package in metadata["packages"]}
     deps = {node["id"]: [dep["pkg"] for dep in node["deps"]] for node in metadata["resolve"]["nodes"]}
     members = set(metadata["workspace_members"])

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use super::ledger::{Decision, OpenDispute, Reply};
+use super::ledger::{BalanceListQuery, Decision, Generate, InjectedMovement, OpenDispute, Reply};
 use super::script::{self, Scripted};
 use super::{Faults, MockState, bad_request, respond};
 use crate::provider::wire::{
@@ -239,7 +239,7 @@ pub(super) async fn decide_dispute(
     id: web::Path<String>,
     body: web::Json<Decision>,
 ) -> HttpResponse {
-    respond(state.with_ledger(|ledger| ledger.decide_dispute(&id, &body)))
+    respond(state.with_ledger(|ledger| ledger.decide_dispute(&id, &body, Utc::now())))
 }
 
 fn not_found(message: &str) -> HttpResponse {
@@ -256,6 +256,51 @@ pub(super) async fn list_charges(state: web::Data<MockState>) -> HttpResponse {
 pub(super) async fn list_refunds(state: web::Data<MockState>) -> HttpResponse {
     let refunds = state.with_ledger(|ledger| ledger.admin_refunds(Utc::now()));
     HttpResponse::Ok().json(json!({ "data": refunds }))
+}
+
+/// `GET /v1/balance_transactions`: the settlement records, newest first.
+pub(super) async fn list_balance_transactions(
+    state: web::Data<MockState>,
+    query: web::Query<BalanceListQuery>,
+) -> HttpResponse {
+    match state.with_ledger(|ledger| ledger.balance_transactions(&query, Utc::now())) {
+        Ok(page) => HttpResponse::Ok().json(page),
+        Err(message) => bad_request(&message),
+    }
+}
+
+/// `POST /_admin/balance_transactions`: the provider reports a movement nothing made.
+pub(super) async fn inject_balance_transaction(
+    state: web::Data<MockState>,
+    body: web::Json<InjectedMovement>,
+) -> HttpResponse {
+    match state.with_ledger(|ledger| ledger.inject_movement(body.into_inner(), Utc::now())) {
+        Ok(movement) => HttpResponse::Created().json(movement),
+        Err(message) => bad_request(&message),
+    }
+}
+
+/// `DELETE /_admin/balance_transactions/{id}`: the provider stops reporting a movement.
+pub(super) async fn hide_balance_transaction(
+    state: web::Data<MockState>,
+    id: web::Path<String>,
+) -> HttpResponse {
+    if state.with_ledger(|ledger| ledger.hide_movement(&id)) {
+        HttpResponse::NoContent().finish()
+    } else {
+        not_found("no such balance transaction")
+    }
+}
+
+/// `POST /_admin/balance_transactions/generate`: seeded movements for the benchmark.
+pub(super) async fn generate_balance_transactions(
+    state: web::Data<MockState>,
+    body: web::Json<Generate>,
+) -> HttpResponse {
+    match state.with_ledger(|ledger| ledger.generate_movements(&body)) {
+        Ok(count) => HttpResponse::Created().json(json!({ "generated": count })),
+        Err(message) => bad_request(&message),
+    }
 }
 
 /// `GET /_admin/webhooks`: every event with its delivery attempts, oldest first.

@@ -255,12 +255,22 @@ impl MockProvider {
                         .route("/disputes", web::get().to(handlers::list_disputes))
                         .route("/disputes/{id}", web::get().to(handlers::get_dispute))
                         .route("/disputes/{id}", web::post().to(handlers::update_dispute))
-                        .route("/disputes/{id}/close", web::post().to(handlers::close_dispute)),
+                        .route("/disputes/{id}/close", web::post().to(handlers::close_dispute))
+                        .route("/balance_transactions", web::get().to(handlers::list_balance_transactions)),
                 )
                 .route("/_admin/charges", web::get().to(handlers::list_charges))
                 .route("/_admin/refunds", web::get().to(handlers::list_refunds))
                 .route("/_admin/disputes", web::post().to(handlers::open_dispute))
                 .route("/_admin/disputes/{id}/decide", web::post().to(handlers::decide_dispute))
+                .route("/_admin/balance_transactions", web::post().to(handlers::inject_balance_transaction))
+                .route(
+                    "/_admin/balance_transactions/generate",
+                    web::post().to(handlers::generate_balance_transactions),
+                )
+                .route(
+                    "/_admin/balance_transactions/{id}",
+                    web::delete().to(handlers::hide_balance_transaction),
+                )
                 .route("/_admin/webhooks", web::get().to(handlers::list_webhooks))
                 .route("/_admin/webhooks/{id}/deliver", web::post().to(handlers::deliver_webhook))
                 .route("/_admin/faults", web::get().to(handlers::get_faults))

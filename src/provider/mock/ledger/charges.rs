@@ -11,7 +11,9 @@ use super::timers::Due;
 use super::{Ledger, money, new_id, positive_amount, same_currency};
 use crate::clock;
 use crate::money::{Amount, Currency};
-use crate::provider::wire::{CaptureChargeBody, ChargeBody, CreateChargeBody, charge_status, event_type};
+use crate::provider::wire::{
+    CaptureChargeBody, ChargeBody, CreateChargeBody, charge_status, event_type, reporting_category,
+};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum ChargeState {
@@ -91,6 +93,7 @@ impl Ledger {
                     if charge.request.capture {
                         charge.state = ChargeState::Succeeded;
                         charge.amount_captured = charge.amount;
+                        self.record_capture(index, settled_at);
                     } else {
                         // The authorization runs from when it was granted, not from when we looked.
                         let expires_at = clock::after(settled_at, self.timing.auth_ttl);
@@ -112,6 +115,14 @@ impl Ledger {
                 }
             }
         }
+    }
+
+    /// The settlement record of a charge's capture.
+    fn record_capture(&mut self, index: usize, at: DateTime<Utc>) {
+        let charge = &self.charges[index];
+        let (amount, currency, id, key) =
+            (charge.amount_captured, charge.currency, charge.id.clone(), charge.key.clone());
+        self.record_movement(reporting_category::CHARGE, amount, currency, &id, &key, at);
     }
 
     pub(super) fn charge_view(&mut self, index: usize, now: DateTime<Utc>) -> ChargeBody {
@@ -224,6 +235,9 @@ impl Ledger {
         self.charge_by_id.insert(charge.id.clone(), index);
         let captured = charge.state == ChargeState::Succeeded;
         self.charges.push(charge);
+        if self.charges[index].state == ChargeState::Succeeded {
+            self.record_capture(index, now);
+        }
         if let Some(kind) = event {
             self.emit_charge(kind, index);
         }
@@ -302,6 +316,7 @@ impl Ledger {
         charge.state = ChargeState::Succeeded;
         // A partial capture releases the rest of the authorization.
         charge.amount_captured = amount.unwrap_or(charge.amount);
+        self.record_capture(index, now);
         self.record(key, request, Outcome::Charge(index));
         self.emit_charge(event_type::CHARGE_CAPTURED, index);
         self.dispute_later(index, now);

@@ -3,8 +3,9 @@
 //! (`POST /v1/disputes/{id}`: evidence, submitted or not; `POST /v1/disputes/{id}/close`: accepted),
 //! and decided by the bank (`POST /_admin/disputes/{id}/decide`). Each step emits its
 //! `charge.dispute.*` event. A chargeback withdraws the disputed funds when it opens (they no
-//! longer count as refundable) and a won one reinstates them; an inquiry (`warning_*`) moves
-//! no money.
+//! longer count as refundable) and a won one reinstates them, each a settlement record
+//! (`dispute`, `dispute_reversal`) keyed by the disputed charge's idempotency key; an inquiry
+//! (`warning_*`) moves no money.
 
 use actix_web::http::StatusCode;
 use chrono::{DateTime, Utc};
@@ -18,8 +19,8 @@ use super::timers::Due;
 use super::{Ledger, money, new_id, positive_amount};
 use crate::clock;
 use crate::provider::wire::{
-    DisputeBody, DisputeList, UpdateDisputeBody, dispute_closed_reason as closed, dispute_status as status,
-    event_type,
+    DisputeBody, ListBody, UpdateDisputeBody, dispute_closed_reason as closed, dispute_status as status,
+    event_type, reporting_category,
 };
 
 /// How long evidence is taken by default, as at most card networks.
@@ -121,7 +122,7 @@ impl Ledger {
         let has_more = page.len() > limit;
         page.truncate(limit);
         let data = page.into_iter().map(|index| self.dispute_body(index)).collect();
-        Reply::new(StatusCode::OK, DisputeList { object: "list".to_owned(), data, has_more }, false)
+        Reply::new(StatusCode::OK, ListBody { object: "list".to_owned(), data, has_more }, false)
     }
 
     /// A captured `pm_card_disputed` charge is disputed on its own once `settle_after` passed.
@@ -194,6 +195,7 @@ impl Ledger {
         self.disputes.push(dispute);
         self.emit_dispute(event_type::DISPUTE_CREATED, index);
         if withdrawn {
+            self.record_dispute_movement(reporting_category::DISPUTE, index, now);
             self.emit_dispute(event_type::DISPUTE_FUNDS_WITHDRAWN, index);
         }
         Reply::new(StatusCode::CREATED, self.dispute_body(index), false)
@@ -201,7 +203,7 @@ impl Ledger {
 
     /// `POST /_admin/disputes/{id}/decide`: the bank decides, `won` (the funds come back) or
     /// `lost`; an inquiry just closes.
-    pub fn decide_dispute(&mut self, id: &str, decision: &Decision) -> Reply {
+    pub fn decide_dispute(&mut self, id: &str, decision: &Decision, now: DateTime<Utc>) -> Reply {
         let Some(&index) = self.dispute_by_id.get(id) else {
             return Reply::missing("dispute");
         };
@@ -225,10 +227,22 @@ impl Ledger {
         let charge = dispute.charge;
         self.charges[charge].amount_disputed -= reinstated;
         if reinstated > Decimal::ZERO {
+            self.record_dispute_movement(reporting_category::DISPUTE_REVERSAL, index, now);
             self.emit_dispute(event_type::DISPUTE_FUNDS_REINSTATED, index);
         }
         self.emit_dispute(event_type::DISPUTE_CLOSED, index);
         Reply::new(StatusCode::OK, self.dispute_body(index), false)
+    }
+
+    /// The settlement record of a dispute's funds leaving (`dispute`) or coming back
+    /// (`dispute_reversal`), named by the disputed charge's key.
+    fn record_dispute_movement(&mut self, category: &str, index: usize, at: DateTime<Utc>) {
+        let dispute = &self.disputes[index];
+        let charge = &self.charges[dispute.charge];
+        let amount =
+            if category == reporting_category::DISPUTE { -dispute.withdrawn } else { dispute.reinstated };
+        let (currency, id, key) = (charge.currency, dispute.id.clone(), charge.key.clone());
+        self.record_movement(category, amount, currency, &id, &key, at);
     }
 
     /// `POST /v1/disputes/{id}`: the merchant's evidence, submitted (the dispute goes under

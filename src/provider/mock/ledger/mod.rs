@@ -7,11 +7,12 @@
 //! in [`Ledger::advance_due`] on time, and lazily whenever the object is read, whichever comes
 //! first; either way they happen once and emit their event once.
 //!
-//! One file per job: [`charges`], [`refunds`], [`disputes`], [`keys`] (idempotency of the other writes),
-//! [`timers`], [`events`] (what becomes a webhook), [`admin`] (the admin views), [`reply`]
-//! (what the HTTP layer sends).
+//! One file per job: [`charges`], [`refunds`], [`disputes`], [`keys`] (idempotency of the other
+//! writes), [`timers`], [`events`] (what becomes a webhook), [`balance`] (the settlement records:
+//! every movement of money), [`admin`] (the admin views), [`reply`] (what the HTTP layer sends).
 
 mod admin;
+mod balance;
 mod charges;
 mod disputes;
 mod events;
@@ -28,6 +29,7 @@ use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use uuid::Uuid;
 
+pub(super) use self::balance::{BalanceListQuery, Generate, InjectedMovement};
 use self::charges::StoredCharge;
 use self::disputes::StoredDispute;
 pub(super) use self::disputes::{Decision, OpenDispute};
@@ -64,6 +66,8 @@ pub(super) struct Ledger {
     /// Set when `due` gained an entry, so that the task settling things on time looks again.
     pub scheduled: bool,
     events: Vec<Emitted>,
+    /// Every movement of money, for the settlement records.
+    balance: balance::Feed,
     pub faults: Faults,
 }
 
@@ -110,6 +114,7 @@ impl Ledger {
             due: BinaryHeap::new(),
             scheduled: false,
             events: Vec::new(),
+            balance: balance::Feed::default(),
             faults: Faults::default(),
         }
     }

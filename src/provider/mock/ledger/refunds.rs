@@ -11,7 +11,7 @@ use super::reply::{Reply, refusal};
 use super::timers::Due;
 use super::{Ledger, money, new_id, positive_amount, same_currency};
 use crate::clock;
-use crate::provider::wire::{CreateRefundBody, RefundBody, event_type, refund_status};
+use crate::provider::wire::{CreateRefundBody, RefundBody, event_type, refund_status, reporting_category};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum RefundState {
@@ -38,13 +38,18 @@ pub(super) struct StoredRefund {
 impl Ledger {
     pub(super) fn advance_refund(&mut self, index: usize, now: DateTime<Utc>) {
         let refund = &mut self.refunds[index];
-        if refund.state == RefundState::Pending && refund.settles_at.is_some_and(|at| at <= now) {
+        if refund.state == RefundState::Pending
+            && let Some(settled_at) = refund.settles_at.filter(|at| *at <= now)
+        {
             refund.state = RefundState::Succeeded;
             refund.settles_at = None;
+            self.record_refund_movement(reporting_category::REFUND, index, settled_at);
             self.emit_refund(event_type::REFUND_SUCCEEDED, index);
         }
         let refund = &mut self.refunds[index];
-        if refund.state == RefundState::Succeeded && refund.reverses_at.is_some_and(|at| at <= now) {
+        if refund.state == RefundState::Succeeded
+            && let Some(reversed_at) = refund.reverses_at.filter(|at| *at <= now)
+        {
             refund.state = RefundState::Failed {
                 code: "refund_reversed".to_owned(),
                 message: "The refund was reversed: the card could not receive it.".to_owned(),
@@ -52,8 +57,19 @@ impl Ledger {
             refund.reverses_at = None;
             let (charge, amount) = (refund.charge, refund.amount);
             self.charges[charge].amount_refunded -= amount;
+            self.record_refund_movement(reporting_category::REFUND_FAILURE, index, reversed_at);
             self.emit_refund(event_type::REFUND_FAILED, index);
         }
+    }
+
+    /// The settlement record of a refund's money leaving (`refund`) or coming back
+    /// (`refund_failure`).
+    fn record_refund_movement(&mut self, category: &str, index: usize, at: DateTime<Utc>) {
+        let refund = &self.refunds[index];
+        let amount = if category == reporting_category::REFUND { -refund.amount } else { refund.amount };
+        let (currency, id, key) =
+            (self.charges[refund.charge].currency, refund.id.clone(), refund.key.clone());
+        self.record_movement(category, amount, currency, &id, &key, at);
     }
 
     pub(super) fn refund_body(&self, index: usize) -> RefundBody {
@@ -190,6 +206,9 @@ impl Ledger {
             self.schedule(at, Due::Refund(index));
         }
         self.record(key, request, Outcome::Refund(index));
+        if self.refunds[index].state == RefundState::Succeeded {
+            self.record_refund_movement(reporting_category::REFUND, index, now);
+        }
         if let Some(kind) = event {
             self.emit_refund(kind, index);
         }

@@ -177,15 +177,32 @@ fn a_disputed_card_is_disputed_on_time_and_its_funds_leave_then_come_back_when_w
     assert_eq!(refused.body["error"]["code"], "charge_already_refunded");
 
     let dispute_id = dispute["id"].as_str().unwrap().to_owned();
-    let won = ledger.decide_dispute(&dispute_id, &decide("won"));
+    let won = ledger.decide_dispute(&dispute_id, &decide("won"), t0 + chrono::Duration::seconds(4));
     assert_eq!(
         (won.body["status"].as_str(), won.body["amount_reinstated"].as_str()),
         (Some("won"), Some("10.00"))
     );
     assert_eq!(kinds(&mut ledger), ["charge.dispute.funds_reinstated", "charge.dispute.closed"]);
-    assert_eq!(ledger.decide_dispute(&dispute_id, &decide("lost")).status, StatusCode::CONFLICT);
+    assert_eq!(ledger.decide_dispute(&dispute_id, &decide("lost"), t0).status, StatusCode::CONFLICT);
     let refunded = ledger.create_refund("r2", refund(&id, "1.00"), None, t0, false);
     assert_eq!(refunded.status, StatusCode::CREATED, "reinstated funds are refundable again");
+    // Both moves of the money are settlement records, named by the charge's key.
+    let query =
+        super::BalanceListQuery { created_gte: None, created_lt: None, limit: None, starting_after: None };
+    let feed = ledger.balance_transactions(&query, t0).unwrap();
+    let disputes: Vec<(String, String, Option<String>)> = feed
+        .data
+        .into_iter()
+        .filter(|txn| txn.reporting_category.starts_with("dispute"))
+        .map(|txn| (txn.reporting_category, txn.amount, txn.source_idempotency_key))
+        .collect();
+    assert_eq!(
+        disputes,
+        [
+            ("dispute_reversal".into(), "10.00".into(), Some("d".into())),
+            ("dispute".into(), "-10.00".into(), Some("d".into()))
+        ]
+    );
 }
 
 #[test]
@@ -223,7 +240,7 @@ fn disputes_are_bounded_by_what_remains_and_answered_once_per_key() {
     // Under review, it can no longer be accepted; the refusal is the key's answer for ever.
     let refused = ledger.close_dispute(&dispute_id, "a1", now, false);
     assert_eq!(refused.body["error"]["code"], "dispute_not_closable");
-    let lost = ledger.decide_dispute(&dispute_id, &decide("lost"));
+    let lost = ledger.decide_dispute(&dispute_id, &decide("lost"), now);
     assert_eq!(
         (lost.body["status"].as_str(), lost.body["closed_reason"].as_str()),
         (Some("lost"), Some("decided"))
@@ -255,7 +272,7 @@ fn an_accepted_dispute_is_lost_and_an_inquiry_moves_no_money() {
         (Some("warning_needs_response"), Some("0.00"))
     );
     ledger.take_events();
-    let decided = ledger.decide_dispute(inquiry.body["id"].as_str().unwrap(), &decide("lost"));
+    let decided = ledger.decide_dispute(inquiry.body["id"].as_str().unwrap(), &decide("lost"), now);
     assert_eq!(decided.body["status"], "warning_closed");
     assert_eq!(kinds(&mut ledger), ["charge.dispute.closed"]);
     ledger.open_dispute(open(&ids[2], None), now);

@@ -1,0 +1,2 @@
+DROP TABLE settlement_items;
+DROP TABLE settlement_runs;

@@ -1,0 +1,1 @@
+UPDATE settlement_runs SET finished_at = $2, report = $3 WHERE id = $1
