@@ -1,3 +1,10 @@
+DELETE FROM events WHERE type LIKE 'dispute.%';
+ALTER TABLE events DROP CONSTRAINT events_type_check,
+    ADD CONSTRAINT events_type_check CHECK (type IN (
+        'order.created', 'order.cancelled', 'order.paid', 'order.refunded',
+        'order.partially_refunded', 'payment.succeeded', 'payment.failed',
+        'payment.requires_capture', 'payment.canceled', 'payment.late_charge_refunded',
+        'refund.succeeded', 'refund.failed'));
 UPDATE provider_webhooks SET subject = NULL, subject_id = NULL WHERE subject = 'dispute';
 ALTER TABLE provider_webhooks DROP CONSTRAINT provider_webhooks_subject_check,
     ADD CONSTRAINT provider_webhooks_subject_check

@@ -83,3 +83,12 @@ CREATE TRIGGER disputes_ledger AFTER UPDATE OF amount_withdrawn, amount_reinstat
 ALTER TABLE provider_webhooks DROP CONSTRAINT provider_webhooks_subject_check,
     ADD CONSTRAINT provider_webhooks_subject_check
         CHECK (subject IN ('payment', 'capture', 'void', 'refund', 'dispute'));
+
+-- The `dispute.*` events of the outbox.
+ALTER TABLE events DROP CONSTRAINT events_type_check,
+    ADD CONSTRAINT events_type_check CHECK (type IN (
+        'order.created', 'order.cancelled', 'order.paid', 'order.refunded',
+        'order.partially_refunded', 'payment.succeeded', 'payment.failed',
+        'payment.requires_capture', 'payment.canceled', 'payment.late_charge_refunded',
+        'refund.succeeded', 'refund.failed', 'dispute.created', 'dispute.updated',
+        'dispute.funds_withdrawn', 'dispute.funds_reinstated', 'dispute.closed'));

@@ -12,6 +12,7 @@
 
 pub mod record;
 pub mod repository;
+pub mod representation;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;

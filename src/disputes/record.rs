@@ -6,9 +6,14 @@
 
 use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
+use rust_decimal::Decimal;
 use uuid::Uuid;
 
+use super::Dispute;
 use super::repository::{self, RecordDispute, RecordOutcome};
+use super::representation::dispute_json;
+use crate::events::EventType;
+use crate::events::repository::NewEvent;
 use crate::ids::AccountId;
 use crate::operations::{Engine, EngineError};
 use crate::provider::Dispute as ProviderDispute;
@@ -70,7 +75,11 @@ pub async fn record_on(
         provider_created_at: dispute.created_at,
         now: Utc::now(),
     };
+    let now = statement.now;
     let (outcome, id) = repository::record(conn, statement).await?;
+    if matches!(outcome, RecordOutcome::Created | RecordOutcome::Updated) {
+        announce(conn, before.as_ref(), &dispute.id, now).await?;
+    }
     let from = before.as_ref().map_or("none", |before| before.status.as_str());
     match outcome {
         RecordOutcome::Changed => {
@@ -89,6 +98,47 @@ pub async fn record_on(
     }
     crate::telemetry::metrics::dispute_recorded(outcome.as_str());
     Ok(Recorded::Done { outcome, id, account_id: payment.account_id })
+}
+
+/// Writes the events of what recording a dispute changed, in its transaction: `dispute.created`
+/// for one we lacked, `dispute.funds_withdrawn` and `dispute.funds_reinstated` when that money
+/// grew, `dispute.closed` when it reached a final status, `dispute.updated` for any other move.
+async fn announce(
+    conn: &mut AsyncPgConnection,
+    before: Option<&Dispute>,
+    provider_id: &str,
+    now: DateTime<Utc>,
+) -> Result<(), EngineError> {
+    let Some(after) = repository::find_by_provider_id(conn, provider_id).await? else {
+        return Err(EngineError::Vanished(format!("dispute {provider_id}")));
+    };
+    let data = dispute_json(&after).map_err(|error| EngineError::Inconsistent(error.to_string()))?;
+    let mut kinds = Vec::new();
+    let (withdrawn, reinstated) = before
+        .map_or((Decimal::ZERO, Decimal::ZERO), |before| (before.amount_withdrawn, before.amount_reinstated));
+    match before {
+        None => kinds.push(EventType::DisputeCreated),
+        Some(before) if before.status != after.status && !after.status.is_final() => {
+            kinds.push(EventType::DisputeUpdated)
+        }
+        Some(_) => {}
+    }
+    if after.amount_withdrawn > withdrawn {
+        kinds.push(EventType::DisputeFundsWithdrawn);
+    }
+    if after.amount_reinstated > reinstated {
+        kinds.push(EventType::DisputeFundsReinstated);
+    }
+    if after.status.is_final() && before.is_none_or(|before| !before.status.is_final()) {
+        kinds.push(EventType::DisputeClosed);
+    }
+    if kinds.is_empty() {
+        // Only its evidence's due date moved: an update all the same.
+        kinds.push(EventType::DisputeUpdated);
+    }
+    let events: Vec<NewEvent> = kinds.into_iter().map(|kind| NewEvent::new(kind, data.clone())).collect();
+    crate::events::repository::insert(conn, after.account_id, &events, now).await?;
+    Ok(())
 }
 
 /// Records `dispute` in a transaction of its own.

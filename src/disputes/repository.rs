@@ -124,6 +124,17 @@ pub async fn open(conn: &mut AsyncPgConnection, limit: i64) -> QueryResult<Vec<S
         .await
 }
 
+/// Disputes of every account that still need a response with evidence due before `before`.
+pub async fn count_due_before(conn: &mut AsyncPgConnection, before: DateTime<Utc>) -> QueryResult<i64> {
+    let open = [DisputeStatus::NeedsResponse, DisputeStatus::WarningNeedsResponse];
+    disputes::table
+        .filter(disputes::evidence_due_by.lt(before))
+        .filter(disputes::status.eq_any(open))
+        .count()
+        .get_result(conn)
+        .await
+}
+
 /// Which disputes to list; every filter is optional.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Filter {

@@ -326,6 +326,8 @@ async fn a_webhook_and_the_reconciler_recording_one_dispute_at_once_write_it_onc
     assert_eq!(app.count("SELECT count(*) AS count FROM disputes").await, 1);
     assert_eq!(movements(&app, "dispute_withdrawal").await, 1);
     assert_eq!(recorded(&app, &dispute_id).await.2, "48.4800");
+    let created = app.count("SELECT count(*) AS count FROM events WHERE type = 'dispute.created'").await;
+    assert_eq!(created, 1, "one event");
     app.assert_books_equal_the_provider().await;
 }
 
@@ -377,4 +379,90 @@ async fn settlement_matches_the_disputes_movements_with_the_providers() {
     );
     assert_eq!(report.exceptions(), 0, "{report:#?}");
     assert_eq!(report.ours_total["USD"], report.provider_total["USD"]);
+}
+
+async fn events_of(app: &TestApp, kind: &str) -> usize {
+    let response = app.request(Method::GET, &format!("/events?type={kind}&limit=100")).send().await.unwrap();
+    json(response).await["data"].as_array().unwrap().len()
+}
+
+#[tokio::test]
+async fn the_api_lists_and_gets_disputes_and_each_step_is_one_event() {
+    let app = app().await;
+    let (payment_id, charge_id) = paid(&app, "pm_card_ok").await;
+    let (_, other_charge) = paid(&app, "pm_card_ok").await;
+    let won = open_dispute(&app, &charge_id).await;
+    admin(
+        &app,
+        "disputes",
+        json!({ "charge": other_charge, "reason": "duplicate", "evidence_due_in_secs": 3600 }),
+    )
+    .await;
+    decide(&app, &won, "won").await;
+    deliver_all(&app).await;
+    // Every event twice more: nothing new.
+    for id in app.provider.webhooks().await.iter().filter_map(|event| event["id"].as_str()) {
+        deliver_by_hand(&app, id).await;
+    }
+
+    let list = json(app.request(Method::GET, "/disputes").send().await.unwrap()).await;
+    assert_eq!(list["data"].as_array().unwrap().len(), 2, "{list}");
+    let mine =
+        json(app.request(Method::GET, &format!("/disputes?payment_id={payment_id}")).send().await.unwrap())
+            .await;
+    let dispute = &mine["data"][0];
+    assert_eq!(mine["data"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        (
+            dispute["status"].as_str(),
+            dispute["provider_dispute_id"].as_str(),
+            dispute["amount_reinstated"].as_str()
+        ),
+        (Some("won"), Some(won.as_str()), Some("48.48"))
+    );
+    let id = dispute["id"].as_str().unwrap();
+    let got = json(app.request(Method::GET, &format!("/disputes/{id}")).send().await.unwrap()).await;
+    assert_eq!(&got, dispute);
+    let soon =
+        (chrono::Utc::now() + chrono::Duration::days(1)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let due =
+        json(app.request(Method::GET, &format!("/disputes?due_before={soon}")).send().await.unwrap()).await;
+    assert_eq!(due["data"].as_array().unwrap().len(), 1, "only the one due in an hour: {due}");
+    assert_eq!(due["data"][0]["reason"], "duplicate");
+    let won_only = json(app.request(Method::GET, "/disputes?status=won").send().await.unwrap()).await;
+    assert_eq!(won_only["data"].as_array().unwrap().len(), 1);
+    assert_problem(
+        app.request(Method::GET, "/disputes?status=open").send().await.unwrap(),
+        400,
+        "invalid-parameter",
+    )
+    .await;
+    assert_problem(
+        app.request(Method::GET, "/disputes?due_before=soon").send().await.unwrap(),
+        400,
+        "invalid-parameter",
+    )
+    .await;
+    let unknown = format!("/disputes/{}", uuid::Uuid::now_v7());
+    assert_problem(app.request(Method::GET, &unknown).send().await.unwrap(), 404, "not-found").await;
+
+    // One event per step, whatever the copies and the order.
+    assert_eq!(events_of(&app, "dispute.created").await, 2);
+    assert_eq!(events_of(&app, "dispute.funds_withdrawn").await, 2);
+    assert_eq!(events_of(&app, "dispute.funds_reinstated").await, 1);
+    assert_eq!(events_of(&app, "dispute.closed").await, 1);
+    assert_eq!(events_of(&app, "dispute.updated").await, 0);
+
+    // The operator's list, and the gauge the alert reads.
+    let listed = app.cli_json(&["disputes", "list", "--due-within", "1d"]).await;
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed[0]["account_id"], app.account_id.to_string());
+    assert_eq!(app.cli_json(&["disputes", "list"]).await.as_array().unwrap().len(), 2);
+    // Read at scrape, within a second (a loaded machine may miss one).
+    wait_until("the gauge of evidence due soon", Duration::from_secs(10), async || {
+        let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+        metrics.lines().any(|line| line == "orderpay_disputes_evidence_due_soon 1")
+    })
+    .await;
+    app.assert_books_equal_the_provider().await;
 }
