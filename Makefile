@@ -258,6 +258,10 @@ bench-report: ## render bench/results.md and the charts again from bench/last-ru
 bench-wal: db build ## WAL bytes per new order, payment, refund and capture, by table and record (pg_walinspect)
 	tests/scripts/with-service.sh python3 bench/wal.py
 
+.PHONY: bench-settlement
+bench-settlement: db build ## settlement reconciliation of SETTLEMENT_MOVEMENTS (1,000,000) provider movements: rate and peak memory
+	tests/scripts/with-service.sh python3 bench/settlement.py
+
 .PHONY: contract
 contract: db build ## check the running service against openapi.yaml with schemathesis (installed into .venv)
 	tests/scripts/with-service.sh tests/scripts/contract.sh

@@ -246,8 +246,12 @@ impl Application {
         );
         let mut background = vec![tokio::spawn(events_sweep)];
         if let Some(settlement) = settings.settlement {
+            // A connection of its own: a run holds it for minutes once a window, which would
+            // otherwise take a share of the reconciler's and the relays' pool.
+            let settlement_pool = db::lazy_pool(&settings.database, 1);
+            observability.register(&settlement_pool);
             background.push(tokio::spawn(crate::settlement::job::run(
-                background_pool.clone(),
+                settlement_pool,
                 settlement_provider,
                 settlement,
                 shutdown_signal.clone(),
@@ -299,6 +303,7 @@ impl Application {
             pool_per_worker * workers as u32
                 + BACKGROUND_POOL_SIZE
                 + u32::from(accounts.enabled())
+                + u32::from(settings.settlement.is_some())
                 + delivery_connections
                 + u32::from(metrics.is_some()),
         );

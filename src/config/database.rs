@@ -19,8 +19,8 @@ pub struct DatabaseArgs {
     pub database_url: String,
 
     /// Database connections for requests, in all (split between the HTTP workers). The
-    /// background tasks use 6 more, the revocation poll 1, merchant webhook deliveries 2 when
-    /// they are on, and a separate /metrics address 1. Keep it small: more connections than
+    /// background tasks use 6 more, the revocation poll 1, the settlement job 1 (when on),
+    /// merchant webhook deliveries 2 when they are on, and a separate /metrics address 1. Keep it small: more connections than
     /// cores slows PostgreSQL down.
     #[arg(long, env = "ORDERPAY_DB_POOL_SIZE", default_value_t = 16,
           value_parser = clap::value_parser!(u32).range(1..))]

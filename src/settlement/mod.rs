@@ -22,7 +22,7 @@ pub mod repository;
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
-use diesel_async::AsyncPgConnection;
+use diesel_async::{AsyncConnection, AsyncPgConnection};
 use rust_decimal::Decimal;
 use serde::Serialize;
 use uuid::Uuid;
@@ -493,19 +493,8 @@ async fn run_claimed(
         let page = provider.list_balance_transactions(&query).await?;
         read += page.transactions.len() as u64;
         starting_after = page.transactions.last().map(|last| last.id.clone());
-        let known_ids = repository::known_provider_ids(conn, &page.transactions).await?;
-        let new: Vec<BalanceTransaction> =
-            page.transactions.into_iter().filter(|movement| !known_ids.contains(&movement.id)).collect();
-        if !new.is_empty() {
-            let objects: Vec<Uuid> = new
-                .iter()
-                .filter_map(|movement| {
-                    object_of(MovementClass::of_category(&movement.category), movement.source_key.as_deref())
-                })
-                .collect();
-            let known = repository::known(conn, &objects).await?;
-            written += repository::apply(conn, run_id, decide_provider_page(new, &known), Utc::now()).await?;
-        }
+        written +=
+            conn.transaction(async |conn| provider_page(conn, run_id, page.transactions).await).await?;
         if !page.has_more || starting_after.is_none() {
             break;
         }
@@ -517,9 +506,14 @@ async fn run_claimed(
             let Some(last) = batch.last() else { break };
             after = last.id;
             let full = batch.len() == options.page_size as usize;
-            let objects: Vec<Uuid> = batch.iter().map(OurMovement::object).collect();
-            let known = repository::known(conn, &objects).await?;
-            written += repository::apply(conn, run_id, decide_ours(batch, &known), Utc::now()).await?;
+            written += conn
+                .transaction(async |conn| {
+                    repository::page_settings(conn).await?;
+                    let objects: Vec<Uuid> = batch.iter().map(OurMovement::object).collect();
+                    let known = repository::known(conn, &objects).await?;
+                    repository::apply(conn, run_id, decide_ours(batch, &known), Utc::now()).await
+                })
+                .await?;
             if !full {
                 break;
             }
@@ -530,6 +524,30 @@ async fn run_claimed(
     report.items_written = written;
     repository::finish_run(conn, run_id, &report, Utc::now()).await?;
     Ok(report)
+}
+
+/// One page of the provider's movements, in one transaction: those no item holds yet decided
+/// and written. Returns the items written.
+async fn provider_page(
+    conn: &mut AsyncPgConnection,
+    run_id: Uuid,
+    movements: Vec<BalanceTransaction>,
+) -> diesel::QueryResult<u64> {
+    repository::page_settings(conn).await?;
+    let known_ids = repository::known_provider_ids(conn, &movements).await?;
+    let new: Vec<BalanceTransaction> =
+        movements.into_iter().filter(|movement| !known_ids.contains(&movement.id)).collect();
+    if new.is_empty() {
+        return Ok(0);
+    }
+    let objects: Vec<Uuid> = new
+        .iter()
+        .filter_map(|movement| {
+            object_of(MovementClass::of_category(&movement.category), movement.source_key.as_deref())
+        })
+        .collect();
+    let known = repository::known(conn, &objects).await?;
+    repository::apply(conn, run_id, decide_provider_page(new, &known), Utc::now()).await
 }
 
 #[cfg(test)]

@@ -138,6 +138,10 @@ crate::prepared_statement! {
 }
 
 crate::prepared_statement! {
+    struct PageSettings("sql/page_settings.sql") -> (Text, Text);
+}
+
+crate::prepared_statement! {
     struct AccountIds("sql/account_ids.sql") -> Uuid;
 }
 
@@ -203,6 +207,11 @@ pub async fn finish_run(
 ) -> QueryResult<()> {
     let report = serde_json::to_value(report).unwrap_or_default();
     FinishRun { id: run_id, now: &now, report: &report }.execute(conn).await.map(drop)
+}
+
+/// Settings for the transaction of one page (`sql/page_settings.sql` says why).
+pub async fn page_settings(conn: &mut AsyncPgConnection) -> QueryResult<()> {
+    PageSettings.execute(conn).await.map(drop)
 }
 
 /// Gives up a failed run's claim of its window, so that the job runs the window again.

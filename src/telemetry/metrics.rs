@@ -29,7 +29,6 @@
 //! | `orderpay_nats_published_total` | counter | events the NATS relay stored in its JetStream stream (first copies) |
 //! | `orderpay_settlement_exceptions` | gauge | `category`: settlement exceptions nobody settled (missing_ours, missing_provider, amount_mismatch, currency_mismatch, status_mismatch, duplicate_provider; read at scrape) |
 //! | `orderpay_settlement_runs_total` | counter | `result`: clean (every movement matched), exceptions (the window has open exceptions), failed |
-//! | `orderpay_settlement_last_run_timestamp_seconds` | gauge | when this instance last finished a settlement run (set by the run) |
 //! | `orderpay_nats_duplicates_total` | counter | events published again that JetStream dropped by their `Nats-Msg-Id` (a batch handed on again after a crash or a lost PubAck) |
 //!
 //! Every name is declared in [`DESCRIBED`], which `describe` registers and the test of the
@@ -128,11 +127,6 @@ pub const DESCRIBED: &[(&str, Kind, &str)] = &[
         "Settlement exceptions (our books against the provider's records) nobody settled, by category",
     ),
     ("orderpay_settlement_runs_total", Kind::Counter, "Settlement runs of a window, by result"),
-    (
-        "orderpay_settlement_last_run_timestamp_seconds",
-        Kind::Gauge,
-        "When this instance last finished a settlement run (Unix seconds)",
-    ),
     ("orderpay_reconciler_passes_total", Kind::Counter, "Reconciler passes run"),
     ("orderpay_reconciler_payments_total", Kind::Counter, "Payments handled by the reconciler, by result"),
     ("orderpay_provider_webhooks_total", Kind::Counter, "Provider webhook deliveries, by what they did"),
@@ -286,9 +280,6 @@ pub fn settlement_run(report: Option<&crate::settlement::Report>) {
         Some(_) => "exceptions",
     };
     counter!("orderpay_settlement_runs_total", "result" => result).increment(1);
-    if report.is_some() {
-        gauge!("orderpay_settlement_last_run_timestamp_seconds").set(chrono::Utc::now().timestamp() as f64);
-    }
 }
 
 pub fn refund_corrected(to: &'static str) {

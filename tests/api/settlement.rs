@@ -321,3 +321,48 @@ async fn two_instances_run_each_window_once() {
     assert_eq!(matched, 3, "each payment matched once");
     assert_eq!(first.count("SELECT count(*) FROM settlement_items WHERE category <> 'matched'").await, 0);
 }
+
+/// A refund the provider reverses long after it succeeded, whose webhook never arrives (here:
+/// provider webhooks are off): nothing of ours looks at a succeeded refund again, and the ledger
+/// check cannot see it (our columns and our ledger agree with each other). Settlement does: the
+/// provider's `refund_failure` names a refund we hold as succeeded.
+#[tokio::test]
+async fn a_reversal_whose_webhook_was_lost_is_found_by_settlement() {
+    let app = spawn_app_with(|_, mock| mock.settle_after = Duration::from_millis(100)).await;
+    let window = window_from_now();
+    let (_, payment) = app.paid_order("20.00", "pm_refund_reversed").await;
+    let refund = json(app.refund(payment["id"].as_str().unwrap(), Some("5.00"), &new_key()).await).await;
+    assert_eq!(refund["status"], "succeeded");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let (code, _) = app.ledger_check().await;
+    assert_eq!(code, 0, "our books agree with themselves");
+
+    let report = app.settle(window).await;
+    assert_eq!(count(&report, "matched"), 2, "the charge and the refund: {report:#?}");
+    assert_eq!(count(&report, "status_mismatch"), 1, "{report:#?}");
+    let exceptions = app.cli_json(&["settlement", "exceptions"]).await;
+    let [reversal] = exceptions.as_array().unwrap().as_slice() else {
+        panic!("one exception: {exceptions:#}")
+    };
+    assert_eq!(reversal["movement_class"], "refund_reversal");
+    assert_eq!(reversal["object_id"], refund["id"]);
+    assert_eq!(reversal["ours"]["status"], "succeeded");
+    assert_eq!(reversal["provider"]["amount"], "5.00");
+}
+
+/// An operator's run beside the job's, on the same window at once: each movement is held by
+/// one item (both sides unique), whichever run wrote it, and a run after them finds nothing new.
+#[tokio::test]
+async fn two_runs_of_one_window_at_once_count_each_movement_once() {
+    let app = spawn_app().await;
+    let window = window_from_now();
+    for _ in 0..12 {
+        app.paid_order("2.00", "pm_card_ok").await;
+    }
+    let (first, second) = tokio::join!(app.settle(window), app.settle(window));
+    assert_eq!(first.items_written + second.items_written, 12, "{first:#?} {second:#?}");
+    assert_eq!(app.count("SELECT count(*) FROM settlement_items WHERE category = 'matched'").await, 12);
+    assert_eq!(app.count("SELECT count(*) FROM settlement_items").await, 12);
+    let after = app.settle(window).await;
+    assert_eq!((after.items_written, count(&after, "matched"), after.exceptions()), (0, 12, 0));
+}
