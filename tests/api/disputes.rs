@@ -466,3 +466,29 @@ async fn the_api_lists_and_gets_disputes_and_each_step_is_one_event() {
     .await;
     app.assert_books_equal_the_provider().await;
 }
+
+/// An inquiry (`warning_*`) moves no money: nothing withdrawn, the payment refundable in full.
+#[tokio::test]
+async fn an_inquiry_moves_no_money_and_closes() {
+    let app = app().await;
+    let (payment_id, charge_id) = paid(&app, "pm_card_ok").await;
+    let inquiry =
+        admin(&app, "disputes", json!({ "charge": charge_id, "reason": "general", "inquiry": true })).await;
+    let inquiry = inquiry["id"].as_str().unwrap().to_owned();
+    deliver_all(&app).await;
+    assert_eq!(
+        recorded(&app, &inquiry).await,
+        ("warning_needs_response".into(), "0.0000/0.0000".into(), "0.0000".into())
+    );
+    decide(&app, &inquiry, "lost").await;
+    deliver_all(&app).await;
+    assert_eq!(recorded(&app, &inquiry).await.0, "warning_closed");
+    assert_eq!(movements(&app, "dispute_withdrawal").await, 0);
+    assert_eq!((events_of(&app, "dispute.created").await, events_of(&app, "dispute.closed").await), (1, 1));
+    let refunded = json(refund(&app, &payment_id, None).await).await;
+    assert_eq!(
+        (refunded["status"].as_str(), refunded["amount"].as_str()),
+        (Some("succeeded"), Some("48.48"))
+    );
+    app.assert_books_equal_the_provider().await;
+}
