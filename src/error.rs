@@ -304,6 +304,8 @@ impl ApiError {
     pub fn should_retry(&self) -> Option<bool> {
         match self {
             ApiError::IdempotencyKeyInUse { .. } | ApiError::Unavailable(_) => Some(true),
+            // Refundable again only once the dispute is won: not a matter of retrying.
+            ApiError::ChargeDisputed { .. } => Some(false),
             _ if self.status_code() == StatusCode::UNPROCESSABLE_ENTITY => Some(false),
             _ => None,
         }
@@ -506,6 +508,10 @@ mod tests {
             refundable_amount: Amount::zero(crate::money::Currency::parse("USD").unwrap()),
         };
         assert_eq!(header(too_much).as_deref(), Some("false"));
+        let disputed = ApiError::ChargeDisputed {
+            refundable_amount: Amount::zero(crate::money::Currency::parse("USD").unwrap()),
+        };
+        assert_eq!(header(disputed).as_deref(), Some("false"));
         // Everything else is left to the client's table.
         assert_eq!(header(ApiError::IdempotencyKeyMissing), None);
         assert_eq!(header(ApiError::Internal(anyhow::anyhow!("bug"))), None);

@@ -339,7 +339,10 @@ async fn refunds_are_refused_while_disputed_and_after_a_lost_dispute_and_allowed
     let lost = open_dispute(&app, &lost_charge).await;
     let won = open_dispute(&app, &won_charge).await;
     deliver_all(&app).await;
-    assert_problem(refund(&app, &lost_payment, Some("1.00")).await, 409, "charge-disputed").await;
+    let open = refund(&app, &lost_payment, Some("1.00")).await;
+    assert_eq!(open.headers()["orderpay-should-retry"], "false");
+    let disputed = assert_problem(open, 409, "charge-disputed").await;
+    assert_eq!(disputed["refundable_amount"], "0.00");
 
     decide(&app, &lost, "lost").await;
     decide(&app, &won, "won").await;
