@@ -44,10 +44,12 @@ ALTER TABLE payments
         CHECK (amount_refunded + amount_refunding + amount_disputed <= amount_captured);
 
 -- Where the reconciler's listing of the provider's disputes starts next: the provider's
--- creation time of the oldest dispute it may still lack. One row.
+-- creation time of the oldest dispute it may still lack; and when an instance last claimed the
+-- listing (one instance lists per minute, whatever the reconcilers' interval). One row.
 CREATE TABLE dispute_listing (
     id boolean PRIMARY KEY DEFAULT true CHECK (id),
-    created_from timestamptz NOT NULL
+    created_from timestamptz NOT NULL,
+    listed_at timestamptz
 );
 INSERT INTO dispute_listing (created_from) VALUES (now());
 

@@ -37,6 +37,7 @@ diesel::table! {
     dispute_listing (id) {
         id -> Bool,
         created_from -> Timestamptz,
+        listed_at -> Nullable<Timestamptz>,
     }
 }
 

@@ -2,7 +2,7 @@
 //! about it first (an inquiry, `warning_*`), and the card network decides. orderpay records each
 //! dispute as the provider reports it, never on its own word: from a provider webhook verified by
 //! a lookup (`operations::webhooks`) and from the reconciler, which lists the provider's disputes
-//! created since its last pass and looks again at every open one ([`record`]).
+//! created since its last listing (once a minute) and looks again at every open one ([`record`]).
 //!
 //! A dispute's row follows the provider's, guarded (`record_dispute.sql`): `won`, `lost` and
 //! `warning_closed` never change, `under_review` moves only to `won` or `lost`, nothing moves

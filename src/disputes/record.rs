@@ -1,8 +1,8 @@
 //! Recording disputes as the provider reports them, the one writer of `disputes`: [`record_on`]
 //! (in the caller's transaction: a provider webhook's, after its lookup) and the reconciler's
-//! [`pass`], which lists the provider's disputes created since its last pass (so a dispute
-//! whose every webhook was lost is recorded within one pass) and looks again at each open one
-//! (so a lost `charge.dispute.closed` is too).
+//! [`pass`], which once a minute lists the provider's disputes created since its last listing
+//! (so a dispute whose every webhook was lost is recorded by one pass) and looks again at each
+//! open one (so a lost `charge.dispute.closed` is too).
 
 use chrono::{DateTime, Utc};
 use diesel_async::{AsyncConnection, AsyncPgConnection};
@@ -21,8 +21,11 @@ use crate::provider::Dispute as ProviderDispute;
 /// How far before the last pass the next listing starts: the provider's clock and ours may
 /// disagree by this much (the webhooks' timestamp tolerance).
 const CLOCK_MARGIN: chrono::Duration = chrono::Duration::minutes(5);
-/// The open disputes the reconciler looks at again per pass, least recently changed first.
+/// The open disputes the reconciler looks at again per listing, least recently changed first.
 const OPEN_PER_PASS: i64 = 100;
+/// How often the provider's disputes are listed (by one instance), whatever the reconcilers'
+/// interval: disputes move in days, and every listing is a call to the provider.
+const LIST_EVERY: chrono::Duration = chrono::Duration::minutes(1);
 
 /// What recording a dispute did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,12 +157,17 @@ pub struct Pass {
     pub errors: usize,
 }
 
-/// The reconciler's part for disputes: lists the provider's disputes created since the last
-/// pass (less [`CLOCK_MARGIN`]) and records each, then looks at every open one again. The next
-/// listing starts at this pass's start, or at the oldest dispute it could not record.
+/// The reconciler's part for disputes, once per [`LIST_EVERY`] over every instance (the pass
+/// that claims it): lists the provider's disputes created since the last listing (less
+/// [`CLOCK_MARGIN`]) and records each, then looks at every open one again. The next listing
+/// starts at this one's start, or at the oldest dispute it could not record.
 pub async fn pass(engine: &Engine) -> Result<Pass, EngineError> {
     let started = Utc::now();
-    let from = repository::listing_from(&mut *engine.pool.get().await?).await?;
+    let claimed =
+        repository::claim_listing(&mut *engine.pool.get().await?, started, started - LIST_EVERY).await?;
+    let Some(from) = claimed else {
+        return Ok(Pass::default());
+    };
     let unverified = |error: crate::provider::ProviderError| EngineError::Unverified(error.to_string());
     let mut done = Pass::default();
     let mut next_from = started;

@@ -177,9 +177,21 @@ pub async fn list(
     Ok((rows, has_more))
 }
 
-/// Where the reconciler's listing of the provider's disputes starts (their creation time).
-pub async fn listing_from(conn: &mut AsyncPgConnection) -> QueryResult<DateTime<Utc>> {
-    dispute_listing::table.select(dispute_listing::created_from).first(conn).await
+/// Claims the listing of the provider's disputes for this pass, unless an instance claimed it
+/// since `since` (compare-and-set: one instance lists per period); where it starts (their
+/// creation time) when claimed.
+pub async fn claim_listing(
+    conn: &mut AsyncPgConnection,
+    now: DateTime<Utc>,
+    since: DateTime<Utc>,
+) -> QueryResult<Option<DateTime<Utc>>> {
+    let free = dispute_listing::listed_at.is_null().or(dispute_listing::listed_at.le(since));
+    diesel::update(dispute_listing::table.filter(free))
+        .set(dispute_listing::listed_at.eq(now))
+        .returning(dispute_listing::created_from)
+        .get_result(conn)
+        .await
+        .optional()
 }
 
 /// Moves where the next listing starts.

@@ -99,6 +99,12 @@ async fn recorded(app: &TestApp, provider_id: &str) -> (String, String, String) 
     (status, money, disputed)
 }
 
+/// The next reconciler pass lists the provider's disputes (as once a minute has passed since the
+/// last listing, which the app's own reconciler may have made).
+async fn listing_due(app: &TestApp) {
+    app.execute("UPDATE dispute_listing SET listed_at = NULL").await;
+}
+
 async fn movements(app: &TestApp, kind: &str) -> i64 {
     app.count(&format!("SELECT count(*) AS count FROM ledger_movements WHERE type = '{kind}'")).await
 }
@@ -230,6 +236,7 @@ async fn a_change_that_breaks_the_guard_is_counted_and_ignored_and_a_webhook_alo
     let refused_before = recorded_counted(&app, "refused").await;
     let lagging: Arc<dyn PaymentProvider> =
         Arc::new(Lagging(orderpay::app::provider(&app.settings.provider).unwrap()));
+    listing_due(&app).await;
     app.reconcile_once_with(lagging).await;
     assert_eq!(recorded(&app, &dispute_id).await, ("won".into(), "48.4800/48.4800".into(), "0.0000".into()));
     assert!(recorded_counted(&app, "refused").await > refused_before);
@@ -262,14 +269,18 @@ async fn a_dispute_whose_webhooks_are_all_dropped_is_recorded_by_one_reconciler_
     let dispute_id = list["data"][0]["id"].as_str().unwrap().to_owned();
     assert_eq!(list["data"][0]["charge"], charge_id.as_str());
 
+    listing_due(&app).await;
     let report = app.reconcile_once().await;
     assert!(report.settled >= 1, "{report:?}");
     assert_eq!(
         recorded(&app, &dispute_id).await,
         ("needs_response".into(), "48.4800/0.0000".into(), "48.4800".into())
     );
-    // Its closing is lost too: the next pass looks at the open dispute again.
+    // Its closing is lost too: the next listing (a minute later) looks at the open dispute again.
     decide(&app, &dispute_id, "lost").await;
+    app.reconcile_once().await;
+    assert_eq!(recorded(&app, &dispute_id).await.0, "needs_response", "not listed again within the minute");
+    listing_due(&app).await;
     app.reconcile_once().await;
     assert_eq!(recorded(&app, &dispute_id).await.0, "lost");
     let reason = app
@@ -278,6 +289,7 @@ async fn a_dispute_whose_webhooks_are_all_dropped_is_recorded_by_one_reconciler_
         ))
         .await;
     assert_eq!(reason, "evidence_not_submitted");
+    listing_due(&app).await;
     app.reconcile_once().await;
     assert_eq!(movements(&app, "dispute_withdrawal").await, 1);
     app.assert_books_equal_the_provider().await;
@@ -307,6 +319,7 @@ async fn a_webhook_and_the_reconciler_recording_one_dispute_at_once_write_it_onc
             crate::helpers::http_client().post(url).send().await.unwrap().status()
         }
     });
+    listing_due(&app).await;
     let pass = app.reconcile_once();
     let release = async {
         wait_until("both recorders waiting on the payment", Duration::from_secs(10), async || {
