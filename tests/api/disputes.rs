@@ -508,3 +508,36 @@ async fn an_inquiry_moves_no_money_and_closes() {
     );
     app.assert_books_equal_the_provider().await;
 }
+
+/// `orderpay ledger check` finds a payment whose `amount_disputed` left its dispute movements
+/// (a hand edit with the triggers off), and the order whose net no longer equals its columns'.
+#[tokio::test]
+async fn the_ledger_check_finds_disputed_money_that_left_the_ledger() {
+    use diesel_async::SimpleAsyncConnection;
+    let app = app().await;
+    let (payment_id, charge_id) = paid(&app, "pm_card_ok").await;
+    let lost = open_dispute(&app, &charge_id).await;
+    decide(&app, &lost, "lost").await;
+    deliver_all(&app).await;
+    let (exit, report) = app.ledger_check().await;
+    assert_eq!(exit, 0, "{report}");
+
+    let edit = format!(
+        "BEGIN; SET LOCAL session_replication_role = replica; \
+         UPDATE payments SET amount_disputed = 0 WHERE id = '{payment_id}'; COMMIT"
+    );
+    app.db().await.batch_execute(&edit).await.unwrap();
+    let (exit, report) = app.ledger_check().await;
+    assert_eq!(exit, 1, "{report}");
+    let mismatch = &report["report"]["payment_mismatches"][0];
+    assert_eq!(
+        (
+            mismatch["payment_id"].as_str(),
+            mismatch["amount_disputed"].as_str(),
+            mismatch["ledger_disputed"].as_str()
+        ),
+        (Some(payment_id.as_str()), Some("0.00"), Some("48.48"))
+    );
+    let order = &report["report"]["order_violations"][0];
+    assert_eq!((order["net"].as_str(), order["taken"].as_str()), (Some("0.00"), Some("48.48")), "{report}");
+}
