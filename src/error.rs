@@ -155,6 +155,11 @@ pub enum ApiError {
     #[error("the amount is more than the {refundable_amount} still refundable")]
     RefundExceedsRefundable { refundable_amount: Amount },
 
+    /// 409 `charge-disputed`: more than is still refundable while a dispute of the payment is
+    /// open (its money withdrawn by the customer's bank). Not stored: a won dispute gives it back.
+    #[error("the payment is disputed; {refundable_amount} is still refundable")]
+    ChargeDisputed { refundable_amount: Amount },
+
     /// 422 `capture-exceeds-capturable`: more than was authorized. Not stored.
     #[error("the amount is more than the {capturable_amount} authorized")]
     CaptureExceedsCapturable { capturable_amount: Amount },
@@ -235,6 +240,7 @@ impl ApiError {
             ApiError::RefundExceedsRefundable { .. } => {
                 ("refund-exceeds-refundable", "Refund exceeds refundable")
             }
+            ApiError::ChargeDisputed { .. } => ("charge-disputed", "Charge disputed"),
             ApiError::CaptureExceedsCapturable { .. } => {
                 ("capture-exceeds-capturable", "Capture exceeds capturable")
             }
@@ -277,7 +283,8 @@ impl ApiError {
             ApiError::OperationFailed { id, .. } => {
                 members.insert("resource_id".into(), json!(id));
             }
-            ApiError::RefundExceedsRefundable { refundable_amount } => {
+            ApiError::RefundExceedsRefundable { refundable_amount }
+            | ApiError::ChargeDisputed { refundable_amount } => {
                 members.insert("refundable_amount".into(), json!(refundable_amount));
             }
             ApiError::CaptureExceedsCapturable { capturable_amount } => {
@@ -297,6 +304,8 @@ impl ApiError {
     pub fn should_retry(&self) -> Option<bool> {
         match self {
             ApiError::IdempotencyKeyInUse { .. } | ApiError::Unavailable(_) => Some(true),
+            // Refundable again only once the dispute is won: not a matter of retrying.
+            ApiError::ChargeDisputed { .. } => Some(false),
             _ if self.status_code() == StatusCode::UNPROCESSABLE_ENTITY => Some(false),
             _ => None,
         }
@@ -340,6 +349,7 @@ impl ResponseError for ApiError {
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::IdempotencyKeyInUse { .. }
             | ApiError::InvalidState { .. }
+            | ApiError::ChargeDisputed { .. }
             | ApiError::PaymentInProgress { .. } => StatusCode::CONFLICT,
             ApiError::PaymentDeclined { .. }
             | ApiError::PaymentFailed { .. }
@@ -498,6 +508,10 @@ mod tests {
             refundable_amount: Amount::zero(crate::money::Currency::parse("USD").unwrap()),
         };
         assert_eq!(header(too_much).as_deref(), Some("false"));
+        let disputed = ApiError::ChargeDisputed {
+            refundable_amount: Amount::zero(crate::money::Currency::parse("USD").unwrap()),
+        };
+        assert_eq!(header(disputed).as_deref(), Some("false"));
         // Everything else is left to the client's table.
         assert_eq!(header(ApiError::IdempotencyKeyMissing), None);
         assert_eq!(header(ApiError::Internal(anyhow::anyhow!("bug"))), None);

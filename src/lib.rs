@@ -9,6 +9,7 @@ pub mod clock;
 pub mod config;
 pub mod crypto;
 pub mod db;
+pub mod disputes;
 pub mod encryption;
 pub mod error;
 pub mod events;

@@ -58,6 +58,11 @@ enum Command {
         #[command(subcommand)]
         command: cli::payments::PaymentsCommand,
     },
+    /// List disputes, those whose evidence is due soon first of all.
+    Disputes {
+        #[command(subcommand)]
+        command: cli::disputes::DisputesCommand,
+    },
     /// Check the books: the ledger's invariants.
     Ledger {
         #[command(subcommand)]
@@ -140,6 +145,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Accounts { command } => cli::accounts::run(command).await,
         Command::Keys { command } => cli::keys::run(command).await,
         Command::Payments { command } => cli::payments::run(command).await,
+        Command::Disputes { command } => cli::disputes::run(command).await,
         Command::Ledger { command } => cli::ledger::run(command).await,
         Command::Settlement { command } => cli::settlement::run(command).await,
         Command::Events { command } => cli::events::run(command).await,

@@ -11,8 +11,9 @@ use super::{Output, connect, table};
 
 #[derive(Subcommand)]
 pub enum LedgerCommand {
-    /// Check the ledger: every movement balances; per payment, the ledger's captured and
-    /// refunded sums equal the payment's columns; per order, what the provider keeps (late
+    /// Check the ledger: every movement balances; per payment, the ledger's captured, refunded
+    /// and disputed sums equal the payment's columns; per order, the ledger's net equals
+    /// captured less refunded less disputed, and what the provider keeps (late
     /// charges apart) is never above its total nor below zero, and zero once every payment
     /// failed; late charges are given back unless their refund is in flight.
     /// Exits 1 and lists what does not hold.
@@ -75,10 +76,21 @@ fn print(report: &Report, output: Output) -> anyhow::Result<()> {
                     payment.ledger_captured.to_string(),
                     payment.amount_refunded.to_string(),
                     payment.ledger_refunded.to_string(),
+                    payment.amount_disputed.to_string(),
+                    payment.ledger_disputed.to_string(),
                 ]
             })
             .collect();
-        let columns = ["PAYMENT", "CURRENCY", "CAPTURED", "LEDGER CAPTURED", "REFUNDED", "LEDGER REFUNDED"];
+        let columns = [
+            "PAYMENT",
+            "CURRENCY",
+            "CAPTURED",
+            "LEDGER CAPTURED",
+            "REFUNDED",
+            "LEDGER REFUNDED",
+            "DISPUTED",
+            "LEDGER DISPUTED",
+        ];
         print!("\npayments whose columns and ledger disagree:\n{}", table(&columns, &rows));
     }
     for (title, orders) in [
@@ -89,7 +101,7 @@ fn print(report: &Report, output: Output) -> anyhow::Result<()> {
             print!(
                 "\n{title}:\n{}",
                 table(
-                    &["ORDER", "CURRENCY", "TOTAL", "KEPT", "LATE CHARGES UNREFUNDED"],
+                    &["ORDER", "CURRENCY", "TOTAL", "KEPT", "LATE CHARGES UNREFUNDED", "NET", "TAKEN"],
                     &order_rows(orders)
                 )
             );
@@ -108,6 +120,8 @@ fn order_rows(orders: &[OrderFinding]) -> Vec<Vec<String>> {
                 order.total_amount.to_string(),
                 order.kept.to_string(),
                 order.late_charges_unrefunded.to_string(),
+                order.net.to_string(),
+                order.taken.to_string(),
             ]
         })
         .collect()

@@ -1,4 +1,5 @@
-//! Operator commands: `accounts ...`, `keys show`, `payments ...`, `ledger check`, `settlement ...`,
+//! Operator commands: `accounts ...`, `keys show`, `payments ...`, `disputes list`, `ledger check`,
+//! `settlement ...`,
 //! `events redeliver`, `webhooks failing` and `secrets reseal`. Each connects with `DATABASE_URL`, refuses a database
 //! whose schema is not this binary's (`schema.rs`: only `serve` and `migrate` migrate), prints a
 //! table for people by default and, with `--json`, JSON for scripts: a listing is a JSON array of
@@ -6,6 +7,7 @@
 //! to stderr, so `KEY=$(orderpay ...)` captures just the secret.
 
 pub mod accounts;
+pub mod disputes;
 pub mod events;
 pub mod keys;
 pub mod ledger;

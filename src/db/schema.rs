@@ -34,6 +34,35 @@ diesel::table! {
 }
 
 diesel::table! {
+    dispute_listing (id) {
+        id -> Bool,
+        created_from -> Timestamptz,
+        listed_at -> Nullable<Timestamptz>,
+    }
+}
+
+diesel::table! {
+    disputes (account_id, id) {
+        account_id -> Uuid,
+        id -> Uuid,
+        payment_id -> Uuid,
+        order_id -> Uuid,
+        provider_dispute_id -> Text,
+        amount -> Numeric,
+        currency -> Text,
+        reason -> Text,
+        status -> Text,
+        closed_reason -> Nullable<Text>,
+        evidence_due_by -> Nullable<Timestamptz>,
+        amount_withdrawn -> Numeric,
+        amount_reinstated -> Numeric,
+        provider_created_at -> Timestamptz,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
     use diesel::sql_types::*;
     use super::sql_types::Xid8;
 
@@ -194,6 +223,7 @@ diesel::table! {
         authorization_expires_at -> Nullable<Timestamptz>,
         late_watch_until -> Nullable<Timestamptz>,
         late_charge_amount -> Nullable<Numeric>,
+        amount_disputed -> Numeric,
     }
 }
 
@@ -349,6 +379,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     accounts,
     api_key_revocations,
     api_keys,
+    dispute_listing,
+    disputes,
     events,
     idempotency_key_audit,
     idempotency_keys,

@@ -483,6 +483,7 @@ mod tests {
             declared::<crate::db::IsWritable>(),
             declared::<crate::ledger::CheckPayments>(),
             declared::<crate::ledger::CheckOrders<'static>>(),
+            declared::<crate::disputes::repository::RecordDispute<'static>>(),
         ]);
         statements
     }

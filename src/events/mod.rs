@@ -41,6 +41,16 @@ crate::text_enum! {
         PaymentLateChargeRefunded = "payment.late_charge_refunded",
         RefundSucceeded = "refund.succeeded",
         RefundFailed = "refund.failed",
+        /// A customer's bank disputed a payment (or asked about it: an inquiry).
+        DisputeCreated = "dispute.created",
+        /// A dispute moved (evidence submitted, an inquiry turned into a chargeback).
+        DisputeUpdated = "dispute.updated",
+        /// The provider withdrew a dispute's funds from the balance.
+        DisputeFundsWithdrawn = "dispute.funds_withdrawn",
+        /// A won dispute's funds came back.
+        DisputeFundsReinstated = "dispute.funds_reinstated",
+        /// A dispute reached its final status (`won`, `lost`, `warning_closed`).
+        DisputeClosed = "dispute.closed",
     }
 }
 

@@ -66,15 +66,18 @@ pub async fn metrics(state: web::Data<MetricsSource>) -> HttpResponse {
         }
         let unrefunded = crate::payments::inspect::count_late_charges_unrefunded(&mut conn).await.ok()?;
         let exceptions = crate::settlement::repository::count_open_exceptions(&mut conn).await.ok()?;
-        Some((counts, unrefunded, exceptions))
+        let soon = Utc::now() + chrono::Duration::days(1);
+        let due_soon = crate::disputes::repository::count_due_before(&mut conn, soon).await.ok()?;
+        Some((counts, unrefunded, exceptions, due_soon))
     };
-    if let Ok(Some((counts, unrefunded, exceptions))) =
+    if let Ok(Some((counts, unrefunded, exceptions, due_soon))) =
         tokio::time::timeout(Duration::from_secs(1), waiting).await
     {
         for (table, count) in counts {
             metrics::operations_waiting(table.label(), count);
         }
         metrics::late_charges_unrefunded(unrefunded);
+        metrics::disputes_evidence_due_soon(due_soon);
         metrics::settlement_exceptions(&exceptions);
     }
     HttpResponse::Ok()

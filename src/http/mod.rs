@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod balance_transactions;
 pub mod body;
+pub mod disputes;
 pub mod docs;
 pub mod events;
 pub mod health;
@@ -64,6 +65,8 @@ pub fn routes(config: &mut web::ServiceConfig) {
         .service(resource("/refunds", "GET, POST").post(refunds::create).get(refunds::list))
         .service(resource("/refunds/{id}", "GET").get(refunds::get))
         .service(resource("/balance_transactions", "GET").get(balance_transactions::list))
+        .service(resource("/disputes", "GET").get(disputes::list))
+        .service(resource("/disputes/{id}", "GET").get(disputes::get))
         .service(resource("/events", "GET").get(events::list))
         .service(resource("/events/{id}", "GET").get(events::get))
         .service(resource("/healthz", "GET").get(health::healthz))

@@ -3,7 +3,8 @@
 //! A movement moves an amount from one ledger account to another (it debits one and credits the
 //! other by the same amount, so it balances by construction, as TigerBeetle's transfers do).
 //! The database writes movements itself, by triggers on the two columns that hold our money (a
-//! payment's `amount_captured`, a refund's `status`: migration `ledger`), in the very statement
+//! payment's `amount_captured`, a refund's `status`: migration `ledger`; a dispute's money:
+//! migration `disputes`), in the very statement
 //! that settles them, so that no path that moves money can forget its movement and a settle that
 //! changes nothing writes nothing. This module reads them: the `GET /balance_transactions`
 //! listing ([`list`]) and `orderpay ledger check` ([`check`]). docs/books.md explains the books.
@@ -97,6 +98,9 @@ impl Movement {
             | MovementType::RefundReversal
             | MovementType::RefundCorrection
             | MovementType::LateChargeRefund => ("refund", self.operation_id),
+            MovementType::DisputeWithdrawal | MovementType::DisputeReinstatement => {
+                ("dispute", self.operation_id)
+            }
             _ => ("payment", self.payment_id.as_uuid()),
         }
     }
@@ -153,6 +157,8 @@ pub struct PaymentMismatch {
     pub ledger_captured: Decimal,
     pub amount_refunded: Decimal,
     pub ledger_refunded: Decimal,
+    pub amount_disputed: Decimal,
+    pub ledger_disputed: Decimal,
 }
 
 /// An order whose money is off by the ledger: what the provider keeps for it (late charges
@@ -168,6 +174,10 @@ pub struct OrderFinding {
     pub kept: Decimal,
     /// Late charges of the order's payments not given back yet.
     pub late_charges_unrefunded: Decimal,
+    /// What the ledger says the provider holds for the order's payments.
+    pub net: Decimal,
+    /// What their columns say it holds: captured, less refunded, less disputed.
+    pub taken: Decimal,
     /// Whether it is a violation; `false`: only late charges whose refund is still in flight (a
     /// system refund processing or watched, or its follow-up due).
     #[serde(skip)]
@@ -194,7 +204,8 @@ impl Report {
 }
 
 /// Checks the ledger's invariants at `now`: every movement balances; per payment, the ledger's
-/// captured and refunded sums equal the payment's columns; per order, what the provider keeps
+/// captured, refunded and disputed sums equal the payment's columns; per order, the ledger's net
+/// equals captured less refunded less disputed, and what the provider keeps
 /// (late charges apart) is never above the total nor below zero, and zero once every payment
 /// failed; late charges are given back unless their refund is still in flight. One snapshot: the caller runs it in a repeatable-read transaction if it wants one.
 pub async fn check(conn: &mut AsyncPgConnection, now: DateTime<Utc>) -> QueryResult<Report> {
@@ -210,6 +221,8 @@ pub async fn check(conn: &mut AsyncPgConnection, now: DateTime<Utc>) -> QueryRes
                 ledger_captured: minor(payment.ledger_captured),
                 amount_refunded: minor(payment.amount_refunded),
                 ledger_refunded: minor(payment.ledger_refunded),
+                amount_disputed: minor(payment.amount_disputed),
+                ledger_disputed: minor(payment.ledger_disputed),
                 ..payment
             }
         })
@@ -222,6 +235,8 @@ pub async fn check(conn: &mut AsyncPgConnection, now: DateTime<Utc>) -> QueryRes
             total_amount: in_minor_units(order.total_amount, order.currency),
             kept: in_minor_units(order.kept, order.currency),
             late_charges_unrefunded: in_minor_units(order.late_charges_unrefunded, order.currency),
+            net: in_minor_units(order.net, order.currency),
+            taken: in_minor_units(order.taken, order.currency),
             ..order
         })
         .partition(|order| !order.violation);
@@ -242,12 +257,14 @@ crate::prepared_statement! {
 crate::prepared_statement! {
     /// Payments whose columns and ledger disagree (`check_payments.sql`).
     pub(crate) struct CheckPayments("check_payments.sql")
-        -> (Uuid, Uuid, Text, Numeric, Numeric, Numeric, Numeric);
+        -> (Uuid, Uuid, Text, Numeric, Numeric, Numeric, Numeric, Numeric, Numeric);
 }
 
 crate::prepared_statement! {
     /// Orders whose money is off, with whether that is a violation (`check_orders.sql`).
-    pub(crate) struct CheckOrders<'a>("check_orders.sql") -> (Uuid, Uuid, Text, Numeric, Numeric, Numeric, Bool) {
+    pub(crate) struct CheckOrders<'a>("check_orders.sql")
+        -> (Uuid, Uuid, Text, Numeric, Numeric, Numeric, Numeric, Numeric, Bool)
+    {
         1 => now: &'a DateTime<Utc> as Timestamptz,
     }
 }

@@ -184,7 +184,8 @@ pub async fn correct(
             let amount = current.amount.value();
             let refunded_by = if to == RefundStatus::Succeeded { amount } else { -amount };
             if to == RefundStatus::Succeeded
-                && money.amount_refunded + money.amount_refunding + amount > money.amount_captured
+                && money.amount_refunded + money.amount_refunding + money.amount_disputed + amount
+                    > money.amount_captured
             {
                 return Ok(Corrected::DoesNotFitYet);
             }

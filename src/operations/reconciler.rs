@@ -116,6 +116,15 @@ pub async fn run_pass(engine: &Engine, config: &ReconcilerConfig) -> Result<Pass
     // known absent, before the late-charge watch decides whether to start another.
     report.add(part("late refunds", late_refund::watch_due(engine, config).await));
     report.add(part("late charges", late_charge::watch_due(engine, config).await));
+    let disputes = crate::disputes::record::pass(engine).await;
+    report.add(part(
+        "disputes",
+        disputes.map(|pass| PassReport {
+            settled: pass.applied,
+            errors: pass.errors,
+            ..PassReport::default()
+        }),
+    ));
     crate::telemetry::metrics::reconciler_pass(&report.results());
     Ok(report)
 }

@@ -12,7 +12,8 @@
 //!    and then finds it: a second delivery changes nothing ([`Received::Duplicate`]);
 //! 2. the operation is found from the downstream key the object carries (no scan): a charge's
 //!    key names the payment (`orderpay_pay_<id>`; captures and voids arrive as the charge too),
-//!    a refund's key the refund; the account comes from an index on the id;
+//!    a refund's key the refund; the account comes from an index on the id; a dispute names
+//!    the provider's charge, whose payment is found by an index on it;
 //! 3. the kind's settle runs on the same connection (`Kind::settle_on`, actor `webhook`),
 //!    guarded like every settle: final states absorb, so an event for an operation that another
 //!    driver settled first (or an older event arriving late) changes nothing
@@ -20,6 +21,10 @@
 //!    goes through `authorization::end_on`, as the reconciler's watch does;
 //! 4. the row notes what the event did, and everything commits together: an effect that rolls
 //!    back takes its row with it, so the provider's retry applies it.
+//!
+//! A dispute's events (`charge.dispute.*`) are recorded as the provider's lookup of the dispute
+//! says (`disputes::record`), never as the event says: an event that says nothing new about
+//! a dispute we hold asks nothing and changes nothing.
 //!
 //! Events for objects that are not ours are kept (so their copies count as duplicates) and
 //! ignored ([`Received::Unknown`]).
@@ -38,13 +43,18 @@ use super::leases::{self, Table};
 use super::refund::{self, Held, Refunds};
 use super::{Actor, Engine, EngineError, Finding, Kind, Recorded};
 use crate::db::schema::provider_webhooks;
+use crate::disputes::record::{self as disputes, Recorded as DisputeRecorded};
+use crate::disputes::repository::{RecordOutcome, find_by_provider_id};
 use crate::ids::AccountId;
 use crate::payments::authorization as actions;
 use crate::payments::repository as payments;
 use crate::payments::watches;
 use crate::payments::{CaptureMethod, Payment, PaymentStatus, payment_of_downstream_key};
-use crate::provider::wire::{ChargeBody, RefundBody, event_type};
-use crate::provider::{Charge, ChargeStatus, Refund as ProviderRefund, RefundStatus as ProviderRefundStatus};
+use crate::provider::wire::{ChargeBody, DisputeBody, RefundBody, event_type};
+use crate::provider::{
+    Charge, ChargeStatus, Dispute as ProviderDispute, Refund as ProviderRefund,
+    RefundStatus as ProviderRefundStatus,
+};
 use crate::refunds::repository as refunds;
 use crate::refunds::{RefundStatus, refund_of_downstream_key};
 
@@ -68,6 +78,8 @@ pub enum Object {
     Charge { body: Box<ChargeBody>, charge: Charge },
     /// A refund, as `GET /v1/refunds/{id}` returns it, and what it says.
     Refund { body: Box<RefundBody>, refund: ProviderRefund },
+    /// A dispute, as `GET /v1/disputes/{id}` returns it, and what it says.
+    Dispute { body: Box<DisputeBody>, dispute: Box<ProviderDispute> },
     /// An event type we do not act on (a receiver must tolerate new ones): its object's id.
     Other { id: String },
 }
@@ -113,6 +125,16 @@ impl Event {
                 let refund = body.to_refund().map_err(|error| format!("data.object: {error}"))?;
                 Object::Refund { body: Box::new(body), refund }
             }
+            event_type::DISPUTE_CREATED
+            | event_type::DISPUTE_UPDATED
+            | event_type::DISPUTE_FUNDS_WITHDRAWN
+            | event_type::DISPUTE_FUNDS_REINSTATED
+            | event_type::DISPUTE_CLOSED => {
+                let body: DisputeBody = serde_json::from_value(envelope.data.object)
+                    .map_err(|error| format!("data.object is not a dispute: {error}"))?;
+                let dispute = body.to_dispute().map_err(|error| format!("data.object: {error}"))?;
+                Object::Dispute { body: Box::new(body), dispute: Box::new(dispute) }
+            }
             _ => {
                 let id = envelope.data.object.get("id").and_then(Value::as_str).unwrap_or_default();
                 Object::Other { id: id.to_owned() }
@@ -127,6 +149,7 @@ impl Event {
         let id = match &self.object {
             Object::Charge { body, .. } => body.id.as_str(),
             Object::Refund { body, .. } => body.id.as_str(),
+            Object::Dispute { body, .. } => body.id.as_str(),
             Object::Other { id } => id.as_str(),
         };
         if id.len() <= MAX_TEXT && id.bytes().all(|b| b.is_ascii_graphic()) { id } else { "" }
@@ -167,8 +190,8 @@ impl Received {
 #[derive(Debug, Clone, Copy)]
 struct Subject {
     account_id: AccountId,
-    /// Where its row is.
-    table: Table,
+    /// Where its row is, for an operation (a request waiting on it hears of its settle).
+    table: Option<Table>,
     /// As `payment_events.subject` names it: payment, capture, void, refund.
     kind: &'static str,
     id: Uuid,
@@ -183,6 +206,8 @@ enum Verify {
     Charge(String),
     /// The refund made for a refund's downstream key.
     Refund(String),
+    /// A dispute, by the provider's id (a dispute has no key of ours).
+    Dispute(String),
 }
 
 /// The provider's answer to a verification.
@@ -190,6 +215,7 @@ enum Verify {
 enum Verified {
     Charge(Charge),
     Refund(ProviderRefund),
+    Dispute(Box<ProviderDispute>),
     /// It holds nothing for our key.
     Absent,
 }
@@ -271,8 +297,8 @@ pub async fn receive(engine: &Engine, event: &Event) -> Result<Received, EngineE
         }
     };
     // A request of this process waiting on its provider call for this operation answers now.
-    if let (true, Some(subject)) = (moved, subject) {
-        super::settled::tell(subject.table, subject.id);
+    if let (true, Some(Subject { table: Some(table), id, .. })) = (moved, subject) {
+        super::settled::tell(table, id);
     }
     // Logged and counted once committed. (A settle that applied has logged and counted its own
     // transition already, inside the transaction: on the rare commit that fails after it, that
@@ -314,6 +340,10 @@ async fn verify(engine: &Engine, what: &Verify) -> Result<Verified, EngineError>
         },
         Verify::Refund(key) => match provider.find_refund(key, None).await.map_err(unverified)? {
             Some(refund) => Verified::Refund(refund),
+            None => Verified::Absent,
+        },
+        Verify::Dispute(id) => match provider.get_dispute(id, None).await.map_err(unverified)? {
+            Some(dispute) => Verified::Dispute(Box::new(dispute)),
             None => Verified::Absent,
         },
     })
@@ -383,6 +413,7 @@ async fn apply(
     match &event.object {
         Object::Charge { body, charge } => apply_charge(conn, engine, body, charge, verified).await,
         Object::Refund { body, refund } => apply_refund(conn, body, refund, verified).await,
+        Object::Dispute { dispute, .. } => apply_dispute(conn, dispute, verified).await,
         Object::Other { .. } => Ok(Step::Done(Received::Unknown, None)),
     }
 }
@@ -431,11 +462,12 @@ async fn apply_charge(
     let Some(payment) = <Charges as Kind>::load(conn, id).await? else {
         return Ok(Step::Done(Received::Unknown, None));
     };
-    let subject = Subject { account_id, table: Table::Payments, kind: "payment", id: payment_id.as_uuid() };
+    let subject =
+        Subject { account_id, table: Some(Table::Payments), kind: "payment", id: payment_id.as_uuid() };
     let verify = Verify::Charge(payment.downstream_key());
     let charge = match verified {
         Some(Verified::Charge(charge)) => charge,
-        Some(Verified::Refund(_) | Verified::Absent) => {
+        Some(Verified::Refund(_) | Verified::Dispute(_) | Verified::Absent) => {
             return Ok(Step::Done(Received::Stale, Some(subject)));
         }
         None => event_charge,
@@ -474,7 +506,7 @@ async fn apply_charge(
     if let Some(operation) = actions::in_flight(conn, account_id, payment.id).await? {
         let subject = Subject {
             account_id,
-            table: Table::PaymentOperations,
+            table: Some(Table::PaymentOperations),
             kind: operation.kind.as_str(),
             id: operation.id.as_uuid(),
         };
@@ -533,11 +565,12 @@ async fn apply_refund(
     let Some(held) = <Refunds as Kind>::load(conn, (account_id, refund_id.as_uuid())).await? else {
         return Ok(Step::Done(Received::Unknown, None));
     };
-    let subject = Subject { account_id, table: Table::Refunds, kind: "refund", id: refund_id.as_uuid() };
+    let subject =
+        Subject { account_id, table: Some(Table::Refunds), kind: "refund", id: refund_id.as_uuid() };
     let verify = Verify::Refund(held.refund.downstream_key());
     let refund = match verified {
         Some(Verified::Refund(refund)) => refund,
-        Some(Verified::Charge(_) | Verified::Absent) => {
+        Some(Verified::Charge(_) | Verified::Dispute(_) | Verified::Absent) => {
             return Ok(Step::Done(Received::Stale, Some(subject)));
         }
         None => event_refund,
@@ -587,6 +620,48 @@ async fn apply_refund(
         Corrected::Stale | Corrected::DoesNotFitYet => Received::Stale,
     };
     Ok(Step::Done(received, Some(subject)))
+}
+
+/// A dispute event (`charge.dispute.*`): recorded as the provider's lookup of the dispute says.
+/// An event whose dispute we hold exactly as it says changes nothing and asks nothing (a copy,
+/// or an older event arriving late); any other is looked up first. A dispute the provider does
+/// not know is recorded nowhere.
+async fn apply_dispute(
+    conn: &mut AsyncPgConnection,
+    event_dispute: &ProviderDispute,
+    verified: Option<&Verified>,
+) -> Result<Step, EngineError> {
+    let dispute = match verified {
+        Some(Verified::Dispute(dispute)) => dispute.as_ref(),
+        Some(Verified::Charge(_) | Verified::Refund(_) | Verified::Absent) => {
+            return Ok(Step::Done(Received::Unknown, None));
+        }
+        None => {
+            let held = find_by_provider_id(conn, &event_dispute.id).await?;
+            let same = held.as_ref().is_some_and(|held| {
+                held.status == event_dispute.status
+                    && held.amount_withdrawn == event_dispute.amount_withdrawn
+                    && held.amount_reinstated == event_dispute.amount_reinstated
+            });
+            if let (true, Some(held)) = (same, held) {
+                let subject =
+                    Subject { account_id: held.account_id, table: None, kind: "dispute", id: held.id };
+                return Ok(Step::Done(Received::Stale, Some(subject)));
+            }
+            return Ok(Step::Verify { what: Verify::Dispute(event_dispute.id.clone()), why: None });
+        }
+    };
+    let DisputeRecorded::Done { outcome, id, account_id } =
+        disputes::record_on(conn, dispute, "webhook").await?
+    else {
+        return Ok(Step::Done(Received::Unknown, None));
+    };
+    let subject = id.map(|id| Subject { account_id, table: None, kind: "dispute", id });
+    let received = match outcome {
+        RecordOutcome::Created | RecordOutcome::Updated => Received::Applied,
+        _ => Received::Stale,
+    };
+    Ok(Step::Done(received, subject))
 }
 
 /// How an event's refund disagrees with ours, if it does: another refund than the one we hold,

@@ -290,6 +290,8 @@ pub struct LockedAmounts {
     pub amount_captured: Decimal,
     pub amount_refunded: Decimal,
     pub amount_refunding: Decimal,
+    /// Withdrawn by disputes and not reinstated: not refundable.
+    pub amount_disputed: Decimal,
     /// A charge that landed after the payment failed (refunded by the system).
     pub late_charge_amount: Option<Decimal>,
 }
@@ -300,20 +302,38 @@ pub async fn lock_amounts(
     account_id: AccountId,
     id: PaymentId,
 ) -> QueryResult<Option<LockedAmounts>> {
-    let row: Option<(PaymentStatus, Decimal, Decimal, Decimal, Option<Decimal>)> = payments::table
+    type Row = (PaymentStatus, Decimal, Decimal, Decimal, Decimal, Option<Decimal>);
+    let row: Option<Row> = payments::table
         .find((account_id, id))
         .select((
             payments::status,
             payments::amount_captured,
             payments::amount_refunded,
             payments::amount_refunding,
+            payments::amount_disputed,
             payments::late_charge_amount,
         ))
         .for_update()
         .first(conn)
         .await
         .optional()?;
-    Ok(row.map(|(status, amount_captured, amount_refunded, amount_refunding, late_charge_amount)| {
-        LockedAmounts { status, amount_captured, amount_refunded, amount_refunding, late_charge_amount }
-    }))
+    Ok(row.map(
+        |(
+            status,
+            amount_captured,
+            amount_refunded,
+            amount_refunding,
+            amount_disputed,
+            late_charge_amount,
+        )| {
+            LockedAmounts {
+                status,
+                amount_captured,
+                amount_refunded,
+                amount_refunding,
+                amount_disputed,
+                late_charge_amount,
+            }
+        },
+    ))
 }

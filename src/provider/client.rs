@@ -14,11 +14,11 @@ use serde::de::DeserializeOwned;
 
 use super::wire::{
     BalanceTransactionBody, CancelChargeBody, CaptureChargeBody, ChargeBody, CreateChargeBody,
-    CreateRefundBody, ErrorBody, ListBody, REFUSAL_CODES, RefundBody,
+    CreateRefundBody, DisputeBody, ErrorBody, ListBody, REFUSAL_CODES, RefundBody,
 };
 use super::{
-    BalancePage, BalanceQuery, BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest,
-    PaymentProvider, ProviderError, Refund, RefundRequest,
+    BalancePage, BalanceQuery, BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest, Dispute,
+    DisputePage, PaymentProvider, ProviderError, Refund, RefundRequest,
 };
 
 #[derive(Debug, Clone)]
@@ -159,6 +159,35 @@ impl HttpProvider {
     }
 }
 
+impl HttpProvider {
+    async fn dispute(
+        &self,
+        dispute_id: &str,
+        request_id: Option<&str>,
+    ) -> Result<Option<Dispute>, ProviderError> {
+        let get = traced(self.http.get(self.url(&["v1", "disputes", dispute_id])?), request_id);
+        let dispute: Option<DisputeBody> = lookup(get).await?;
+        dispute.map(|dispute| dispute.to_dispute()).transpose()
+    }
+
+    async fn disputes(
+        &self,
+        created_gte: chrono::DateTime<chrono::Utc>,
+        starting_after: Option<&str>,
+    ) -> Result<DisputePage, ProviderError> {
+        let mut url = self.url(&["v1", "disputes"])?;
+        url.query_pairs_mut()
+            .append_pair("created_gte", &created_gte.timestamp().to_string())
+            .append_pair("limit", "100");
+        if let Some(after) = starting_after {
+            url.query_pairs_mut().append_pair("starting_after", after);
+        }
+        let list: ListBody<DisputeBody> = answer(self.http.get(url), &[StatusCode::OK]).await?;
+        let disputes = list.data.iter().map(DisputeBody::to_dispute).collect::<Result<_, _>>()?;
+        Ok(DisputePage { disputes, has_more: list.has_more })
+    }
+}
+
 impl PaymentProvider for HttpProvider {
     fn create_charge<'a>(
         &'a self,
@@ -210,6 +239,22 @@ impl PaymentProvider for HttpProvider {
         request_id: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Option<Refund>, ProviderError>> {
         Box::pin(self.find_refund_by_key(downstream_key, request_id))
+    }
+
+    fn get_dispute<'a>(
+        &'a self,
+        dispute_id: &'a str,
+        request_id: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Option<Dispute>, ProviderError>> {
+        Box::pin(self.dispute(dispute_id, request_id))
+    }
+
+    fn list_disputes<'a>(
+        &'a self,
+        created_gte: chrono::DateTime<chrono::Utc>,
+        starting_after: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<DisputePage, ProviderError>> {
+        Box::pin(self.disputes(created_gte, starting_after))
     }
 
     fn list_balance_transactions<'a>(

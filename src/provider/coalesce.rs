@@ -12,9 +12,11 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::OnceCell;
 
+use chrono::{DateTime, Utc};
+
 use super::{
-    BalancePage, BalanceQuery, BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest,
-    PaymentProvider, ProviderError, Refund, RefundRequest,
+    BalancePage, BalanceQuery, BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest, Dispute,
+    DisputePage, PaymentProvider, ProviderError, Refund, RefundRequest,
 };
 
 type Lookup<T> = Result<Option<T>, ProviderError>;
@@ -51,6 +53,7 @@ pub struct Coalescing<P> {
     charges_by_key: Flights<Charge>,
     charges_by_id: Flights<Charge>,
     refunds_by_key: Flights<Refund>,
+    disputes_by_id: Flights<Dispute>,
 }
 
 impl<P: PaymentProvider> Coalescing<P> {
@@ -60,6 +63,7 @@ impl<P: PaymentProvider> Coalescing<P> {
             charges_by_key: Flights::new(),
             charges_by_id: Flights::new(),
             refunds_by_key: Flights::new(),
+            disputes_by_id: Flights::new(),
         }
     }
 }
@@ -115,6 +119,22 @@ impl<P: PaymentProvider> PaymentProvider for Coalescing<P> {
         request_id: Option<&'a str>,
     ) -> BoxFuture<'a, Lookup<Refund>> {
         Box::pin(self.refunds_by_key.run(downstream_key, self.inner.find_refund(downstream_key, request_id)))
+    }
+
+    fn get_dispute<'a>(
+        &'a self,
+        dispute_id: &'a str,
+        request_id: Option<&'a str>,
+    ) -> BoxFuture<'a, Lookup<Dispute>> {
+        Box::pin(self.disputes_by_id.run(dispute_id, self.inner.get_dispute(dispute_id, request_id)))
+    }
+
+    fn list_disputes<'a>(
+        &'a self,
+        created_gte: DateTime<Utc>,
+        starting_after: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<DisputePage, ProviderError>> {
+        self.inner.list_disputes(created_gte, starting_after)
     }
 
     fn list_balance_transactions<'a>(

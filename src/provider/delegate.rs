@@ -1,10 +1,12 @@
 //! [`Delegating`]: a provider that forwards every call to another unless it says otherwise, so
 //! that a test double which changes one call (holds a lookup, fails a capture) writes that one
-//! method instead of forwarding all seven by hand. Every [`Delegating`] is a [`PaymentProvider`].
+//! method instead of forwarding all nine by hand. Every [`Delegating`] is a [`PaymentProvider`].
+
+use chrono::{DateTime, Utc};
 
 use super::{
-    BalancePage, BalanceQuery, BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest,
-    PaymentProvider, ProviderError, Refund, RefundRequest,
+    BalancePage, BalanceQuery, BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest, Dispute,
+    DisputePage, PaymentProvider, ProviderError, Refund, RefundRequest,
 };
 
 /// Declares [`Delegating`] with a default for each of [`PaymentProvider`]'s calls (the inner
@@ -43,5 +45,7 @@ delegating! {
     fn cancel_charge<'a>(request: &'a CancelRequest) -> Result<Charge, ProviderError>;
     fn create_refund<'a>(request: &'a RefundRequest) -> Result<Refund, ProviderError>;
     fn find_refund<'a>(downstream_key: &'a str, request_id: Option<&'a str>) -> Result<Option<Refund>, ProviderError>;
+    fn get_dispute<'a>(dispute_id: &'a str, request_id: Option<&'a str>) -> Result<Option<Dispute>, ProviderError>;
+    fn list_disputes<'a>(created_gte: DateTime<Utc>, starting_after: Option<&'a str>) -> Result<DisputePage, ProviderError>;
     fn list_balance_transactions<'a>(query: &'a BalanceQuery) -> Result<BalancePage, ProviderError>;
 }

@@ -20,6 +20,7 @@ use chrono::{DateTime, Utc};
 use rust_decimal::Decimal;
 use uuid::Uuid;
 
+use crate::disputes::{ClosedReason, DisputeStatus};
 use crate::money::Amount;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -149,6 +150,32 @@ pub enum RefundStatus {
     Failed { code: String, message: String },
 }
 
+/// The provider's view of a dispute: a customer's bank taking a captured charge's money back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dispute {
+    pub id: String,
+    pub charge_id: String,
+    pub amount: Decimal,
+    /// As the provider spells it (ISO 4217).
+    pub currency: String,
+    pub reason: String,
+    pub status: DisputeStatus,
+    pub closed_reason: Option<ClosedReason>,
+    pub evidence_due_by: Option<DateTime<Utc>>,
+    /// What left the merchant's balance for it.
+    pub amount_withdrawn: Decimal,
+    /// What came back (a won dispute).
+    pub amount_reinstated: Decimal,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A page of the provider's disputes, newest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DisputePage {
+    pub disputes: Vec<Dispute>,
+    pub has_more: bool,
+}
+
 /// A movement of the merchant's money at the provider, as its settlement reports list them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BalanceTransaction {
@@ -253,6 +280,21 @@ pub trait PaymentProvider: Send + Sync + 'static {
         downstream_key: &'a str,
         request_id: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Option<Refund>, ProviderError>>;
+
+    /// Reads a dispute by the provider's id; `None` when there is no such dispute.
+    fn get_dispute<'a>(
+        &'a self,
+        dispute_id: &'a str,
+        request_id: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Option<Dispute>, ProviderError>>;
+
+    /// A page of the disputes created at or after `created_gte`, newest first, after the dispute
+    /// `starting_after`.
+    fn list_disputes<'a>(
+        &'a self,
+        created_gte: DateTime<Utc>,
+        starting_after: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<DisputePage, ProviderError>>;
 
     /// A page of the provider's movements of money (its settlement records), newest first.
     fn list_balance_transactions<'a>(

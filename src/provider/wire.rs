@@ -5,7 +5,8 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{BalanceTransaction, Charge, ChargeStatus, ProviderError, Refund, RefundStatus};
+use super::{BalanceTransaction, Charge, ChargeStatus, Dispute, ProviderError, Refund, RefundStatus};
+use crate::disputes::{ClosedReason, DisputeStatus};
 use crate::money::parse_value;
 
 /// Charge statuses on the wire.
@@ -24,7 +25,30 @@ pub mod refund_status {
     pub const FAILED: &str = "failed";
 }
 
-/// Webhook event types: each is sent when a charge or refund reaches a final state.
+/// Dispute statuses on the wire, Stripe's: the `warning_*` ones are inquiries (no money moves),
+/// the others chargebacks (the funds are withdrawn when the dispute opens).
+pub mod dispute_status {
+    pub const WARNING_NEEDS_RESPONSE: &str = "warning_needs_response";
+    pub const WARNING_UNDER_REVIEW: &str = "warning_under_review";
+    pub const WARNING_CLOSED: &str = "warning_closed";
+    pub const NEEDS_RESPONSE: &str = "needs_response";
+    pub const UNDER_REVIEW: &str = "under_review";
+    pub const WON: &str = "won";
+    pub const LOST: &str = "lost";
+}
+
+/// Why a dispute closed, on the wire.
+pub mod dispute_closed_reason {
+    /// The merchant accepted it (`POST /v1/disputes/{id}/close`).
+    pub const ACCEPTED: &str = "accepted";
+    /// Decided against the merchant, who never submitted evidence.
+    pub const EVIDENCE_NOT_SUBMITTED: &str = "evidence_not_submitted";
+    /// Decided by the card network after evidence was submitted (won or lost).
+    pub const DECIDED: &str = "decided";
+}
+
+/// Webhook event types: each is sent when a charge or refund reaches a final state, or a
+/// dispute moves.
 pub mod event_type {
     /// A charge succeeded, or an authorization was granted (the charge then `requires_capture`).
     pub const CHARGE_SUCCEEDED: &str = "charge.succeeded";
@@ -36,6 +60,16 @@ pub mod event_type {
     pub const CHARGE_CANCELED: &str = "charge.canceled";
     pub const REFUND_SUCCEEDED: &str = "refund.succeeded";
     pub const REFUND_FAILED: &str = "refund.failed";
+    /// A dispute opened on a captured charge.
+    pub const DISPUTE_CREATED: &str = "charge.dispute.created";
+    /// A dispute's evidence or status changed.
+    pub const DISPUTE_UPDATED: &str = "charge.dispute.updated";
+    /// The disputed funds left the merchant's balance.
+    pub const DISPUTE_FUNDS_WITHDRAWN: &str = "charge.dispute.funds_withdrawn";
+    /// A won dispute's funds came back.
+    pub const DISPUTE_FUNDS_REINSTATED: &str = "charge.dispute.funds_reinstated";
+    /// A dispute reached its final status (`won`, `lost`, `warning_closed`).
+    pub const DISPUTE_CLOSED: &str = "charge.dispute.closed";
 }
 
 /// What moved the money of a balance transaction (Stripe's `reporting_category`).
@@ -156,6 +190,53 @@ pub struct RefundBody {
     pub created_at: DateTime<Utc>,
 }
 
+/// A dispute as the provider reports it (`GET /v1/disputes/{id}`). Stripe's shape, with the
+/// money moved spelled out (`amount_withdrawn`, `amount_reinstated`) instead of a list of
+/// balance transactions, and why it closed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DisputeBody {
+    pub id: String,
+    pub object: String,
+    /// The disputed charge's id.
+    pub charge: String,
+    /// What the customer's bank disputes (at most what was captured less what was refunded).
+    pub amount: String,
+    pub currency: String,
+    /// `fraudulent`, `product_not_received`, `duplicate`, ... (the bank's word, kept as text).
+    pub reason: String,
+    /// One of [`dispute_status`].
+    pub status: String,
+    /// One of [`dispute_closed_reason`], once closed.
+    pub closed_reason: Option<String>,
+    /// Until when evidence is taken (open disputes).
+    pub evidence_due_by: Option<DateTime<Utc>>,
+    /// The evidence text given so far.
+    pub evidence: Option<String>,
+    /// How often evidence was submitted.
+    pub submission_count: u32,
+    /// What left the merchant's balance for it so far.
+    pub amount_withdrawn: String,
+    /// What came back (a won dispute).
+    pub amount_reinstated: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// `POST /v1/disputes/{id}` body: evidence text, and whether to submit it now.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateDisputeBody {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<String>,
+    /// `true` submits the evidence: the dispute goes under review.
+    #[serde(default)]
+    pub submit: bool,
+}
+
+/// `POST /v1/disputes/{id}/close` body (empty, or `{}`): the merchant accepts the dispute.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CloseDisputeBody {}
+
 /// A movement of the merchant's money at the provider (`GET /v1/balance_transactions`), as
 /// Stripe's balance transactions: `amount` is signed (negative when money left the balance).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -220,13 +301,14 @@ pub struct EventData {
     pub object: EventObject,
 }
 
-/// A charge or a refund; told apart by their fields (a refund has no `payment_method`, a charge
-/// no `charge`).
+/// A charge, a refund or a dispute; told apart by their fields (a refund has no
+/// `payment_method`, a charge no `charge`, a dispute no `idempotency_key`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum EventObject {
     Charge(ChargeBody),
     Refund(RefundBody),
+    Dispute(DisputeBody),
 }
 
 fn money(field: &str, text: &str) -> Result<rust_decimal::Decimal, ProviderError> {
@@ -290,6 +372,40 @@ impl RefundBody {
             status,
             currency: self.currency.clone(),
             amount: money("amount", &self.amount)?,
+        })
+    }
+}
+
+impl DisputeBody {
+    /// The domain's view of this dispute; an unknown status or a malformed amount is `Malformed`.
+    pub fn to_dispute(&self) -> Result<Dispute, ProviderError> {
+        let status = DisputeStatus::parse(&self.status)
+            .ok_or_else(|| ProviderError::Malformed(format!("unknown dispute status {:?}", self.status)))?;
+        let closed_reason = self
+            .closed_reason
+            .as_deref()
+            .map(|reason| {
+                ClosedReason::parse(reason)
+                    .ok_or_else(|| ProviderError::Malformed(format!("unknown closed reason {reason:?}")))
+            })
+            .transpose()?;
+        if status.is_final() != closed_reason.is_some() {
+            return Err(ProviderError::Malformed(format!(
+                "a {status} dispute with closed reason {closed_reason:?}"
+            )));
+        }
+        Ok(Dispute {
+            id: self.id.clone(),
+            charge_id: self.charge.clone(),
+            amount: money("amount", &self.amount)?,
+            currency: self.currency.clone(),
+            reason: self.reason.clone(),
+            status,
+            closed_reason,
+            evidence_due_by: self.evidence_due_by,
+            amount_withdrawn: money("amount_withdrawn", &self.amount_withdrawn)?,
+            amount_reinstated: money("amount_reinstated", &self.amount_reinstated)?,
+            created_at: self.created_at,
         })
     }
 }
@@ -376,6 +492,13 @@ mod tests {
         };
         assert!(matches!(event(charge_json()).data.object, EventObject::Charge(_)));
         assert!(matches!(event(refund_json()).data.object, EventObject::Refund(_)));
+        let dispute = serde_json::json!({
+            "id": "dp_1", "object": "dispute", "charge": "ch_1", "amount": "10.00", "currency": "USD",
+            "reason": "fraudulent", "status": "needs_response", "closed_reason": null,
+            "evidence_due_by": "2030-01-08T00:00:00Z", "evidence": null, "submission_count": 0,
+            "amount_withdrawn": "10.00", "amount_reinstated": "0.00", "created_at": "2030-01-01T00:00:00Z"
+        });
+        assert!(matches!(event(dispute).data.object, EventObject::Dispute(_)));
         // Serialised back, the object is exactly what was sent.
         let EventObject::Charge(charge) = event(charge_json()).data.object else { unreachable!() };
         assert_eq!(serde_json::to_value(charge).unwrap(), charge_json());

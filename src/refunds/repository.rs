@@ -159,6 +159,9 @@ crate::text_enum! {
         InvalidState = "invalid_state",
         /// The amount is more than what is still refundable (or nothing is).
         ExceedsRefundable = "exceeds_refundable",
+        /// As `ExceedsRefundable`, while a dispute of the payment is open (its money withdrawn,
+        /// or perhaps about to be).
+        Disputed = "disputed",
         /// The key started a refund of this payment before (it has since expired): that refund
         /// is the answer; nothing was started.
         ExistingRefund = "existing_refund",

@@ -138,6 +138,10 @@ impl Start for RefundStart<'_> {
                 let refundable_amount = money(started.refundable)?;
                 Started::Refuse(ApiError::RefundExceedsRefundable { refundable_amount })
             }
+            StartOutcome::Disputed => {
+                let refundable_amount = money(started.refundable)?;
+                Started::Refuse(ApiError::ChargeDisputed { refundable_amount })
+            }
             StartOutcome::ExistingRefund => match started.earlier {
                 Some(earlier) => Started::Resume(earlier.as_uuid()),
                 None => Started::Again,

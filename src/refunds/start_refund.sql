@@ -6,7 +6,9 @@
 -- $16 and marked as being sent now. The reservation is what keeps refunds with different keys
 -- from over-refunding: the payment's row is locked and its amounts read as they are now (the
 -- lock waits for, and then sees, any refund that reserved before), and a CHECK constraint
--- backs it (refunded + refunding <= captured).
+-- backs it (refunded + refunding + disputed <= captured). What disputes withdrew and did not
+-- reinstate (`amount_disputed`) is not refundable: a refund above what is left is 'disputed'
+-- while one of the payment's disputes is open, and 'exceeds_refundable' once they are decided.
 -- The decision is read under the payment's lock (`target`: FOR UPDATE waits for a concurrent
 -- change, a capture settling or another refund reserving, and reads the row as it committed);
 -- the reservation's UPDATE scans the row as the statement's snapshot saw it, so it is guarded by
@@ -24,7 +26,11 @@
 -- that landed after its payment was given up on).
 , target AS (
     SELECT status, order_id, currency,
-        amount_captured - amount_refunded - amount_refunding AS refundable
+        amount_captured - amount_refunded - amount_refunding - amount_disputed AS refundable,
+        EXISTS (SELECT FROM disputes AS d
+            WHERE d.account_id = payments.account_id AND d.payment_id = payments.id
+                AND d.status IN ('warning_needs_response', 'warning_under_review', 'needs_response',
+                    'under_review')) AS disputed
     FROM payments
     WHERE account_id = $1 AND id = $13 AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM claimed))
     FOR UPDATE
@@ -38,6 +44,9 @@
         WHEN NOT EXISTS (SELECT 1 FROM target) THEN 'payment_not_found'
         WHEN (SELECT id FROM earlier) IS NOT NULL THEN 'existing_refund'
         WHEN (SELECT status FROM target) <> $18 THEN 'invalid_state'
+        WHEN (coalesce($14, (SELECT refundable FROM target)) <= 0
+            OR coalesce($14, 0) > (SELECT refundable FROM target))
+            AND (SELECT disputed FROM target) THEN 'disputed'
         WHEN coalesce($14, (SELECT refundable FROM target)) <= 0
             OR coalesce($14, 0) > (SELECT refundable FROM target) THEN 'exceeds_refundable'
         ELSE 'started'
@@ -50,7 +59,7 @@
     WHERE payments.account_id = $1 AND payments.id = $13 AND decided.outcome = 'started'
         AND payments.status = $18
         AND payments.amount_captured - payments.amount_refunded - payments.amount_refunding
-            >= decided.amount
+            - payments.amount_disputed >= decided.amount
     RETURNING payments.id
 ), started AS (
     INSERT INTO refunds (account_id, id, payment_id, order_id, status, amount, currency, reason,

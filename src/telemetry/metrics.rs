@@ -19,6 +19,8 @@
 //! | `orderpay_reconciler_passes_total` | counter | |
 //! | `orderpay_reconciler_payments_total` | counter | `result`: settled, redriven, rescheduled, stuck, gave_up, error |
 //! | `orderpay_provider_webhooks_total` | counter | `result`: applied (moved an operation), duplicate (an event already received), stale (nothing to move: the operation had settled, or the event reports no final state), unknown (no operation of ours), rejected (refused: signature, size, body) |
+//! | `orderpay_disputes_recorded_total` | counter | `result`: what recording a dispute the provider reported did (created, updated, unchanged, refused: it broke the guard, does_not_fit, changed) |
+//! | `orderpay_disputes_evidence_due_soon` | gauge | disputes that need a response with evidence due within a day (read at scrape) |
 //! | `orderpay_db_pool_connections` | gauge | `state`: in_use, idle (read at scrape) |
 //! | `orderpay_db_pool_max_connections` | gauge | the most connections the process opens, over all its pools (set at start) |
 //! | `orderpay_idempotency_audit_purged_total` | counter | audit rows of expired keys deleted past `ORDERPAY_IDEMPOTENCY_AUDIT_DAYS` |
@@ -128,6 +130,16 @@ pub const DESCRIBED: &[(&str, Kind, &str)] = &[
     ("orderpay_reconciler_passes_total", Kind::Counter, "Reconciler passes run"),
     ("orderpay_reconciler_payments_total", Kind::Counter, "Payments handled by the reconciler, by result"),
     ("orderpay_provider_webhooks_total", Kind::Counter, "Provider webhook deliveries, by what they did"),
+    (
+        "orderpay_disputes_recorded_total",
+        Kind::Counter,
+        "Disputes the provider reported, by what recording them did",
+    ),
+    (
+        "orderpay_disputes_evidence_due_soon",
+        Kind::Gauge,
+        "Disputes that need a response whose evidence is due within a day (read at scrape)",
+    ),
     ("orderpay_db_pool_connections", Kind::Gauge, "Database connections by state"),
     (
         "orderpay_db_pool_max_connections",
@@ -203,6 +215,9 @@ fn export_at_start() {
             counter!(name, label => value).increment(0);
         }
     }
+    for outcome in crate::disputes::repository::RecordOutcome::ALL {
+        counter!("orderpay_disputes_recorded_total", "result" => outcome.as_str()).increment(0);
+    }
     for event_type in crate::events::EventType::ALL {
         counter!("orderpay_events_total", "type" => event_type.as_str()).increment(0);
     }
@@ -240,6 +255,10 @@ pub fn keys_swept(count: usize) {
 
 pub fn payment_settled(status: &'static str) {
     counter!("orderpay_payments_settled_total", "status" => status).increment(1);
+}
+
+pub fn disputes_evidence_due_soon(count: i64) {
+    gauge!("orderpay_disputes_evidence_due_soon").set(count as f64);
 }
 
 pub fn late_charges_unrefunded(count: i64) {
@@ -323,6 +342,14 @@ pub fn reconciler_pass(results: &[(&'static str, usize)]) {
 }
 
 /// One provider webhook delivery: applied, duplicate, stale, unknown, rejected.
+/// `result` of recording a dispute the provider reported: a [`RecordOutcome`]'s name (refused:
+/// it broke the transition guard, ignored).
+///
+/// [`RecordOutcome`]: crate::disputes::repository::RecordOutcome
+pub fn dispute_recorded(result: &'static str) {
+    counter!("orderpay_disputes_recorded_total", "result" => result).increment(1);
+}
+
 pub fn provider_webhook(result: &'static str) {
     counter!("orderpay_provider_webhooks_total", "result" => result).increment(1);
 }

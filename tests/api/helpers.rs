@@ -689,11 +689,11 @@ pub async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
 
 impl TestApp {
     /// Our books follow the provider's money: once nothing is in flight, every payment's
-    /// `amount_captured` and `amount_refunded` equal what the provider's charge for its
-    /// downstream key captured and refunded (none: nothing captured), the ledger check holds,
-    /// and settlement finds every movement of the provider's records in the ledger and every
-    /// ledger movement in them. `make chaos` asserts it after every run. Returns how many
-    /// payments were compared.
+    /// `amount_captured`, `amount_refunded` and `amount_disputed` equal what the provider's
+    /// charge for its downstream key captured, refunded and lost to disputes (none: nothing
+    /// captured), the ledger check holds, and settlement finds every movement of the provider's
+    /// records in the ledger and every ledger movement in them. `make chaos` asserts it after
+    /// every run. Returns how many payments were compared.
     pub async fn assert_books_equal_the_provider(&self) -> usize {
         let in_flight = self
             .count(
@@ -712,13 +712,16 @@ impl TestApp {
             amount_captured: rust_decimal::Decimal,
             #[diesel(sql_type = diesel::sql_types::Numeric)]
             amount_refunded: rust_decimal::Decimal,
+            #[diesel(sql_type = diesel::sql_types::Numeric)]
+            amount_disputed: rust_decimal::Decimal,
         }
         let mut conn = self.db().await;
-        let payments: Vec<Books> =
-            diesel::sql_query("SELECT id::text AS id, amount_captured, amount_refunded FROM payments")
-                .load(&mut conn)
-                .await
-                .expect("our books");
+        let payments: Vec<Books> = diesel::sql_query(
+            "SELECT id::text AS id, amount_captured, amount_refunded, amount_disputed FROM payments",
+        )
+        .load(&mut conn)
+        .await
+        .expect("our books");
         let money =
             |value: &Value| value.as_str().map_or(rust_decimal::Decimal::ZERO, |text| text.parse().unwrap());
         for payment in &payments {
@@ -726,14 +729,15 @@ impl TestApp {
             let theirs: Vec<&Value> =
                 charges.iter().filter(|charge| charge["idempotency_key"] == key.as_str()).collect();
             assert!(theirs.len() <= 1, "one charge per payment at the provider: {theirs:?}");
-            let (captured, refunded) = <[_]>::first(&theirs)
-                .map_or((rust_decimal::Decimal::ZERO, rust_decimal::Decimal::ZERO), |charge| {
-                    (money(&charge["amount_captured"]), money(&charge["amount_refunded"]))
-                });
+            let zero = rust_decimal::Decimal::ZERO;
+            let (captured, refunded, disputed) = <[_]>::first(&theirs).map_or((zero, zero, zero), |charge| {
+                let money = |field: &str| money(&charge[field]);
+                (money("amount_captured"), money("amount_refunded"), money("amount_disputed"))
+            });
             assert_eq!(
-                (payment.amount_captured, payment.amount_refunded),
-                (captured, refunded),
-                "payment {}: our captured and refunded, the provider's: {theirs:?}",
+                (payment.amount_captured, payment.amount_refunded, payment.amount_disputed),
+                (captured, refunded, disputed),
+                "payment {}: our captured, refunded and disputed, the provider's: {theirs:?}",
                 payment.id
             );
         }

@@ -16,6 +16,7 @@ mod cli;
 mod clients;
 mod conformance;
 mod database;
+mod disputes;
 mod errors;
 mod events;
 mod failure_windows;

@@ -292,6 +292,17 @@ impl Client {
         self.read("listBalanceTransactions", None, params.query()).await
     }
 
+    // Disputes
+
+    /// The account's disputes, newest first (filters: `status`, `payment_id`).
+    pub async fn list_disputes(&self, params: &ListParams) -> Result<Reply<List<Dispute>>, Error> {
+        self.read("listDisputes", None, params.query()).await
+    }
+
+    pub async fn get_dispute(&self, id: &str) -> Result<Reply<Dispute>, Error> {
+        self.read("getDispute", Some(id), Vec::new()).await
+    }
+
     // Events
 
     pub async fn list_events(&self, params: &ListParams) -> Result<Reply<List<Event>>, Error> {

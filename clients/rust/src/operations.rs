@@ -16,6 +16,8 @@ pub const COVERED: &[(&str, &str, &str)] = &[
     ("listRefunds", "GET", "/refunds"),
     ("getRefund", "GET", "/refunds/{id}"),
     ("listBalanceTransactions", "GET", "/balance_transactions"),
+    ("listDisputes", "GET", "/disputes"),
+    ("getDispute", "GET", "/disputes/{id}"),
     ("listEvents", "GET", "/events"),
     ("getEvent", "GET", "/events/{id}"),
     ("createWebhookEndpoint", "POST", "/webhook_endpoints"),

@@ -46,7 +46,30 @@ pub struct BalanceTransaction {
     pub created_at: String,
 }
 
-/// The payment or refund whose outcome moved the money.
+/// A dispute of a payment, as the provider reported it (`GET /disputes/{id}`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Dispute {
+    pub id: String,
+    pub payment_id: String,
+    pub order_id: String,
+    pub provider_dispute_id: String,
+    /// A decimal string, as every amount.
+    pub amount: String,
+    pub currency: String,
+    pub reason: String,
+    /// `warning_needs_response`, `warning_under_review`, `warning_closed`, `needs_response`,
+    /// `under_review`, `won` or `lost`.
+    pub status: String,
+    /// `accepted`, `evidence_not_submitted` or `decided`, once closed.
+    pub closed_reason: Option<String>,
+    pub evidence_due_by: Option<String>,
+    pub amount_withdrawn: String,
+    pub amount_reinstated: String,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// The payment, refund or dispute whose outcome moved the money.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct BalanceTransactionSource {
     pub object: String,
@@ -213,9 +236,9 @@ pub struct ListParams {
     pub starting_after: Option<String>,
     /// `GET /payments` and `GET /balance_transactions`: only this order's.
     pub order_id: Option<String>,
-    /// `GET /payments`: only this status.
+    /// `GET /payments` and `GET /disputes`: only this status.
     pub status: Option<String>,
-    /// `GET /refunds` and `GET /balance_transactions`: only this payment's.
+    /// `GET /refunds`, `GET /balance_transactions` and `GET /disputes`: only this payment's.
     pub payment_id: Option<String>,
     /// `GET /events` and `GET /balance_transactions`: only this type.
     pub event_type: Option<String>,

@@ -164,6 +164,14 @@ export class OrderpayClient {
     return this.read<T.List<T.BalanceTransaction>>("listBalanceTransactions", undefined, params);
   }
 
+  // Disputes
+  listDisputes(params: T.DisputeListParams = {}) {
+    return this.read<T.List<T.Dispute>>("listDisputes", undefined, params);
+  }
+  getDispute(id: string) {
+    return this.read<T.Dispute>("getDispute", id);
+  }
+
   // Events
   listEvents(params: T.EventListParams = {}) {
     return this.read<T.List<T.Event>>("listEvents", undefined, params);

@@ -15,6 +15,8 @@ export const COVERED: ReadonlyArray<readonly [operationId: string, method: strin
   ["listRefunds", "GET", "/refunds"],
   ["getRefund", "GET", "/refunds/{id}"],
   ["listBalanceTransactions", "GET", "/balance_transactions"],
+  ["listDisputes", "GET", "/disputes"],
+  ["getDispute", "GET", "/disputes/{id}"],
   ["listEvents", "GET", "/events"],
   ["getEvent", "GET", "/events/{id}"],
   ["createWebhookEndpoint", "POST", "/webhook_endpoints"],

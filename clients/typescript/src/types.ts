@@ -21,6 +21,7 @@ export type Capture = WithMoney<Schemas["CaptureRequest"], "amount">;
 export type Refund = Schemas["Refund"];
 export type CreateRefund = WithMoney<Schemas["CreateRefundRequest"], "amount">;
 export type BalanceTransaction = Schemas["BalanceTransaction"];
+export type Dispute = Schemas["Dispute"];
 export type Event = Schemas["Event"];
 export type EventType = Schemas["EventType"];
 export type WebhookEndpoint = Schemas["WebhookEndpoint"];
@@ -51,6 +52,12 @@ export interface BalanceTransactionListParams extends ListParams {
   payment_id?: string;
   order_id?: string;
   type?: Schemas["BalanceTransactionType"];
+}
+export interface DisputeListParams extends ListParams {
+  status?: Schemas["DisputeStatus"];
+  payment_id?: string;
+  /** Only disputes that need a response whose evidence is due before this time (RFC 3339). */
+  due_before?: string;
 }
 export interface EventListParams extends ListParams {
   type?: EventType;

@@ -9,10 +9,13 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use super::ledger::{BalanceListQuery, Generate, InjectedMovement, Reply};
+use super::ledger::{BalanceListQuery, Decision, Generate, InjectedMovement, OpenDispute, Reply};
 use super::script::{self, Scripted};
 use super::{Faults, MockState, bad_request, respond};
-use crate::provider::wire::{CancelChargeBody, CaptureChargeBody, CreateChargeBody, CreateRefundBody};
+use crate::provider::wire::{
+    CancelChargeBody, CaptureChargeBody, CloseDisputeBody, CreateChargeBody, CreateRefundBody,
+    UpdateDisputeBody,
+};
 
 /// Keys longer than this are refused, as at Stripe.
 const MAX_KEY_LENGTH: usize = 255;
@@ -156,6 +159,87 @@ pub(super) async fn get_refund(state: web::Data<MockState>, id: web::Path<String
         Some(refund) => HttpResponse::Ok().json(refund),
         None => not_found("no such refund"),
     }
+}
+
+#[derive(Deserialize)]
+pub(super) struct DisputeListQuery {
+    /// Unix seconds.
+    created_gte: Option<i64>,
+    limit: Option<usize>,
+    starting_after: Option<String>,
+}
+
+/// `GET /v1/disputes?created_gte=&limit=&starting_after=`: newest first, `limit` 1 to 100
+/// (10 by default), as at Stripe.
+pub(super) async fn list_disputes(
+    state: web::Data<MockState>,
+    query: web::Query<DisputeListQuery>,
+) -> HttpResponse {
+    let limit = query.limit.unwrap_or(10);
+    if !(1..=100).contains(&limit) {
+        return bad_request("limit must be 1 to 100");
+    }
+    respond(state.with_ledger(|ledger| {
+        ledger.list_disputes(query.created_gte, limit, query.starting_after.as_deref())
+    }))
+}
+
+/// `GET /v1/disputes/{id}`
+pub(super) async fn get_dispute(state: web::Data<MockState>, id: web::Path<String>) -> HttpResponse {
+    match state.with_ledger(|ledger| ledger.dispute_by_id(&id)) {
+        Some(dispute) => HttpResponse::Ok().json(dispute),
+        None => not_found("no such dispute"),
+    }
+}
+
+/// `POST /v1/disputes/{id}` with `{evidence?, submit?}`
+pub(super) async fn update_dispute(
+    state: web::Data<MockState>,
+    request: HttpRequest,
+    id: web::Path<String>,
+    body: web::Bytes,
+) -> HttpResponse {
+    let (key, body) = match (idempotency_key(&request), optional_json::<UpdateDisputeBody>(&body)) {
+        (Ok(key), Ok(body)) => (key, body),
+        (Err(reply), _) | (_, Err(reply)) => return respond(reply),
+    };
+    let id = id.into_inner();
+    script::act(state, &key.clone(), move |ledger, hold| {
+        ledger.update_dispute(&id, &key, body, Utc::now(), hold)
+    })
+    .await
+}
+
+/// `POST /v1/disputes/{id}/close` (an empty body, or `{}`): the merchant accepts the dispute.
+pub(super) async fn close_dispute(
+    state: web::Data<MockState>,
+    request: HttpRequest,
+    id: web::Path<String>,
+    body: web::Bytes,
+) -> HttpResponse {
+    let key = match (idempotency_key(&request), optional_json::<CloseDisputeBody>(&body)) {
+        (Ok(key), Ok(_)) => key,
+        (Err(reply), _) | (_, Err(reply)) => return respond(reply),
+    };
+    let id = id.into_inner();
+    script::act(state, &key.clone(), move |ledger, hold| ledger.close_dispute(&id, &key, Utc::now(), hold))
+        .await
+}
+
+/// `POST /_admin/disputes` with `{charge, reason, amount?, inquiry?, evidence_due_in_secs?}`:
+/// the customer's bank disputes a captured charge.
+pub(super) async fn open_dispute(state: web::Data<MockState>, body: web::Json<OpenDispute>) -> HttpResponse {
+    let body = body.into_inner();
+    respond(state.with_ledger(|ledger| ledger.open_dispute(body, Utc::now())))
+}
+
+/// `POST /_admin/disputes/{id}/decide` with `{"outcome": "won" | "lost"}`
+pub(super) async fn decide_dispute(
+    state: web::Data<MockState>,
+    id: web::Path<String>,
+    body: web::Json<Decision>,
+) -> HttpResponse {
+    respond(state.with_ledger(|ledger| ledger.decide_dispute(&id, &body, Utc::now())))
 }
 
 fn not_found(message: &str) -> HttpResponse {

@@ -9,7 +9,9 @@
 //! declined as an invalid payment method. Refunds, by the charge's payment method:
 //! `pm_refund_declined` refunds fail, `pm_refund_pending` refunds settle later,
 //! `pm_refund_timeout` refunds succeed and hold the answer, every other captured charge refunds
-//! at once. `capture: false` authorizes only; an authorization expires after
+//! at once. `pm_card_disputed` charges succeed, and `MOCK_PROVIDER_SETTLE_MS` after their capture
+//! the customer's bank disputes them (`POST /_admin/disputes` opens a dispute on any captured
+//! charge, `POST /_admin/disputes/{id}/decide` decides it). `capture: false` authorizes only; an authorization expires after
 //! `MOCK_PROVIDER_AUTH_TTL_MS`.
 //!
 //! `POST /_admin/faults` adds random latency, held answers and 503s to every later write, and
@@ -250,10 +252,16 @@ impl MockProvider {
                         .route("/refunds", web::post().to(handlers::create_refund))
                         .route("/refunds", web::get().to(handlers::find_refund_by_key))
                         .route("/refunds/{id}", web::get().to(handlers::get_refund))
+                        .route("/disputes", web::get().to(handlers::list_disputes))
+                        .route("/disputes/{id}", web::get().to(handlers::get_dispute))
+                        .route("/disputes/{id}", web::post().to(handlers::update_dispute))
+                        .route("/disputes/{id}/close", web::post().to(handlers::close_dispute))
                         .route("/balance_transactions", web::get().to(handlers::list_balance_transactions)),
                 )
                 .route("/_admin/charges", web::get().to(handlers::list_charges))
                 .route("/_admin/refunds", web::get().to(handlers::list_refunds))
+                .route("/_admin/disputes", web::post().to(handlers::open_dispute))
+                .route("/_admin/disputes/{id}/decide", web::post().to(handlers::decide_dispute))
                 .route("/_admin/balance_transactions", web::post().to(handlers::inject_balance_transaction))
                 .route(
                     "/_admin/balance_transactions/generate",

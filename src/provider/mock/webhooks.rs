@@ -98,6 +98,7 @@ impl Webhooks {
         let object_id = match &emitted.object {
             EventObject::Charge(charge) => charge.id.clone(),
             EventObject::Refund(refund) => refund.id.clone(),
+            EventObject::Dispute(dispute) => dispute.id.clone(),
         };
         let now = Utc::now();
         let event = EventBody {

@@ -25,6 +25,7 @@ impl Ledger {
                     "captured": body.captured,
                     "amount_captured": body.amount_captured,
                     "amount_refunded": body.amount_refunded,
+                    "amount_disputed": super::money(stored.amount_disputed, stored.currency),
                     "authorization_expires_at": body.authorization_expires_at,
                     "cancellation_reason": body.cancellation_reason,
                     "decline_code": body.decline_code,

@@ -37,6 +37,10 @@ pub(super) struct StoredCharge {
     pub(super) amount_captured: Decimal,
     /// Succeeded and pending refunds.
     pub(super) amount_refunded: Decimal,
+    /// Withdrawn by disputes and not reinstated: no longer refundable.
+    pub(super) amount_disputed: Decimal,
+    /// When a captured `pm_card_disputed` charge is disputed.
+    pub(super) disputes_at: Option<DateTime<Utc>>,
     pub(super) created_at: DateTime<Utc>,
     /// The `X-Request-Id` of the request that created it.
     pub(super) request_id: Option<String>,
@@ -105,7 +109,10 @@ impl Ledger {
                     charge.state = ChargeState::Canceled { reason: "authorization_expired".to_owned() };
                     self.emit_charge(event_type::CHARGE_CANCELED, index);
                 }
-                _ => return,
+                _ => {
+                    self.open_due_dispute(index, now);
+                    return;
+                }
             }
         }
     }
@@ -173,7 +180,7 @@ impl Ledger {
                 );
             }
             "pm_card_ok" | "pm_refund_declined" | "pm_refund_pending" | "pm_refund_timeout"
-            | "pm_refund_reversed" => (settled, hold_fault),
+            | "pm_refund_reversed" | "pm_card_disputed" => (settled, hold_fault),
             "pm_provider_timeout" => (settled, true),
             "pm_provider_pending" => (ChargeState::Pending, hold_fault),
             // Authorizes, but no capture ever goes through: charging at once is a capture too.
@@ -198,6 +205,8 @@ impl Ledger {
             authorization_expires_at: None,
             amount_captured: Decimal::ZERO,
             amount_refunded: Decimal::ZERO,
+            amount_disputed: Decimal::ZERO,
+            disputes_at: None,
             created_at: now,
             request_id,
             requests: 1,
@@ -224,12 +233,16 @@ impl Ledger {
         };
         self.charge_by_key.insert(charge.key.clone(), index);
         self.charge_by_id.insert(charge.id.clone(), index);
+        let captured = charge.state == ChargeState::Succeeded;
         self.charges.push(charge);
         if self.charges[index].state == ChargeState::Succeeded {
             self.record_capture(index, now);
         }
         if let Some(kind) = event {
             self.emit_charge(kind, index);
+        }
+        if captured {
+            self.dispute_later(index, now);
         }
         Reply::new(StatusCode::CREATED, self.charges[index].body(), hold)
     }
@@ -306,6 +319,7 @@ impl Ledger {
         self.record_capture(index, now);
         self.record(key, request, Outcome::Charge(index));
         self.emit_charge(event_type::CHARGE_CAPTURED, index);
+        self.dispute_later(index, now);
         Reply::new(StatusCode::OK, self.charges[index].body(), hold_fault)
     }
 

@@ -22,6 +22,11 @@ impl Ledger {
         self.events.push(Emitted { kind, object });
     }
 
+    pub(super) fn emit_dispute(&mut self, kind: &'static str, index: usize) {
+        let object = EventObject::Dispute(self.dispute_body(index));
+        self.events.push(Emitted { kind, object });
+    }
+
     pub(super) fn emit_refund(&mut self, kind: &'static str, index: usize) {
         let object = EventObject::Refund(self.refund_body(index));
         self.events.push(Emitted { kind, object });

@@ -1,4 +1,5 @@
-//! The idempotency keys of captures, cancels and refunds (one key space, as at Stripe): what
+//! The idempotency keys of captures, cancels, refunds and dispute responses (one key space, as
+//! at Stripe): what
 //! each key asked and what came of it, replayed for the same request and refused (422) for
 //! another. Charges keep theirs beside the charge ([`super::charges`]).
 
@@ -7,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::Ledger;
 use super::reply::Reply;
-use crate::provider::wire::{CaptureChargeBody, CreateRefundBody};
+use crate::provider::wire::{CaptureChargeBody, CreateRefundBody, UpdateDisputeBody};
 
 /// A write other than a charge, by its idempotency key: what was asked (a replay must ask the
 /// same) and what came of it.
@@ -21,6 +22,8 @@ pub(super) enum OperationRequest {
     Capture { charge: String, body: CaptureChargeBody },
     Cancel { charge: String },
     Refund(CreateRefundBody),
+    UpdateDispute { dispute: String, body: UpdateDisputeBody },
+    CloseDispute { dispute: String },
 }
 
 pub(super) enum Outcome {
@@ -28,6 +31,8 @@ pub(super) enum Outcome {
     Charge(usize),
     /// Replayed as the refund as it is now.
     Refund(usize),
+    /// Replayed as the dispute as it is now.
+    Dispute(usize),
     /// A business refusal, replayed as it was.
     Refused(Reply),
 }
@@ -56,6 +61,7 @@ impl Ledger {
                 self.refunds[index].requests += 1;
                 Reply::new(StatusCode::OK, self.refund_view(index, now), false)
             }
+            Outcome::Dispute(index) => Reply::new(StatusCode::OK, self.dispute_body(*index), false),
             Outcome::Refused(reply) => reply.clone(),
         })
     }

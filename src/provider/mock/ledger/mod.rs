@@ -1,4 +1,4 @@
-//! The mock provider's books: every charge, authorization and refund, the idempotency keys of
+//! The mock provider's books: every charge, authorization, refund and dispute, the idempotency keys of
 //! every write, and the state machine that moves them. Pure state, no HTTP and no clock of its
 //! own: every operation is given `now`, and what reached a final state is left in
 //! [`Ledger::take_events`] for the caller to send as webhooks.
@@ -7,13 +7,14 @@
 //! in [`Ledger::advance_due`] on time, and lazily whenever the object is read, whichever comes
 //! first; either way they happen once and emit their event once.
 //!
-//! One file per job: [`charges`], [`refunds`], [`keys`] (idempotency of the other writes),
-//! [`timers`], [`events`] (what becomes a webhook), [`balance`] (the settlement records: every
-//! movement of money), [`admin`] (the admin views), [`reply`] (what the HTTP layer sends).
+//! One file per job: [`charges`], [`refunds`], [`disputes`], [`keys`] (idempotency of the other
+//! writes), [`timers`], [`events`] (what becomes a webhook), [`balance`] (the settlement records:
+//! every movement of money), [`admin`] (the admin views), [`reply`] (what the HTTP layer sends).
 
 mod admin;
 mod balance;
 mod charges;
+mod disputes;
 mod events;
 mod keys;
 mod refunds;
@@ -30,6 +31,8 @@ use uuid::Uuid;
 
 pub(super) use self::balance::{BalanceListQuery, Generate, InjectedMovement};
 use self::charges::StoredCharge;
+use self::disputes::StoredDispute;
+pub(super) use self::disputes::{Decision, OpenDispute};
 pub(super) use self::events::Emitted;
 use self::keys::Operation;
 use self::refunds::StoredRefund;
@@ -52,6 +55,8 @@ pub(super) struct Ledger {
     charge_by_id: HashMap<String, usize>,
     refunds: Vec<StoredRefund>,
     refund_by_id: HashMap<String, usize>,
+    disputes: Vec<StoredDispute>,
+    dispute_by_id: HashMap<String, usize>,
     /// Captures, cancels and refunds share one key space, as at Stripe: reusing a capture's key
     /// for a refund is a 422, not a second operation.
     operations: HashMap<String, Operation>,
@@ -103,6 +108,8 @@ impl Ledger {
             charge_by_id: HashMap::new(),
             refunds: Vec::new(),
             refund_by_id: HashMap::new(),
+            disputes: Vec::new(),
+            dispute_by_id: HashMap::new(),
             operations: HashMap::new(),
             due: BinaryHeap::new(),
             scheduled: false,

@@ -141,7 +141,7 @@ impl Ledger {
         };
         self.advance_charge(charge_index, now);
         let charge = &self.charges[charge_index];
-        let remaining = charge.amount_captured - charge.amount_refunded;
+        let remaining = charge.amount_captured - charge.amount_refunded - charge.amount_disputed;
         let refused = if charge.state != ChargeState::Succeeded {
             Some(refusal(
                 StatusCode::CONFLICT,

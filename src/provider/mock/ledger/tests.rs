@@ -5,8 +5,8 @@ use std::time::Duration;
 use actix_web::http::StatusCode;
 use chrono::Utc;
 
-use super::{Ledger, Timing};
-use crate::provider::wire::{CaptureChargeBody, CreateChargeBody, CreateRefundBody};
+use super::{Decision, Ledger, OpenDispute, Timing};
+use crate::provider::wire::{CaptureChargeBody, CreateChargeBody, CreateRefundBody, UpdateDisputeBody};
 
 fn ledger() -> Ledger {
     Ledger::new(Timing { settle_after: Duration::from_secs(3), auth_ttl: Duration::from_secs(60) })
@@ -134,4 +134,159 @@ fn amounts_are_exact_and_in_the_currency_of_the_charge() {
     let mut bad_charge = charge("pm_card_ok", true);
     bad_charge.amount = "1.001".to_owned();
     assert_eq!(ledger.create_charge("b", bad_charge, None, now, false).status, StatusCode::BAD_REQUEST);
+}
+
+fn open(charge: &str, amount: Option<&str>) -> OpenDispute {
+    OpenDispute {
+        charge: charge.to_owned(),
+        reason: "fraudulent".to_owned(),
+        amount: amount.map(str::to_owned),
+        inquiry: false,
+        evidence_due_in_secs: None,
+    }
+}
+
+fn decide(outcome: &str) -> Decision {
+    Decision { outcome: outcome.to_owned() }
+}
+
+#[test]
+fn a_disputed_card_is_disputed_on_time_and_its_funds_leave_then_come_back_when_won() {
+    let mut ledger = ledger();
+    let t0 = Utc::now();
+    let id = ledger.create_charge("d", charge("pm_card_disputed", true), None, t0, false).body["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(kinds(&mut ledger), ["charge.succeeded"]);
+    assert_eq!(ledger.advance_due(t0), Some(t0 + chrono::Duration::seconds(3)));
+    ledger.advance_due(t0 + chrono::Duration::seconds(3));
+    assert_eq!(kinds(&mut ledger), ["charge.dispute.created", "charge.dispute.funds_withdrawn"]);
+    let listed = ledger.list_disputes(None, 10, None);
+    let dispute = &listed.body["data"][0];
+    assert_eq!(
+        (dispute["charge"].as_str(), dispute["status"].as_str()),
+        (Some(id.as_str()), Some("needs_response"))
+    );
+    assert_eq!(
+        (dispute["amount"].as_str(), dispute["amount_withdrawn"].as_str()),
+        (Some("10.00"), Some("10.00"))
+    );
+    // The withdrawn funds are no longer refundable.
+    let refused = ledger.create_refund("r", refund(&id, "1.00"), None, t0, false);
+    assert_eq!(refused.body["error"]["code"], "charge_already_refunded");
+
+    let dispute_id = dispute["id"].as_str().unwrap().to_owned();
+    let won = ledger.decide_dispute(&dispute_id, &decide("won"), t0 + chrono::Duration::seconds(4));
+    assert_eq!(
+        (won.body["status"].as_str(), won.body["amount_reinstated"].as_str()),
+        (Some("won"), Some("10.00"))
+    );
+    assert_eq!(kinds(&mut ledger), ["charge.dispute.funds_reinstated", "charge.dispute.closed"]);
+    assert_eq!(ledger.decide_dispute(&dispute_id, &decide("lost"), t0).status, StatusCode::CONFLICT);
+    let refunded = ledger.create_refund("r2", refund(&id, "1.00"), None, t0, false);
+    assert_eq!(refunded.status, StatusCode::CREATED, "reinstated funds are refundable again");
+    // Both moves of the money are settlement records, named by the charge's key.
+    let query =
+        super::BalanceListQuery { created_gte: None, created_lt: None, limit: None, starting_after: None };
+    let feed = ledger.balance_transactions(&query, t0).unwrap();
+    let disputes: Vec<(String, String, Option<String>)> = feed
+        .data
+        .into_iter()
+        .filter(|txn| txn.reporting_category.starts_with("dispute"))
+        .map(|txn| (txn.reporting_category, txn.amount, txn.source_idempotency_key))
+        .collect();
+    assert_eq!(
+        disputes,
+        [
+            ("dispute_reversal".into(), "10.00".into(), Some("d".into())),
+            ("dispute".into(), "-10.00".into(), Some("d".into()))
+        ]
+    );
+}
+
+#[test]
+fn disputes_are_bounded_by_what_remains_and_answered_once_per_key() {
+    let mut ledger = ledger();
+    let now = Utc::now();
+    let id = ledger.create_charge("c", charge("pm_card_ok", true), None, now, false).body["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    ledger.create_refund("r", refund(&id, "4.00"), None, now, false);
+    assert_eq!(ledger.open_dispute(open(&id, Some("6.01")), now).status, StatusCode::BAD_REQUEST);
+    let opened = ledger.open_dispute(open(&id, Some("6.00")), now);
+    assert_eq!(opened.status, StatusCode::CREATED);
+    assert_eq!(ledger.open_dispute(open(&id, None), now).status, StatusCode::CONFLICT, "nothing left");
+    let dispute_id = opened.body["id"].as_str().unwrap().to_owned();
+    ledger.take_events();
+
+    let draft = UpdateDisputeBody { evidence: Some("receipt".to_owned()), submit: false };
+    let kept = ledger.update_dispute(&dispute_id, "e1", draft.clone(), now, false);
+    assert_eq!(
+        (kept.body["status"].as_str(), kept.body["evidence"].as_str()),
+        (Some("needs_response"), Some("receipt"))
+    );
+    let submit = UpdateDisputeBody { evidence: None, submit: true };
+    let submitted = ledger.update_dispute(&dispute_id, "e2", submit.clone(), now, false);
+    assert_eq!(submitted.body["status"], "under_review");
+    // A replay answers the dispute as it is now; the key with another request is a 422.
+    assert_eq!(ledger.update_dispute(&dispute_id, "e2", submit, now, false).body["status"], "under_review");
+    assert_eq!(
+        ledger.update_dispute(&dispute_id, "e2", draft, now, false).status,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(kinds(&mut ledger), ["charge.dispute.updated", "charge.dispute.updated"]);
+    // Under review, it can no longer be accepted; the refusal is the key's answer for ever.
+    let refused = ledger.close_dispute(&dispute_id, "a1", now, false);
+    assert_eq!(refused.body["error"]["code"], "dispute_not_closable");
+    let lost = ledger.decide_dispute(&dispute_id, &decide("lost"), now);
+    assert_eq!(
+        (lost.body["status"].as_str(), lost.body["closed_reason"].as_str()),
+        (Some("lost"), Some("decided"))
+    );
+    assert_eq!(ledger.close_dispute(&dispute_id, "a1", now, false).body, refused.body);
+}
+
+#[test]
+fn an_accepted_dispute_is_lost_and_an_inquiry_moves_no_money() {
+    let mut ledger = ledger();
+    let now = Utc::now();
+    let mut ids = Vec::new();
+    for key in ["a", "b", "c"] {
+        let body = ledger.create_charge(key, charge("pm_card_ok", true), None, now, false).body;
+        ids.push(body["id"].as_str().unwrap().to_owned());
+    }
+    let accepted = ledger.open_dispute(open(&ids[0], None), now).body["id"].as_str().unwrap().to_owned();
+    let closed = ledger.close_dispute(&accepted, "k", now, false);
+    assert_eq!(
+        (closed.body["status"].as_str(), closed.body["closed_reason"].as_str()),
+        (Some("lost"), Some("accepted"))
+    );
+    assert_eq!(closed.body["amount_reinstated"], "0.00");
+    let mut inquiry = open(&ids[1], None);
+    inquiry.inquiry = true;
+    let inquiry = ledger.open_dispute(inquiry, now);
+    assert_eq!(
+        (inquiry.body["status"].as_str(), inquiry.body["amount_withdrawn"].as_str()),
+        (Some("warning_needs_response"), Some("0.00"))
+    );
+    ledger.take_events();
+    let decided = ledger.decide_dispute(inquiry.body["id"].as_str().unwrap(), &decide("lost"), now);
+    assert_eq!(decided.body["status"], "warning_closed");
+    assert_eq!(kinds(&mut ledger), ["charge.dispute.closed"]);
+    ledger.open_dispute(open(&ids[2], None), now);
+
+    // Newest first, in pages.
+    let first = ledger.list_disputes(None, 2, None);
+    assert_eq!(
+        (first.body["data"].as_array().unwrap().len(), &first.body["has_more"]),
+        (2, &serde_json::json!(true))
+    );
+    let last_id = first.body["data"][1]["id"].as_str().unwrap().to_owned();
+    let rest = ledger.list_disputes(None, 2, Some(&last_id));
+    assert_eq!(rest.body["data"][0]["id"].as_str(), Some(accepted.as_str()));
+    assert_eq!(rest.body["has_more"], false);
+    let later = ledger.list_disputes(Some(now.timestamp() + 1), 10, None);
+    assert!(later.body["data"].as_array().unwrap().is_empty());
 }

@@ -1,0 +1,543 @@
+//! Disputes: recorded as the provider reports them (webhooks verified by a lookup, the
+//! reconciler's pass), guarded, with their money in the ledger and the payment's
+//! `amount_disputed`, and what they do to refunds. The mock holds its webhooks for the test
+//! (`webhooks_by_hand`), which delivers them when, as often and in the order it means to.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use orderpay::provider::delegate::Delegating;
+use orderpay::provider::{BoxFuture, Dispute, DisputePage, PaymentProvider, ProviderError};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::helpers::{
+    TestApp, assert_problem, json, new_key, provider_webhooks_on, spawn_app_with, wait_until,
+};
+use crate::provider_webhooks::{deliver_ok, event, provider_charge, secret, signed};
+
+/// An app hearing its provider's webhooks only when the test delivers them, the reconciler idle
+/// (the test runs its passes), pending things settling after 300 ms.
+async fn app() -> TestApp {
+    spawn_app_with(|settings, mock| {
+        provider_webhooks_on(settings);
+        settings.reconciler.interval = Duration::from_secs(600);
+        mock.webhooks_by_hand = true;
+    })
+    .await
+}
+
+/// A payment of `payment_method` that succeeded: its id and the provider's charge id.
+async fn paid(app: &TestApp, payment_method: &str) -> (String, String) {
+    let order = app.create_order().await;
+    let response = app.pay(order["id"].as_str().unwrap(), payment_method, &new_key()).await;
+    let payment = json(response).await;
+    assert_eq!(payment["status"], "succeeded", "{payment}");
+    let payment_id = payment["id"].as_str().unwrap().to_owned();
+    let charge = provider_charge(app, &payment_id).await;
+    (payment_id, charge["id"].as_str().unwrap().to_owned())
+}
+
+async fn admin(app: &TestApp, path: &str, body: Value) -> Value {
+    let url = format!("{}/_admin/{path}", app.provider.address);
+    let response = app.client.post(url).json(&body).send().await.unwrap();
+    assert!(response.status().is_success(), "{path}: {}", response.status());
+    json(response).await
+}
+
+/// Opens a dispute of all of `charge_id` at the provider; its id.
+async fn open_dispute(app: &TestApp, charge_id: &str) -> String {
+    let dispute = admin(app, "disputes", json!({ "charge": charge_id, "reason": "fraudulent" })).await;
+    dispute["id"].as_str().unwrap().to_owned()
+}
+
+async fn decide(app: &TestApp, dispute_id: &str, outcome: &str) {
+    admin(app, &format!("disputes/{dispute_id}/decide"), json!({ "outcome": outcome })).await;
+}
+
+/// The ids of the provider's `charge.dispute.*` events not delivered yet, oldest first.
+async fn undelivered_dispute_events(app: &TestApp) -> Vec<String> {
+    let log = app.provider.webhooks().await;
+    log.iter()
+        .filter(|event| event["type"].as_str().unwrap().starts_with("charge.dispute."))
+        .filter(|event| event["attempts"].as_array().is_none_or(Vec::is_empty))
+        .map(|event| event["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Sends the provider's event `id` to the app, now; the app's answer's status.
+async fn deliver_by_hand(app: &TestApp, id: &str) -> u16 {
+    let url = format!("{}/_admin/webhooks/{id}/deliver", app.provider.address);
+    let answer = json(app.client.post(url).send().await.unwrap()).await;
+    answer["status"].as_u64().unwrap() as u16
+}
+
+/// Delivers every dispute event not delivered yet, in order.
+async fn deliver_all(app: &TestApp) {
+    for id in undelivered_dispute_events(app).await {
+        assert_eq!(deliver_by_hand(app, &id).await, 200);
+    }
+}
+
+/// The recorded dispute: `status`, `withdrawn/reinstated`, and its payment's `amount_disputed`.
+async fn recorded(app: &TestApp, provider_id: &str) -> (String, String, String) {
+    let status = app
+        .text(&format!("SELECT status AS text FROM disputes WHERE provider_dispute_id = '{provider_id}'"))
+        .await;
+    let money = app
+        .text(&format!(
+            "SELECT amount_withdrawn::text || '/' || amount_reinstated::text AS text FROM disputes \
+             WHERE provider_dispute_id = '{provider_id}'"
+        ))
+        .await;
+    let disputed = app
+        .text(&format!(
+            "SELECT p.amount_disputed::text AS text FROM payments p JOIN disputes d \
+             ON d.payment_id = p.id WHERE d.provider_dispute_id = '{provider_id}'"
+        ))
+        .await;
+    (status, money, disputed)
+}
+
+/// The next reconciler pass lists the provider's disputes (as once a minute has passed since the
+/// last listing, which the app's own reconciler may have made).
+async fn listing_due(app: &TestApp) {
+    app.execute("UPDATE dispute_listing SET listed_at = NULL").await;
+}
+
+async fn movements(app: &TestApp, kind: &str) -> i64 {
+    app.count(&format!("SELECT count(*) AS count FROM ledger_movements WHERE type = '{kind}'")).await
+}
+
+async fn refund(app: &TestApp, payment_id: &str, amount: Option<&str>) -> reqwest::Response {
+    let mut body = json!({ "payment_id": payment_id });
+    if let Some(amount) = amount {
+        body["amount"] = json!(amount);
+    }
+    app.request(Method::POST, "/refunds")
+        .header("Idempotency-Key", new_key())
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// `orderpay_disputes_recorded_total{result}` as `/metrics` shows it (the recorder is the
+/// process's: callers compare with lower bounds).
+async fn recorded_counted(app: &TestApp, result: &str) -> u64 {
+    let text = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let series = format!("orderpay_disputes_recorded_total{{result=\"{result}\"}} ");
+    text.lines().find_map(|line| line.strip_prefix(&series)).map_or(0, |value| value.trim().parse().unwrap())
+}
+
+#[tokio::test]
+async fn a_won_dispute_withdraws_then_reinstates_the_funds_and_the_books_follow() {
+    let app = app().await;
+    let (payment_id, charge_id) = paid(&app, "pm_card_ok").await;
+    let dispute_id = open_dispute(&app, &charge_id).await;
+    deliver_all(&app).await;
+    assert_eq!(
+        recorded(&app, &dispute_id).await,
+        ("needs_response".into(), "48.4800/0.0000".into(), "48.4800".into())
+    );
+    assert_eq!(movements(&app, "dispute_withdrawal").await, 1);
+    app.assert_books_equal_the_provider().await;
+
+    decide(&app, &dispute_id, "won").await;
+    deliver_all(&app).await;
+    assert_eq!(recorded(&app, &dispute_id).await, ("won".into(), "48.4800/48.4800".into(), "0.0000".into()));
+    assert_eq!(movements(&app, "dispute_reinstatement").await, 1);
+    let closed = app
+        .text(&format!(
+            "SELECT closed_reason AS text FROM disputes WHERE provider_dispute_id = '{dispute_id}'"
+        ))
+        .await;
+    assert_eq!(closed, "decided");
+    app.assert_books_equal_the_provider().await;
+    let _ = payment_id;
+}
+
+#[tokio::test]
+async fn duplicate_and_reordered_dispute_webhooks_record_it_once() {
+    let app = app().await;
+    let (_, charge_id) = paid(&app, "pm_card_ok").await;
+    let dispute_id = open_dispute(&app, &charge_id).await;
+    decide(&app, &dispute_id, "lost").await;
+    // created, funds_withdrawn, closed: delivered newest first, each twice.
+    let mut events = undelivered_dispute_events(&app).await;
+    assert_eq!(events.len(), 3);
+    events.reverse();
+    for id in events.iter().chain(events.iter()) {
+        assert_eq!(deliver_by_hand(&app, id).await, 200);
+    }
+    assert_eq!(recorded(&app, &dispute_id).await, ("lost".into(), "48.4800/0.0000".into(), "48.4800".into()));
+    assert_eq!(app.count("SELECT count(*) AS count FROM disputes").await, 1);
+    assert_eq!(movements(&app, "dispute_withdrawal").await, 1);
+    assert_eq!(movements(&app, "dispute_reinstatement").await, 0);
+    let results = app
+        .text("SELECT string_agg(result, ',' ORDER BY received_at, result) AS text FROM provider_webhooks WHERE event_type LIKE 'charge.dispute.%'")
+        .await;
+    assert_eq!(
+        results.matches("applied").count(),
+        1,
+        "one event recorded it, the rest changed nothing: {results}"
+    );
+    app.assert_books_equal_the_provider().await;
+}
+
+/// A provider whose dispute lookups and listings answer an older view of every dispute
+/// (`needs_response`, nothing reinstated): a lagging read of the provider's own.
+struct Lagging(Arc<dyn PaymentProvider>);
+
+fn lagging(dispute: Dispute) -> Dispute {
+    Dispute {
+        status: orderpay::disputes::DisputeStatus::NeedsResponse,
+        closed_reason: None,
+        amount_reinstated: rust_decimal::Decimal::ZERO,
+        ..dispute
+    }
+}
+
+impl Delegating for Lagging {
+    fn inner(&self) -> &dyn PaymentProvider {
+        &*self.0
+    }
+
+    fn get_dispute<'a>(
+        &'a self,
+        dispute_id: &'a str,
+        request_id: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Option<Dispute>, ProviderError>> {
+        Box::pin(async move { Ok(self.0.get_dispute(dispute_id, request_id).await?.map(lagging)) })
+    }
+
+    fn list_disputes<'a>(
+        &'a self,
+        created_gte: chrono::DateTime<chrono::Utc>,
+        starting_after: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<DisputePage, ProviderError>> {
+        Box::pin(async move {
+            let page = self.0.list_disputes(created_gte, starting_after).await?;
+            Ok(DisputePage { disputes: page.disputes.into_iter().map(lagging).collect(), ..page })
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_change_that_breaks_the_guard_is_counted_and_ignored_and_a_webhook_alone_changes_nothing() {
+    let app = app().await;
+    let (_, charge_id) = paid(&app, "pm_card_ok").await;
+    let dispute_id = open_dispute(&app, &charge_id).await;
+    decide(&app, &dispute_id, "won").await;
+    deliver_all(&app).await;
+    assert_eq!(recorded(&app, &dispute_id).await.0, "won");
+
+    // The provider's lookup says the won dispute needs a response again: refused, counted.
+    let refused_before = recorded_counted(&app, "refused").await;
+    let lagging: Arc<dyn PaymentProvider> =
+        Arc::new(Lagging(orderpay::app::provider(&app.settings.provider).unwrap()));
+    listing_due(&app).await;
+    app.reconcile_once_with(lagging).await;
+    assert_eq!(recorded(&app, &dispute_id).await, ("won".into(), "48.4800/48.4800".into(), "0.0000".into()));
+    assert!(recorded_counted(&app, "refused").await > refused_before);
+
+    // A forged event saying the same is checked against the provider, which says won.
+    let url = format!("{}/v1/disputes/{dispute_id}", app.provider.address);
+    let mut forged = json(app.client.get(url).send().await.unwrap()).await;
+    forged["status"] = json!("needs_response");
+    forged["closed_reason"] = Value::Null;
+    forged["amount_reinstated"] = json!("0.00");
+    let answer = deliver_ok(&app, &signed(&secret(&app), &event("charge.dispute.updated", &forged))).await;
+    assert_eq!(answer, "stale");
+    assert_eq!(recorded(&app, &dispute_id).await.0, "won");
+    assert_eq!(movements(&app, "dispute_reinstatement").await, 1);
+    app.assert_books_equal_the_provider().await;
+}
+
+#[tokio::test]
+async fn a_dispute_whose_webhooks_are_all_dropped_is_recorded_by_one_reconciler_pass() {
+    let app = app().await;
+    let (_, charge_id) = paid(&app, "pm_card_disputed").await;
+    // The bank disputes it 300 ms after the capture; no webhook is ever delivered.
+    let disputes_url = format!("{}/v1/disputes", app.provider.address);
+    wait_until("the provider's dispute", Duration::from_secs(5), async || {
+        let list = json(app.client.get(&disputes_url).send().await.unwrap()).await;
+        list["data"].as_array().is_some_and(|data| !data.is_empty())
+    })
+    .await;
+    let list = json(app.client.get(&disputes_url).send().await.unwrap()).await;
+    let dispute_id = list["data"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(list["data"][0]["charge"], charge_id.as_str());
+
+    listing_due(&app).await;
+    let report = app.reconcile_once().await;
+    assert!(report.settled >= 1, "{report:?}");
+    assert_eq!(
+        recorded(&app, &dispute_id).await,
+        ("needs_response".into(), "48.4800/0.0000".into(), "48.4800".into())
+    );
+    // Its closing is lost too: the next listing (a minute later) looks at the open dispute again.
+    decide(&app, &dispute_id, "lost").await;
+    app.reconcile_once().await;
+    assert_eq!(recorded(&app, &dispute_id).await.0, "needs_response", "not listed again within the minute");
+    listing_due(&app).await;
+    app.reconcile_once().await;
+    assert_eq!(recorded(&app, &dispute_id).await.0, "lost");
+    let reason = app
+        .text(&format!(
+            "SELECT closed_reason AS text FROM disputes WHERE provider_dispute_id = '{dispute_id}'"
+        ))
+        .await;
+    assert_eq!(reason, "evidence_not_submitted");
+    listing_due(&app).await;
+    app.reconcile_once().await;
+    assert_eq!(movements(&app, "dispute_withdrawal").await, 1);
+    app.assert_books_equal_the_provider().await;
+}
+
+/// The worst interleaving on purpose: the webhook and the reconciler both set out to record a
+/// dispute we lack while a transaction holds its payment, so both have looked for it and neither
+/// has written when that transaction ends. One row, one movement.
+#[tokio::test]
+async fn a_webhook_and_the_reconciler_recording_one_dispute_at_once_write_it_once() {
+    use diesel_async::{AsyncConnection, RunQueryDsl};
+    let app = app().await;
+    let (payment_id, charge_id) = paid(&app, "pm_card_ok").await;
+    let dispute_id = open_dispute(&app, &charge_id).await;
+    let created = undelivered_dispute_events(&app).await[0].clone();
+
+    let mut holder = app.db().await;
+    holder.begin_test_transaction().await.unwrap();
+    diesel::sql_query(format!("SELECT 1 FROM payments WHERE id = '{payment_id}' FOR UPDATE"))
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let webhook = tokio::spawn({
+        let (address, id) = (app.provider.address.clone(), created.clone());
+        async move {
+            let url = format!("{address}/_admin/webhooks/{id}/deliver");
+            crate::helpers::http_client().post(url).send().await.unwrap().status()
+        }
+    });
+    listing_due(&app).await;
+    let pass = app.reconcile_once();
+    let release = async {
+        wait_until("both recorders waiting on the payment", Duration::from_secs(10), async || {
+            app.count(
+                "SELECT count(*) AS count FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                 AND query LIKE '%provider_charge_id%' AND datname = current_database()",
+            )
+            .await
+                >= 2
+        })
+        .await;
+        drop(holder);
+    };
+    let (report, ()) = tokio::join!(pass, release);
+    assert_eq!(webhook.await.unwrap(), 200);
+    assert_eq!(report.errors, 0, "{report:?}");
+    assert_eq!(app.count("SELECT count(*) AS count FROM disputes").await, 1);
+    assert_eq!(movements(&app, "dispute_withdrawal").await, 1);
+    assert_eq!(recorded(&app, &dispute_id).await.2, "48.4800");
+    let created = app.count("SELECT count(*) AS count FROM events WHERE type = 'dispute.created'").await;
+    assert_eq!(created, 1, "one event");
+    app.assert_books_equal_the_provider().await;
+}
+
+#[tokio::test]
+async fn refunds_are_refused_while_disputed_and_after_a_lost_dispute_and_allowed_after_a_won_one() {
+    let app = app().await;
+    let (lost_payment, lost_charge) = paid(&app, "pm_card_ok").await;
+    let (won_payment, won_charge) = paid(&app, "pm_card_ok").await;
+    let lost = open_dispute(&app, &lost_charge).await;
+    let won = open_dispute(&app, &won_charge).await;
+    deliver_all(&app).await;
+    let open = refund(&app, &lost_payment, Some("1.00")).await;
+    assert_eq!(open.headers()["orderpay-should-retry"], "false");
+    let disputed = assert_problem(open, 409, "charge-disputed").await;
+    assert_eq!(disputed["refundable_amount"], "0.00");
+
+    decide(&app, &lost, "lost").await;
+    decide(&app, &won, "won").await;
+    deliver_all(&app).await;
+    let refused =
+        assert_problem(refund(&app, &lost_payment, Some("1.00")).await, 422, "refund-exceeds-refundable")
+            .await;
+    assert_eq!(refused["refundable_amount"], "0.00");
+    let refunded = json(refund(&app, &won_payment, Some("4.00")).await).await;
+    assert_eq!(refunded["status"], "succeeded", "{refunded}");
+    app.assert_books_equal_the_provider().await;
+}
+
+/// The provider's settlement records of a won and a lost dispute (`dispute`, `dispute_reversal`)
+/// match the ledger's movements one for one.
+#[tokio::test]
+async fn settlement_matches_the_disputes_movements_with_the_providers() {
+    use orderpay::settlement::{self, RunOptions, Window};
+    let app = app().await;
+    let now = chrono::Utc::now();
+    let window =
+        Window { start: now - chrono::Duration::seconds(1), end: now + chrono::Duration::minutes(1) };
+    let (_, won_charge) = paid(&app, "pm_card_ok").await;
+    let (_, lost_charge) = paid(&app, "pm_card_ok").await;
+    let won = open_dispute(&app, &won_charge).await;
+    let lost = open_dispute(&app, &lost_charge).await;
+    decide(&app, &won, "won").await;
+    decide(&app, &lost, "lost").await;
+    deliver_all(&app).await;
+
+    let provider = orderpay::app::provider(&app.settings.provider).unwrap();
+    let options = RunOptions { page_size: 3, scheduled: false, stale_claim: Duration::from_secs(60) };
+    let report = settlement::run(&mut app.db().await, provider.as_ref(), window, options).await.unwrap();
+    assert_eq!(
+        report.categories["matched"].count, 5,
+        "two charges, two withdrawals, one reinstatement: {report:#?}"
+    );
+    assert_eq!(report.exceptions(), 0, "{report:#?}");
+    assert_eq!(report.ours_total["USD"], report.provider_total["USD"]);
+}
+
+async fn events_of(app: &TestApp, kind: &str) -> usize {
+    let response = app.request(Method::GET, &format!("/events?type={kind}&limit=100")).send().await.unwrap();
+    json(response).await["data"].as_array().unwrap().len()
+}
+
+#[tokio::test]
+async fn the_api_lists_and_gets_disputes_and_each_step_is_one_event() {
+    let app = app().await;
+    let (payment_id, charge_id) = paid(&app, "pm_card_ok").await;
+    let (_, other_charge) = paid(&app, "pm_card_ok").await;
+    let won = open_dispute(&app, &charge_id).await;
+    admin(
+        &app,
+        "disputes",
+        json!({ "charge": other_charge, "reason": "duplicate", "evidence_due_in_secs": 3600 }),
+    )
+    .await;
+    decide(&app, &won, "won").await;
+    deliver_all(&app).await;
+    // Every event twice more: nothing new.
+    for id in app.provider.webhooks().await.iter().filter_map(|event| event["id"].as_str()) {
+        deliver_by_hand(&app, id).await;
+    }
+
+    let list = json(app.request(Method::GET, "/disputes").send().await.unwrap()).await;
+    assert_eq!(list["data"].as_array().unwrap().len(), 2, "{list}");
+    let mine =
+        json(app.request(Method::GET, &format!("/disputes?payment_id={payment_id}")).send().await.unwrap())
+            .await;
+    let dispute = &mine["data"][0];
+    assert_eq!(mine["data"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        (
+            dispute["status"].as_str(),
+            dispute["provider_dispute_id"].as_str(),
+            dispute["amount_reinstated"].as_str()
+        ),
+        (Some("won"), Some(won.as_str()), Some("48.48"))
+    );
+    let id = dispute["id"].as_str().unwrap();
+    let got = json(app.request(Method::GET, &format!("/disputes/{id}")).send().await.unwrap()).await;
+    assert_eq!(&got, dispute);
+    let soon =
+        (chrono::Utc::now() + chrono::Duration::days(1)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let due =
+        json(app.request(Method::GET, &format!("/disputes?due_before={soon}")).send().await.unwrap()).await;
+    assert_eq!(due["data"].as_array().unwrap().len(), 1, "only the one due in an hour: {due}");
+    assert_eq!(due["data"][0]["reason"], "duplicate");
+    let won_only = json(app.request(Method::GET, "/disputes?status=won").send().await.unwrap()).await;
+    assert_eq!(won_only["data"].as_array().unwrap().len(), 1);
+    assert_problem(
+        app.request(Method::GET, "/disputes?status=open").send().await.unwrap(),
+        400,
+        "invalid-parameter",
+    )
+    .await;
+    assert_problem(
+        app.request(Method::GET, "/disputes?due_before=soon").send().await.unwrap(),
+        400,
+        "invalid-parameter",
+    )
+    .await;
+    let unknown = format!("/disputes/{}", uuid::Uuid::now_v7());
+    assert_problem(app.request(Method::GET, &unknown).send().await.unwrap(), 404, "not-found").await;
+
+    // One event per step, whatever the copies and the order.
+    assert_eq!(events_of(&app, "dispute.created").await, 2);
+    assert_eq!(events_of(&app, "dispute.funds_withdrawn").await, 2);
+    assert_eq!(events_of(&app, "dispute.funds_reinstated").await, 1);
+    assert_eq!(events_of(&app, "dispute.closed").await, 1);
+    assert_eq!(events_of(&app, "dispute.updated").await, 0);
+
+    // The operator's list, and the gauge the alert reads.
+    let listed = app.cli_json(&["disputes", "list", "--due-within", "1d"]).await;
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed[0]["account_id"], app.account_id.to_string());
+    assert_eq!(app.cli_json(&["disputes", "list"]).await.as_array().unwrap().len(), 2);
+    // Read at scrape, within a second (a loaded machine may miss one).
+    wait_until("the gauge of evidence due soon", Duration::from_secs(10), async || {
+        let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
+        metrics.lines().any(|line| line == "orderpay_disputes_evidence_due_soon 1")
+    })
+    .await;
+    app.assert_books_equal_the_provider().await;
+}
+
+/// An inquiry (`warning_*`) moves no money: nothing withdrawn, the payment refundable in full.
+#[tokio::test]
+async fn an_inquiry_moves_no_money_and_closes() {
+    let app = app().await;
+    let (payment_id, charge_id) = paid(&app, "pm_card_ok").await;
+    let inquiry =
+        admin(&app, "disputes", json!({ "charge": charge_id, "reason": "general", "inquiry": true })).await;
+    let inquiry = inquiry["id"].as_str().unwrap().to_owned();
+    deliver_all(&app).await;
+    assert_eq!(
+        recorded(&app, &inquiry).await,
+        ("warning_needs_response".into(), "0.0000/0.0000".into(), "0.0000".into())
+    );
+    decide(&app, &inquiry, "lost").await;
+    deliver_all(&app).await;
+    assert_eq!(recorded(&app, &inquiry).await.0, "warning_closed");
+    assert_eq!(movements(&app, "dispute_withdrawal").await, 0);
+    assert_eq!((events_of(&app, "dispute.created").await, events_of(&app, "dispute.closed").await), (1, 1));
+    let refunded = json(refund(&app, &payment_id, None).await).await;
+    assert_eq!(
+        (refunded["status"].as_str(), refunded["amount"].as_str()),
+        (Some("succeeded"), Some("48.48"))
+    );
+    app.assert_books_equal_the_provider().await;
+}
+
+/// `orderpay ledger check` finds a payment whose `amount_disputed` left its dispute movements
+/// (a hand edit with the triggers off), and the order whose net no longer equals its columns'.
+#[tokio::test]
+async fn the_ledger_check_finds_disputed_money_that_left_the_ledger() {
+    use diesel_async::SimpleAsyncConnection;
+    let app = app().await;
+    let (payment_id, charge_id) = paid(&app, "pm_card_ok").await;
+    let lost = open_dispute(&app, &charge_id).await;
+    decide(&app, &lost, "lost").await;
+    deliver_all(&app).await;
+    let (exit, report) = app.ledger_check().await;
+    assert_eq!(exit, 0, "{report}");
+
+    let edit = format!(
+        "BEGIN; SET LOCAL session_replication_role = replica; \
+         UPDATE payments SET amount_disputed = 0 WHERE id = '{payment_id}'; COMMIT"
+    );
+    app.db().await.batch_execute(&edit).await.unwrap();
+    let (exit, report) = app.ledger_check().await;
+    assert_eq!(exit, 1, "{report}");
+    let mismatch = &report["report"]["payment_mismatches"][0];
+    assert_eq!(
+        (
+            mismatch["payment_id"].as_str(),
+            mismatch["amount_disputed"].as_str(),
+            mismatch["ledger_disputed"].as_str()
+        ),
+        (Some(payment_id.as_str()), Some("0.00"), Some("48.48"))
+    );
+    let order = &report["report"]["order_violations"][0];
+    assert_eq!((order["net"].as_str(), order["taken"].as_str()), (Some("0.00"), Some("48.48")), "{report}");
+}
