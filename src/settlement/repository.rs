@@ -138,7 +138,7 @@ crate::prepared_statement! {
 }
 
 crate::prepared_statement! {
-    struct PageSettings("sql/page_settings.sql") -> (Text, Text);
+    struct PageSettings("sql/page_settings.sql") -> (Text, Text, Text);
 }
 
 crate::prepared_statement! {

@@ -757,8 +757,9 @@ impl TestApp {
             scheduled: false,
             stale_claim: Duration::from_secs(60),
         };
-        let settled =
-            orderpay::settlement::run(&mut conn, provider.as_ref(), all_time, options).await.expect("settlement");
+        let settled = orderpay::settlement::run(&mut conn, provider.as_ref(), all_time, options)
+            .await
+            .expect("settlement");
         assert_eq!(settled.exceptions(), 0, "settlement against the provider's records: {settled:#?}");
         payments.len()
     }
