@@ -244,7 +244,7 @@ pub async fn check(conn: &mut AsyncPgConnection, now: DateTime<Utc>) -> QueryRes
 }
 
 /// `value` written to `currency`'s minor unit (amounts are stored with more places).
-fn in_minor_units(mut value: Decimal, currency: Currency) -> Decimal {
+pub(crate) fn in_minor_units(mut value: Decimal, currency: Currency) -> Decimal {
     value.rescale(currency.minor_units());
     value
 }

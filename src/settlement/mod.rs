@@ -114,6 +114,12 @@ pub fn object_of(class: MovementClass, key: Option<&str>) -> Option<Uuid> {
     }
 }
 
+/// The class of a provider movement and the payment or refund of ours it names.
+pub fn class_and_object(movement: &BalanceTransaction) -> (MovementClass, Option<Uuid>) {
+    let class = MovementClass::of_category(&movement.category);
+    (class, object_of(class, movement.source_key.as_deref()))
+}
+
 /// One of our ledger movements, as settlement compares it (the columns of `ours_of_objects.sql`
 /// and `unmatched_ours.sql`, in order).
 #[derive(Debug, Clone, diesel::Queryable)]
@@ -159,6 +165,9 @@ pub struct ExistingItem {
     pub rank: Option<i32>,
     pub has_provider: bool,
     pub ledger_movement_id: Option<Uuid>,
+    /// The provider's side, when the item has one: what our movement is compared with.
+    pub provider_amount: Option<Decimal>,
+    pub provider_currency: Option<String>,
 }
 
 /// An operation of ours that a provider movement names, with its status.
@@ -178,8 +187,9 @@ pub struct Known {
     claimed: HashMap<Uuid, (Uuid, bool)>,
     /// Per (object, class): how many items hold a provider movement.
     provider_items: HashMap<(Uuid, MovementClass), i32>,
-    /// Per (object, class, rank): an item holding only the provider's movement.
-    provider_only: HashMap<(Uuid, MovementClass, i32), Uuid>,
+    /// Per (object, class, rank): an item holding only the provider's movement, with its amount
+    /// and currency.
+    provider_only: HashMap<(Uuid, MovementClass, i32), (Uuid, Decimal, String)>,
     operations: HashMap<Uuid, OurOperation>,
 }
 
@@ -202,8 +212,12 @@ impl Known {
             }
             if item.has_provider {
                 *known.provider_items.entry((item.object_id, item.class)).or_default() += 1;
-                if let (None, Some(rank)) = (item.ledger_movement_id, item.rank) {
-                    known.provider_only.insert((item.object_id, item.class, rank), item.id);
+                if let (None, Some(rank), Some(amount), Some(currency)) =
+                    (item.ledger_movement_id, item.rank, item.provider_amount, item.provider_currency)
+                {
+                    known
+                        .provider_only
+                        .insert((item.object_id, item.class, rank), (item.id, amount, currency));
                 }
             }
         }
@@ -225,9 +239,8 @@ pub enum Decision {
     Insert(NewItem),
     /// The provider's side for an item holding only ours.
     AttachProvider { item: Uuid, category: Category, provider: BalanceTransaction },
-    /// Our side for an item holding only the provider's (the statement compares the two: the
-    /// provider's side is in the item).
-    AttachOurs { item: Uuid, ours: OurMovement },
+    /// Our side for an item holding only the provider's.
+    AttachOurs { item: Uuid, category: Category, ours: OurMovement },
 }
 
 /// An item to insert: its category, what it is matched on, and the sides it has.
@@ -244,12 +257,12 @@ pub struct NewItem {
     pub operation: Option<OurOperation>,
 }
 
-/// How a provider movement compares with ours: currency first (amounts in two currencies are
-/// not comparable), then the signed amount.
-pub fn compare(provider: &BalanceTransaction, ours: &OurMovement) -> Category {
-    if !provider.currency.eq_ignore_ascii_case(&ours.currency) {
+/// How the provider's amount and currency compare with our movement: currency first (amounts in
+/// two currencies are not comparable), then the signed amount.
+pub fn compare(provider_amount: Decimal, provider_currency: &str, ours: &OurMovement) -> Category {
+    if !provider_currency.eq_ignore_ascii_case(&ours.currency) {
         Category::CurrencyMismatch
-    } else if provider.amount != ours.net() {
+    } else if provider_amount != ours.net() {
         Category::AmountMismatch
     } else {
         Category::Matched
@@ -262,8 +275,8 @@ pub fn decide_provider_page(page: Vec<BalanceTransaction>, known: &Known) -> Vec
     let mut seen: HashMap<(Uuid, MovementClass), i32> = HashMap::new();
     page.into_iter()
         .map(|provider| {
-            let class = MovementClass::of_category(&provider.category);
-            let Some(object) = object_of(class, provider.source_key.as_deref()) else {
+            let (class, object) = class_and_object(&provider);
+            let Some(object) = object else {
                 return Decision::Insert(NewItem::provider_only(
                     Category::MissingOurs,
                     None,
@@ -278,7 +291,7 @@ pub fn decide_provider_page(page: Vec<BalanceTransaction>, known: &Known) -> Vec
             let ours = known.ours.get(&(object, class)).map_or(&[][..], Vec::as_slice);
             match ours.get(rank as usize - 1) {
                 Some(movement) => {
-                    let category = compare(&provider, movement);
+                    let category = compare(provider.amount, &provider.currency, movement);
                     match known.claimed.get(&movement.id) {
                         Some(&(item, false)) => Decision::AttachProvider { item, category, provider },
                         // Held with a provider movement already: only a race of two runs gets here.
@@ -340,7 +353,9 @@ pub fn decide_ours(movements: Vec<OurMovement>, known: &Known) -> Vec<Decision> 
         .map(|ours| {
             let rank = known.rank_of(&ours);
             match known.provider_only.get(&(ours.object(), ours.class(), rank)) {
-                Some(&item) => Decision::AttachOurs { item, ours },
+                Some((item, amount, currency)) => {
+                    Decision::AttachOurs { item: *item, category: compare(*amount, currency, &ours), ours }
+                }
                 None => Decision::Insert(NewItem {
                     id: Uuid::now_v7(),
                     category: Category::MissingProvider,
@@ -379,11 +394,11 @@ impl NewItem {
 
 /// `value` with exactly the minor units of `currency` (as every amount is shown), or as it is
 /// when the currency is not one we know.
-pub fn shown(mut value: Decimal, currency: &str) -> Decimal {
-    if let Ok(currency) = crate::money::Currency::parse(currency) {
-        value.rescale(currency.minor_units());
+pub fn shown(value: Decimal, currency: &str) -> Decimal {
+    match crate::money::Currency::parse(currency) {
+        Ok(currency) => crate::ledger::in_minor_units(value, currency),
+        Err(_) => value,
     }
-    value
 }
 
 /// A window of time: movements made in `[start, end)`.
@@ -540,12 +555,7 @@ async fn provider_page(
     if new.is_empty() {
         return Ok(0);
     }
-    let objects: Vec<Uuid> = new
-        .iter()
-        .filter_map(|movement| {
-            object_of(MovementClass::of_category(&movement.category), movement.source_key.as_deref())
-        })
-        .collect();
+    let objects: Vec<Uuid> = new.iter().filter_map(|movement| class_and_object(movement).1).collect();
     let known = repository::known(conn, &objects).await?;
     repository::apply(conn, run_id, decide_provider_page(new, &known), Utc::now()).await
 }

@@ -59,7 +59,7 @@ crate::prepared_statement! {
 
 crate::prepared_statement! {
     struct ItemsOfObjects<'a>("sql/items_of_objects.sql")
-        -> (Uuid, Uuid, Text, Nullable<Int4>, Bool, Nullable<Uuid>)
+        -> (Uuid, Uuid, Text, Nullable<Int4>, Bool, Nullable<Uuid>, Nullable<Numeric>, Nullable<Text>)
     {
         1 => objects: &'a [Uuid] as Array<Uuid>,
     }
@@ -114,13 +114,14 @@ crate::prepared_statement! {
 crate::prepared_statement! {
     struct AttachOurs<'a>("sql/attach_ours.sql") -> Uuid {
         1 => item: Uuid as Uuid,
-        2 => account_id: AccountId as Uuid,
-        3 => ledger_id: Uuid as Uuid,
-        4 => movement_type: MovementType as Text,
-        5 => amount: Decimal as Numeric,
-        6 => currency: &'a str as Text,
-        7 => created: &'a DateTime<Utc> as Timestamptz,
-        8 => now: &'a DateTime<Utc> as Timestamptz,
+        2 => category: Category as Text,
+        3 => account_id: AccountId as Uuid,
+        4 => ledger_id: Uuid as Uuid,
+        5 => movement_type: MovementType as Text,
+        6 => amount: Decimal as Numeric,
+        7 => currency: &'a str as Text,
+        8 => created: &'a DateTime<Utc> as Timestamptz,
+        9 => now: &'a DateTime<Utc> as Timestamptz,
     }
 }
 
@@ -297,9 +298,10 @@ pub async fn apply(
                 };
                 written += attach.execute(conn).await? as u64;
             }
-            Decision::AttachOurs { item, ours } => {
+            Decision::AttachOurs { item, category, ours } => {
                 let attach = AttachOurs {
                     item,
+                    category,
                     account_id: ours.account_id,
                     ledger_id: ours.id,
                     movement_type: ours.movement_type,

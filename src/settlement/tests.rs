@@ -109,6 +109,8 @@ fn a_provider_movement_completes_an_item_that_held_only_ours() {
         rank: Some(1),
         has_provider: false,
         ledger_movement_id: Some(movement.id),
+        provider_amount: None,
+        provider_currency: None,
     };
     let known = Known::new(vec![movement], vec![item.clone()], HashMap::new());
     let decided = decide_provider_page(vec![provider("charge", 1000, pay_key(payment))], &known);
@@ -131,6 +133,8 @@ fn ranks_count_the_provider_movements_earlier_runs_held() {
         rank: Some(1),
         has_provider: true,
         ledger_movement_id: Some(first.id),
+        provider_amount: Some(Decimal::new(-250, 2)),
+        provider_currency: Some("USD".into()),
     };
     let known = Known::new(vec![second.clone(), first], vec![held], HashMap::new());
     let decided = decide_provider_page(
@@ -153,12 +157,16 @@ fn our_movement_completes_an_item_that_held_only_the_providers_else_it_is_missin
         rank: Some(1),
         has_provider: true,
         ledger_movement_id: None,
+        provider_amount: Some(Decimal::new(1000, 2)),
+        provider_currency: Some("USD".into()),
     };
     let only_ours = ours(MovementType::LateCharge, unreported, 700, 3);
     let known =
         Known::new(vec![recorded_late.clone(), only_ours.clone()], vec![waiting.clone()], HashMap::new());
     let decided = decide_ours(vec![recorded_late, only_ours], &known);
-    assert!(matches!(&decided[0], Decision::AttachOurs { item, .. } if *item == waiting.id));
+    assert!(
+        matches!(&decided[0], Decision::AttachOurs { item, category: Category::Matched, .. } if *item == waiting.id)
+    );
     assert!(matches!(&decided[1], Decision::Insert(item) if item.category == Category::MissingProvider));
 }
 

@@ -221,6 +221,7 @@ impl Ledger {
             return Err("an empty window, or a count outside 1 to 10,000,000".to_owned());
         }
         let step_ns = span.num_nanoseconds().unwrap_or(i64::MAX) / generate.count as i64;
+        let usd = Currency::parse("USD").map_err(|error| error.to_string())?;
         self.balance.movements.reserve(generate.count as usize);
         for index in 0..generate.count {
             let id = generated_id(generate.seed, index);
@@ -235,7 +236,7 @@ impl Ledger {
                 id: format!("txn_gen_{:08x}_{index:012}", generate.seed),
                 category: category.to_owned(),
                 amount,
-                currency: Currency::parse("USD").map_err(|error| error.to_string())?,
+                currency: usd,
                 source: format!("src_gen_{index}"),
                 source_key: Some(key),
                 created,
