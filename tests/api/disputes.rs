@@ -373,7 +373,7 @@ async fn refunds_are_refused_while_disputed_and_after_a_lost_dispute_and_allowed
 /// match the ledger's movements one for one.
 #[tokio::test]
 async fn settlement_matches_the_disputes_movements_with_the_providers() {
-    use orderpay::settlement::{self, RunOptions, Window};
+    use orderpay::settlement::Window;
     let app = app().await;
     let now = chrono::Utc::now();
     let window =
@@ -386,9 +386,7 @@ async fn settlement_matches_the_disputes_movements_with_the_providers() {
     decide(&app, &lost, "lost").await;
     deliver_all(&app).await;
 
-    let provider = orderpay::app::provider(&app.settings.provider).unwrap();
-    let options = RunOptions { page_size: 3, scheduled: false, stale_claim: Duration::from_secs(60) };
-    let report = settlement::run(&mut app.db().await, provider.as_ref(), window, options).await.unwrap();
+    let report = app.settle(window).await;
     assert_eq!(
         report.categories["matched"].count, 5,
         "two charges, two withdrawals, one reinstatement: {report:#?}"

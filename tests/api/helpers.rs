@@ -688,6 +688,21 @@ pub async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
 }
 
 impl TestApp {
+    /// Runs settlement over `window` as an operator would, in pages of 7 (so that a test's few
+    /// movements span several).
+    pub async fn settle(&self, window: orderpay::settlement::Window) -> orderpay::settlement::Report {
+        let provider = orderpay::app::provider(&self.settings.provider).expect("the provider client");
+        let options = orderpay::settlement::RunOptions {
+            page_size: 7,
+            scheduled: false,
+            stale_claim: Duration::from_secs(60),
+        };
+        let mut conn = self.db().await;
+        orderpay::settlement::run(&mut conn, provider.as_ref(), window, options)
+            .await
+            .expect("the settlement run")
+    }
+
     /// Our books follow the provider's money: once nothing is in flight, every payment's
     /// `amount_captured`, `amount_refunded` and `amount_disputed` equal what the provider's
     /// charge for its downstream key captured, refunded and lost to disputes (none: nothing
@@ -747,19 +762,11 @@ impl TestApp {
         assert!(report.holds() && report.in_flight.is_empty(), "the ledger's books: {report:?}");
         // And the provider's own records of money moved (its balance transactions) match the
         // ledger movement for movement: settlement over all time finds no exception.
-        let provider = orderpay::app::provider(&self.settings.provider).expect("the provider client");
         let all_time = orderpay::settlement::Window {
             start: chrono::DateTime::UNIX_EPOCH,
             end: chrono::Utc::now() + chrono::Duration::hours(1),
         };
-        let options = orderpay::settlement::RunOptions {
-            page_size: 100,
-            scheduled: false,
-            stale_claim: Duration::from_secs(60),
-        };
-        let settled = orderpay::settlement::run(&mut conn, provider.as_ref(), all_time, options)
-            .await
-            .expect("settlement");
+        let settled = self.settle(all_time).await;
         assert_eq!(settled.exceptions(), 0, "settlement against the provider's records: {settled:#?}");
         payments.len()
     }

@@ -6,20 +6,12 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use orderpay::settlement::{self, Report, RunOptions, Window};
+use orderpay::settlement::{Report, Window};
 use serde_json::{Value, json};
 
 use crate::helpers::{TestApp, json, new_key, spawn_app, spawn_app_on_database, spawn_app_with, wait_until};
 
 impl TestApp {
-    /// Runs settlement over `window` as an operator would.
-    async fn settle(&self, window: Window) -> Report {
-        let provider = orderpay::app::provider(&self.settings.provider).expect("the provider client");
-        let options = RunOptions { page_size: 7, scheduled: false, stale_claim: Duration::from_secs(60) };
-        let mut conn = self.db().await;
-        settlement::run(&mut conn, provider.as_ref(), window, options).await.expect("the run")
-    }
-
     /// The provider's movements of `window`, read straight from the mock, newest first.
     async fn provider_movements(&self, window: Window) -> Vec<Value> {
         let mut all = Vec::new();
