@@ -141,21 +141,29 @@ impl HttpProvider {
     }
 
     async fn balance_transactions(&self, query: &BalanceQuery) -> Result<BalancePage, ProviderError> {
-        let mut url = self.url(&["v1", "balance_transactions"])?;
-        {
-            let mut pairs = url.query_pairs_mut();
-            pairs
-                .append_pair("created_gte", &query.created_gte.to_rfc3339())
-                .append_pair("created_lt", &query.created_lt.to_rfc3339())
-                .append_pair("limit", &query.limit.to_string());
-            if let Some(after) = &query.starting_after {
-                pairs.append_pair("starting_after", after);
-            }
-        }
-        let page: ListBody<BalanceTransactionBody> = answer(self.http.get(url), &[StatusCode::OK]).await?;
-        let transactions =
-            page.data.iter().map(BalanceTransactionBody::to_balance_transaction).collect::<Result<_, _>>()?;
-        Ok(BalancePage { transactions, has_more: page.has_more })
+        let mut pairs = vec![
+            ("created_gte", query.created_gte.to_rfc3339()),
+            ("created_lt", query.created_lt.to_rfc3339()),
+            ("limit", query.limit.to_string()),
+        ];
+        pairs.extend(query.starting_after.iter().map(|after| ("starting_after", after.clone())));
+        let (transactions, has_more) =
+            self.list("balance_transactions", &pairs, BalanceTransactionBody::to_balance_transaction).await?;
+        Ok(BalancePage { transactions, has_more })
+    }
+
+    /// `GET /v1/{collection}?{pairs}`: a page of the provider's list, each item translated.
+    async fn list<Body: DeserializeOwned, Item>(
+        &self,
+        collection: &str,
+        pairs: &[(&str, String)],
+        translate: impl Fn(&Body) -> Result<Item, ProviderError>,
+    ) -> Result<(Vec<Item>, bool), ProviderError> {
+        let mut url = self.url(&["v1", collection])?;
+        url.query_pairs_mut().extend_pairs(pairs);
+        let page: ListBody<Body> = answer(self.http.get(url), &[StatusCode::OK]).await?;
+        let items = page.data.iter().map(translate).collect::<Result<_, _>>()?;
+        Ok((items, page.has_more))
     }
 }
 
@@ -175,16 +183,11 @@ impl HttpProvider {
         created_gte: chrono::DateTime<chrono::Utc>,
         starting_after: Option<&str>,
     ) -> Result<DisputePage, ProviderError> {
-        let mut url = self.url(&["v1", "disputes"])?;
-        url.query_pairs_mut()
-            .append_pair("created_gte", &created_gte.timestamp().to_string())
-            .append_pair("limit", "100");
-        if let Some(after) = starting_after {
-            url.query_pairs_mut().append_pair("starting_after", after);
-        }
-        let list: ListBody<DisputeBody> = answer(self.http.get(url), &[StatusCode::OK]).await?;
-        let disputes = list.data.iter().map(DisputeBody::to_dispute).collect::<Result<_, _>>()?;
-        Ok(DisputePage { disputes, has_more: list.has_more })
+        let mut pairs =
+            vec![("created_gte", created_gte.timestamp().to_string()), ("limit", "100".to_owned())];
+        pairs.extend(starting_after.map(|after| ("starting_after", after.to_owned())));
+        let (disputes, has_more) = self.list("disputes", &pairs, DisputeBody::to_dispute).await?;
+        Ok(DisputePage { disputes, has_more })
     }
 }
 
