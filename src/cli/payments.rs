@@ -169,6 +169,7 @@ fn payment_fields(view: &PaymentView) -> Vec<(&'static str, String)> {
         ("capture method", payment.capture_method.to_string()),
         ("captured", payment.amount_captured.to_string()),
         ("refunded", payment.amount_refunded.to_string()),
+        ("disputed", payment.amount_disputed.to_string()),
         ("payment method", payment.payment_method.clone()),
         ("provider charge", or_dash(payment.provider_charge_id.as_deref())),
         ("failure", or_dash(failure.as_deref())),

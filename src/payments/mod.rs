@@ -78,6 +78,9 @@ pub struct Payment {
     pub amount_captured: Amount,
     /// Refunds that succeeded.
     pub amount_refunded: Amount,
+    /// What the customer's bank took back through disputes: withdrawn and not reinstated (a
+    /// dispute open or lost). Not refundable.
+    pub amount_disputed: Amount,
     /// When the provider lets an authorization go, if it said.
     pub authorization_expires_at: Option<DateTime<Utc>>,
     pub payment_method: String,
@@ -150,6 +153,7 @@ pub(crate) fn in_flight_for_tests(capture_method: CaptureMethod) -> Payment {
         capture_method,
         amount_captured: Amount::zero(usd),
         amount_refunded: Amount::zero(usd),
+        amount_disputed: Amount::zero(usd),
         authorization_expires_at: None,
         payment_method: "pm_card_ok".into(),
         provider_charge_id: None,

@@ -31,6 +31,8 @@ pub struct PaymentResource<'a> {
     amount_capturable: Amount,
     amount_captured: Amount,
     amount_refunded: Amount,
+    /// Withdrawn by disputes and not reinstated (open or lost): no longer refundable.
+    amount_disputed: Amount,
     payment_method: &'a str,
     provider_charge_id: Option<&'a str>,
     failure_code: Option<&'a str>,
@@ -52,6 +54,7 @@ impl<'a> From<&'a Payment> for PaymentResource<'a> {
             amount_capturable: payment.amount_capturable(),
             amount_captured: payment.amount_captured,
             amount_refunded: payment.amount_refunded,
+            amount_disputed: payment.amount_disputed,
             payment_method: &payment.payment_method,
             provider_charge_id: payment.provider_charge_id.as_deref(),
             failure_code: payment.failure_code.as_deref(),

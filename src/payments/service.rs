@@ -158,6 +158,7 @@ fn new_payment(
         capture_method: command.capture_method,
         amount_captured: Amount::zero(amount.currency()),
         amount_refunded: Amount::zero(amount.currency()),
+        amount_disputed: Amount::zero(amount.currency()),
         authorization_expires_at: None,
         payment_method: command.payment_method.as_str().to_owned(),
         provider_charge_id: None,

@@ -79,7 +79,8 @@ async fn deliver_all(app: &TestApp) {
     }
 }
 
-/// The recorded dispute: `status`, `withdrawn/reinstated`, and its payment's `amount_disputed`.
+/// The recorded dispute: `status`, `withdrawn/reinstated`, and its payment's `amount_disputed`,
+/// as the table holds it and as `GET /payments/{id}` renders it (which must agree).
 async fn recorded(app: &TestApp, provider_id: &str) -> (String, String, String) {
     let status = app
         .text(&format!("SELECT status AS text FROM disputes WHERE provider_dispute_id = '{provider_id}'"))
@@ -96,6 +97,14 @@ async fn recorded(app: &TestApp, provider_id: &str) -> (String, String, String) 
              ON d.payment_id = p.id WHERE d.provider_dispute_id = '{provider_id}'"
         ))
         .await;
+    let payment_id = app
+        .text(&format!(
+            "SELECT payment_id::text AS text FROM disputes WHERE provider_dispute_id = '{provider_id}'"
+        ))
+        .await;
+    let payment = app.get_json(&format!("/payments/{payment_id}")).await;
+    let rendered: rust_decimal::Decimal = payment["amount_disputed"].as_str().unwrap().parse().unwrap();
+    assert_eq!(rendered, disputed.parse().unwrap(), "the payment's amount_disputed as rendered: {payment}");
     (status, money, disputed)
 }
 

@@ -131,6 +131,9 @@ pub struct Payment {
     pub amount_capturable: Money,
     pub amount_captured: Money,
     pub amount_refunded: Money,
+    /// Withdrawn by disputes and not reinstated; absent from servers older than the field.
+    #[serde(default)]
+    pub amount_disputed: Option<Money>,
     pub payment_method: String,
     pub provider_charge_id: Option<String>,
     pub failure_code: Option<String>,
