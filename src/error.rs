@@ -169,6 +169,16 @@ pub enum ApiError {
     #[error("order {order_id} has a payment in progress ({payment_id}); retry when it is settled")]
     PaymentInProgress { order_id: OrderId, payment_id: PaymentId },
 
+    /// 422 `evidence-past-due`: the dispute's evidence was due before the request. Stored with
+    /// the key: time does not go back.
+    #[error("evidence for dispute {dispute_id} was due by {due_by}")]
+    EvidencePastDue { dispute_id: Uuid, due_by: chrono::DateTime<chrono::Utc> },
+
+    /// 409 `dispute-response-in-progress`: another answer to the dispute is in flight; retry
+    /// after `Retry-After` seconds (it may have answered for you). Not stored.
+    #[error("dispute {dispute_id} has a response in progress ({response_id}); retry when it is settled")]
+    DisputeResponseInProgress { dispute_id: Uuid, response_id: Uuid },
+
     /// 429 `rate-limited`: the account sends more requests than its limit; retry after
     /// `Retry-After` seconds.
     #[error("too many requests for this account; retry after {retry_after_secs} s")]
@@ -236,11 +246,18 @@ impl ApiError {
             ApiError::AuthorizationExpired { .. } => ("authorization-expired", "Authorization expired"),
             ApiError::OperationFailed { operation: "capture", .. } => ("capture-failed", "Capture failed"),
             ApiError::OperationFailed { operation: "void", .. } => ("void-failed", "Void failed"),
+            ApiError::OperationFailed { operation: "dispute response", .. } => {
+                ("dispute-response-failed", "Dispute response failed")
+            }
             ApiError::OperationFailed { .. } => ("refund-failed", "Refund failed"),
             ApiError::RefundExceedsRefundable { .. } => {
                 ("refund-exceeds-refundable", "Refund exceeds refundable")
             }
             ApiError::ChargeDisputed { .. } => ("charge-disputed", "Charge disputed"),
+            ApiError::EvidencePastDue { .. } => ("evidence-past-due", "Evidence past due"),
+            ApiError::DisputeResponseInProgress { .. } => {
+                ("dispute-response-in-progress", "Dispute response in progress")
+            }
             ApiError::CaptureExceedsCapturable { .. } => {
                 ("capture-exceeds-capturable", "Capture exceeds capturable")
             }
@@ -268,6 +285,14 @@ impl ApiError {
             }
             ApiError::PaymentInProgress { payment_id, .. } => {
                 members.insert("payment_id".into(), json!(payment_id));
+            }
+            ApiError::EvidencePastDue { dispute_id, due_by } => {
+                members.insert("dispute_id".into(), json!(dispute_id));
+                members.insert("evidence_due_by".into(), json!(due_by));
+            }
+            ApiError::DisputeResponseInProgress { dispute_id, response_id } => {
+                members.insert("dispute_id".into(), json!(dispute_id));
+                members.insert("response_id".into(), json!(response_id));
             }
             ApiError::RefundDeclined { refund_id, code, .. } => {
                 members.insert("refund_id".into(), json!(refund_id));
@@ -303,7 +328,9 @@ impl ApiError {
     /// wrong, or its key names another request (no). `None` leaves it to the client's rules.
     pub fn should_retry(&self) -> Option<bool> {
         match self {
-            ApiError::IdempotencyKeyInUse { .. } | ApiError::Unavailable(_) => Some(true),
+            ApiError::IdempotencyKeyInUse { .. }
+            | ApiError::Unavailable(_)
+            | ApiError::DisputeResponseInProgress { .. } => Some(true),
             // Refundable again only once the dispute is won: not a matter of retrying.
             ApiError::ChargeDisputed { .. } => Some(false),
             _ if self.status_code() == StatusCode::UNPROCESSABLE_ENTITY => Some(false),
@@ -350,6 +377,7 @@ impl ResponseError for ApiError {
             ApiError::IdempotencyKeyInUse { .. }
             | ApiError::InvalidState { .. }
             | ApiError::ChargeDisputed { .. }
+            | ApiError::DisputeResponseInProgress { .. }
             | ApiError::PaymentInProgress { .. } => StatusCode::CONFLICT,
             ApiError::PaymentDeclined { .. }
             | ApiError::PaymentFailed { .. }
@@ -364,6 +392,7 @@ impl ResponseError for ApiError {
             | ApiError::WebhookUrlNotAllowed(_)
             | ApiError::IdempotencyKeyReused(_)
             | ApiError::RefundExceedsRefundable { .. }
+            | ApiError::EvidencePastDue { .. }
             | ApiError::CaptureExceedsCapturable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -394,7 +423,9 @@ impl ResponseError for ApiError {
             ApiError::IdempotencyKeyInUse { retry_after_secs, .. } => {
                 response.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));
             }
-            ApiError::Unavailable(_) | ApiError::PaymentInProgress { .. } => {
+            ApiError::Unavailable(_)
+            | ApiError::PaymentInProgress { .. }
+            | ApiError::DisputeResponseInProgress { .. } => {
                 response.insert_header((header::RETRY_AFTER, "1"));
             }
             ApiError::RateLimited { retry_after_secs } => {

@@ -42,6 +42,30 @@ diesel::table! {
 }
 
 diesel::table! {
+    dispute_responses (account_id, id) {
+        account_id -> Uuid,
+        id -> Uuid,
+        dispute_id -> Uuid,
+        kind -> Text,
+        status -> Text,
+        evidence -> Nullable<Text>,
+        failure_code -> Nullable<Text>,
+        failure_message -> Nullable<Text>,
+        idempotency_key -> Nullable<Text>,
+        attempts -> Int4,
+        next_check_at -> Nullable<Timestamptz>,
+        last_error -> Nullable<Text>,
+        lease_until -> Nullable<Timestamptz>,
+        lease_id -> Nullable<Uuid>,
+        last_send_at -> Nullable<Timestamptz>,
+        answer_status -> Nullable<Int2>,
+        answer_body -> Nullable<Bytea>,
+        created_at -> Timestamptz,
+        updated_at -> Timestamptz,
+    }
+}
+
+diesel::table! {
     disputes (account_id, id) {
         account_id -> Uuid,
         id -> Uuid,
@@ -380,6 +404,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     api_key_revocations,
     api_keys,
     dispute_listing,
+    dispute_responses,
     disputes,
     events,
     idempotency_key_audit,

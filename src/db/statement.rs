@@ -484,6 +484,8 @@ mod tests {
             declared::<crate::ledger::CheckPayments>(),
             declared::<crate::ledger::CheckOrders<'static>>(),
             declared::<crate::disputes::repository::RecordDispute<'static>>(),
+            declared::<crate::disputes::responses::StartResponse<'static>>(),
+            declared::<crate::disputes::responses::SettleResponse<'static>>(),
         ]);
         statements
     }

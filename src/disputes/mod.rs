@@ -13,6 +13,8 @@
 pub mod record;
 pub mod repository;
 pub mod representation;
+pub mod responses;
+pub mod service;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;

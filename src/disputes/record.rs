@@ -160,7 +160,12 @@ pub struct Pass {
 /// The reconciler's part for disputes, once per [`LIST_EVERY`] over every instance (the pass
 /// that claims it): lists the provider's disputes created since the last listing (less
 /// [`CLOCK_MARGIN`]) and records each, then looks at every open one again. The next listing
-/// starts at this one's start, or at the oldest dispute it could not record.
+/// starts at this one's start, or at the oldest dispute it could not record: an error, money
+/// that does not fit yet, or a charge that is no payment of ours *yet*. A dispute may name a
+/// charge whose payment we have not settled (its charge id unknown while its outcome is
+/// unknown, or a late charge not recorded yet); it becomes ours once that payment settles,
+/// which the late-charge watch bounds. So a dispute of an unknown charge holds the listing back
+/// while it is younger than that watch; an older one is another system's charge.
 pub async fn pass(engine: &Engine) -> Result<Pass, EngineError> {
     let started = Utc::now();
     let claimed =
@@ -171,11 +176,13 @@ pub async fn pass(engine: &Engine) -> Result<Pass, EngineError> {
     let unverified = |error: crate::provider::ProviderError| EngineError::Unverified(error.to_string());
     let mut done = Pass::default();
     let mut next_from = started;
+    let may_become_ours_since = crate::clock::before(started, engine.reconciler.late_charge_watch);
     let mut note = |outcome: Result<Recorded, EngineError>, created_at: DateTime<Utc>, id: &str| match outcome
     {
         Ok(recorded) => {
             done.applied += usize::from(recorded.applied());
-            if matches!(recorded, Recorded::Done { outcome: RecordOutcome::DoesNotFit, .. }) {
+            let not_yet_ours = recorded == Recorded::NotOurs && created_at > may_become_ours_since;
+            if not_yet_ours || matches!(recorded, Recorded::Done { outcome: RecordOutcome::DoesNotFit, .. }) {
                 next_from = next_from.min(created_at);
             }
         }

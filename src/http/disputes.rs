@@ -1,5 +1,6 @@
 //! `GET /disputes` and `GET /disputes/{id}`: the account's disputes as the provider reported
-//! them (`disputes`), newest first.
+//! them (`disputes`), newest first; `POST /disputes/{id}/evidence` and `/accept`: the merchant's
+//! answer, each a provider operation (`disputes::service`).
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use chrono::{DateTime, Utc};
@@ -8,11 +9,17 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::auth::Authenticated;
+use super::body::{self, JsonBody, OptionalJsonBody};
+use super::idempotency::{IdempotencyHeader, respond_answer};
+use super::observe::RequestId;
 use crate::disputes::DisputeStatus;
 use crate::disputes::repository::{self, Filter};
 use crate::disputes::representation::DisputeResource;
-use crate::error::ApiError;
-use crate::ids::PaymentId;
+use crate::disputes::responses::ResponseKind;
+use crate::disputes::service::{self, RespondCommand};
+use crate::error::{ApiError, FieldError};
+use crate::ids::{AccountId, PaymentId};
+use serde_json::Value;
 
 /// `GET /disputes` query.
 #[derive(Debug, Deserialize)]
@@ -67,4 +74,95 @@ pub async fn get(
         .await?
         .ok_or_else(|| ApiError::NotFound { resource: "dispute", id: id.to_string() })?;
     Ok(HttpResponse::Ok().json(DisputeResource::of(&dispute)?))
+}
+
+/// The longest evidence text taken, in characters (the column's CHECK says the same).
+const EVIDENCE_MAX_CHARS: usize = 20_000;
+
+/// `POST /disputes/{id}/evidence` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvidenceRequest {
+    /// What the merchant tells the card network (tracking numbers, correspondence, ...).
+    evidence: String,
+}
+
+/// `POST /disputes/{id}/accept` body: nothing, or `{}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcceptRequest {}
+
+/// `POST /disputes/{id}/evidence`: `Idempotency-Key` required. Submits text evidence to the
+/// provider, once, before the dispute's `evidence_due_by`.
+pub async fn evidence(
+    state: web::Data<AppState>,
+    Authenticated(account): Authenticated,
+    key: IdempotencyHeader,
+    request: HttpRequest,
+    request_id: RequestId,
+    id: web::Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<HttpResponse, ApiError> {
+    let answer = Answering { state: &state, account: account.id, key, request: &request, request_id };
+    answer
+        .run(&id, ResponseKind::Evidence, Some(body), |body| {
+            let EvidenceRequest { evidence } = body::deserialize(body.unwrap_or_default())?;
+            if evidence.trim().is_empty() || evidence.chars().count() > EVIDENCE_MAX_CHARS {
+                let message = format!("must be text of 1 to {EVIDENCE_MAX_CHARS} characters");
+                return Err(ApiError::Validation(vec![FieldError::new("evidence", message)]));
+            }
+            Ok(Some(evidence))
+        })
+        .await
+}
+
+/// `POST /disputes/{id}/accept`: `Idempotency-Key` required. Closes the dispute without contest.
+pub async fn accept(
+    state: web::Data<AppState>,
+    Authenticated(account): Authenticated,
+    key: IdempotencyHeader,
+    request: HttpRequest,
+    request_id: RequestId,
+    id: web::Path<String>,
+    OptionalJsonBody(body): OptionalJsonBody,
+) -> Result<HttpResponse, ApiError> {
+    let answer = Answering { state: &state, account: account.id, key, request: &request, request_id };
+    answer
+        .run(&id, ResponseKind::Accept, body, |body| {
+            let AcceptRequest {} = body.map(body::deserialize).transpose()?.unwrap_or_default();
+            Ok(None)
+        })
+        .await
+}
+
+/// What both answers to a dispute share: the id parsed, the key bound to the route and body,
+/// the body read (`evidence_of`: the evidence, if any), and the engine's request flow.
+struct Answering<'a> {
+    state: &'a AppState,
+    account: AccountId,
+    key: IdempotencyHeader,
+    request: &'a HttpRequest,
+    request_id: RequestId,
+}
+
+impl Answering<'_> {
+    async fn run(
+        self,
+        id: &str,
+        kind: ResponseKind,
+        body: Option<Value>,
+        evidence_of: impl FnOnce(Option<Value>) -> Result<Option<String>, ApiError>,
+    ) -> Result<HttpResponse, ApiError> {
+        let dispute_id = super::parse_id("dispute", id, |text| Uuid::try_parse(text).ok())?;
+        let route = format!("/disputes/{dispute_id}/{kind}");
+        let keyed = self
+            .key
+            .bind(self.account, self.request, &route, body.as_ref(), true)?
+            .ok_or(ApiError::IdempotencyKeyMissing)?;
+        let command = RespondCommand { dispute_id, kind, evidence: evidence_of(body)? };
+        let state = self.state;
+        let answer =
+            service::respond(&state.engine, &state.keys, &keyed, &command, &self.request_id.0).await?;
+        Ok(respond_answer(answer))
+    }
 }

@@ -67,6 +67,8 @@ pub fn routes(config: &mut web::ServiceConfig) {
         .service(resource("/balance_transactions", "GET").get(balance_transactions::list))
         .service(resource("/disputes", "GET").get(disputes::list))
         .service(resource("/disputes/{id}", "GET").get(disputes::get))
+        .service(resource("/disputes/{id}/evidence", "POST").post(disputes::evidence))
+        .service(resource("/disputes/{id}/accept", "POST").post(disputes::accept))
         .service(resource("/events", "GET").get(events::list))
         .service(resource("/events/{id}", "GET").get(events::get))
         .service(resource("/healthz", "GET").get(health::healthz))

@@ -38,6 +38,8 @@ crate::text_enum! {
         /// A merchant's webhook endpoint (created, or its secret rotated): the answer is on the
         /// key row.
         WebhookEndpoint = "webhook_endpoint",
+        /// The merchant's answer to a dispute (evidence, or accept): its row holds the answer.
+        DisputeResponse = "dispute_response",
     }
 }
 
@@ -47,7 +49,10 @@ impl ResourceKind {
     /// on the key row with the change (a local one).
     pub const fn answer_on_its_row(self) -> bool {
         match self {
-            ResourceKind::Payment | ResourceKind::PaymentOperation | ResourceKind::Refund => true,
+            ResourceKind::Payment
+            | ResourceKind::PaymentOperation
+            | ResourceKind::Refund
+            | ResourceKind::DisputeResponse => true,
             ResourceKind::Order | ResourceKind::WebhookEndpoint => false,
         }
     }

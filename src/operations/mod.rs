@@ -32,6 +32,8 @@ macro_rules! every_kind {
             $crate::operations::authorization::Actions
                 => PaymentOperations("payment_operations", "capture_or_void", PaymentOperation),
             $crate::operations::refund::Refunds => Refunds("refunds", "refund", Refund),
+            $crate::operations::dispute_response::DisputeResponses
+                => DisputeResponses("dispute_responses", "dispute_response", DisputeResponse),
         }
     };
 }
@@ -39,6 +41,7 @@ pub(crate) use every_kind;
 
 pub mod authorization;
 pub mod charge;
+pub mod dispute_response;
 pub mod late_charge;
 pub mod late_refund;
 pub mod leases;

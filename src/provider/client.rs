@@ -13,12 +13,14 @@ use reqwest::{RequestBuilder, StatusCode};
 use serde::de::DeserializeOwned;
 
 use super::wire::{
-    BalanceTransactionBody, CancelChargeBody, CaptureChargeBody, ChargeBody, CreateChargeBody,
-    CreateRefundBody, DisputeBody, ErrorBody, ListBody, REFUSAL_CODES, RefundBody,
+    BalanceTransactionBody, CancelChargeBody, CaptureChargeBody, ChargeBody, CloseDisputeBody,
+    CreateChargeBody, CreateRefundBody, DisputeBody, ErrorBody, ListBody, REFUSAL_CODES, RefundBody,
+    UpdateDisputeBody,
 };
 use super::{
     BalancePage, BalanceQuery, BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest, Dispute,
-    DisputePage, PaymentProvider, ProviderError, Refund, RefundRequest,
+    DisputeAnswer, DisputePage, DisputeResponseRequest, PaymentProvider, ProviderError, Refund,
+    RefundRequest,
 };
 
 #[derive(Debug, Clone)]
@@ -178,6 +180,23 @@ impl HttpProvider {
         dispute.map(|dispute| dispute.to_dispute()).transpose()
     }
 
+    /// `POST /v1/disputes/{id}` with the evidence, submitted; or `POST /v1/disputes/{id}/close`.
+    async fn respond(&self, request: &DisputeResponseRequest) -> Result<Dispute, ProviderError> {
+        let id = request.dispute_id.as_str();
+        let post = match &request.answer {
+            DisputeAnswer::Evidence(evidence) => {
+                let body = UpdateDisputeBody { evidence: Some(evidence.clone()), submit: true };
+                self.http.post(self.url(&["v1", "disputes", id])?).json(&body)
+            }
+            DisputeAnswer::Accept => {
+                self.http.post(self.url(&["v1", "disputes", id, "close"])?).json(&CloseDisputeBody {})
+            }
+        };
+        let post = keyed(post, &request.downstream_key, request.request_id.as_deref());
+        let dispute: DisputeBody = answer(post, &[StatusCode::OK]).await?;
+        dispute.to_dispute()
+    }
+
     async fn disputes(
         &self,
         created_gte: chrono::DateTime<chrono::Utc>,
@@ -265,6 +284,13 @@ impl PaymentProvider for HttpProvider {
         query: &'a BalanceQuery,
     ) -> BoxFuture<'a, Result<BalancePage, ProviderError>> {
         Box::pin(self.balance_transactions(query))
+    }
+
+    fn respond_to_dispute<'a>(
+        &'a self,
+        request: &'a DisputeResponseRequest,
+    ) -> BoxFuture<'a, Result<Dispute, ProviderError>> {
+        Box::pin(self.respond(request))
     }
 }
 

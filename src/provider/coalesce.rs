@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 
 use super::{
     BalancePage, BalanceQuery, BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest, Dispute,
-    DisputePage, PaymentProvider, ProviderError, Refund, RefundRequest,
+    DisputePage, DisputeResponseRequest, PaymentProvider, ProviderError, Refund, RefundRequest,
 };
 
 type Lookup<T> = Result<Option<T>, ProviderError>;
@@ -142,6 +142,13 @@ impl<P: PaymentProvider> PaymentProvider for Coalescing<P> {
         query: &'a BalanceQuery,
     ) -> BoxFuture<'a, Result<BalancePage, ProviderError>> {
         self.inner.list_balance_transactions(query)
+    }
+
+    fn respond_to_dispute<'a>(
+        &'a self,
+        request: &'a DisputeResponseRequest,
+    ) -> BoxFuture<'a, Result<Dispute, ProviderError>> {
+        self.inner.respond_to_dispute(request)
     }
 }
 

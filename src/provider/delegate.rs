@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 
 use super::{
     BalancePage, BalanceQuery, BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest, Dispute,
-    DisputePage, PaymentProvider, ProviderError, Refund, RefundRequest,
+    DisputePage, DisputeResponseRequest, PaymentProvider, ProviderError, Refund, RefundRequest,
 };
 
 /// Declares [`Delegating`] with a default for each of [`PaymentProvider`]'s calls (the inner
@@ -48,4 +48,5 @@ delegating! {
     fn get_dispute<'a>(dispute_id: &'a str, request_id: Option<&'a str>) -> Result<Option<Dispute>, ProviderError>;
     fn list_disputes<'a>(created_gte: DateTime<Utc>, starting_after: Option<&'a str>) -> Result<DisputePage, ProviderError>;
     fn list_balance_transactions<'a>(query: &'a BalanceQuery) -> Result<BalancePage, ProviderError>;
+    fn respond_to_dispute<'a>(request: &'a DisputeResponseRequest) -> Result<Dispute, ProviderError>;
 }

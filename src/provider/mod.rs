@@ -150,6 +150,26 @@ pub enum RefundStatus {
     Failed { code: String, message: String },
 }
 
+/// The merchant's answer to a dispute: evidence submitted (the dispute goes under review), or the
+/// dispute accepted (lost, or an inquiry closed). Re-sending the same `downstream_key` returns
+/// the same result.
+#[derive(Debug, Clone)]
+pub struct DisputeResponseRequest {
+    pub dispute_id: String,
+    pub downstream_key: String,
+    pub answer: DisputeAnswer,
+    pub request_id: Option<String>,
+}
+
+/// What a [`DisputeResponseRequest`] says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DisputeAnswer {
+    /// Text evidence, submitted.
+    Evidence(String),
+    /// No contest.
+    Accept,
+}
+
 /// The provider's view of a dispute: a customer's bank taking a captured charge's money back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dispute {
@@ -162,6 +182,10 @@ pub struct Dispute {
     pub status: DisputeStatus,
     pub closed_reason: Option<ClosedReason>,
     pub evidence_due_by: Option<DateTime<Utc>>,
+    /// The evidence the merchant gave so far, and how often it was submitted: what tells a
+    /// lookup whether our evidence reached the provider.
+    pub evidence: Option<String>,
+    pub submission_count: u32,
     /// What left the merchant's balance for it.
     pub amount_withdrawn: Decimal,
     /// What came back (a won dispute).
@@ -301,4 +325,10 @@ pub trait PaymentProvider: Send + Sync + 'static {
         &'a self,
         query: &'a BalanceQuery,
     ) -> BoxFuture<'a, Result<BalancePage, ProviderError>>;
+
+    /// Submits evidence for a dispute, or accepts it; the dispute as it is after.
+    fn respond_to_dispute<'a>(
+        &'a self,
+        request: &'a DisputeResponseRequest,
+    ) -> BoxFuture<'a, Result<Dispute, ProviderError>>;
 }

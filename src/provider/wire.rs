@@ -98,6 +98,8 @@ pub const REFUSAL_CODES: &[&str] = &[
     "charge_not_capturable",
     "charge_not_cancelable",
     "charge_not_refundable",
+    "dispute_not_updatable",
+    "dispute_not_closable",
 ];
 
 fn yes() -> bool {
@@ -403,6 +405,8 @@ impl DisputeBody {
             status,
             closed_reason,
             evidence_due_by: self.evidence_due_by,
+            evidence: self.evidence.clone(),
+            submission_count: self.submission_count,
             amount_withdrawn: money("amount_withdrawn", &self.amount_withdrawn)?,
             amount_reinstated: money("amount_reinstated", &self.amount_reinstated)?,
             created_at: self.created_at,

@@ -548,3 +548,258 @@ async fn the_ledger_check_finds_disputed_money_that_left_the_ledger() {
     let order = &report["report"]["order_violations"][0];
     assert_eq!((order["net"].as_str(), order["taken"].as_str()), (Some("0.00"), Some("48.48")), "{report}");
 }
+
+/// The provider's dispute `id` as its API shows it.
+async fn provider_dispute(app: &TestApp, id: &str) -> Value {
+    let response = app.client.get(format!("{}/v1/disputes/{id}", app.provider.address)).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    json(response).await
+}
+
+/// Our id of the dispute the provider calls `provider_id`.
+async fn our_dispute_id(app: &TestApp, provider_id: &str) -> String {
+    app.text(&format!("SELECT id::text AS text FROM disputes WHERE provider_dispute_id = '{provider_id}'"))
+        .await
+}
+
+/// `POST /disputes/{id}/evidence` with `evidence`, under `key`.
+async fn submit_evidence(app: &TestApp, dispute_id: &str, evidence: &str, key: &str) -> reqwest::Response {
+    app.request(Method::POST, &format!("/disputes/{dispute_id}/evidence"))
+        .header("Idempotency-Key", key)
+        .json(&json!({ "evidence": evidence }))
+        .send()
+        .await
+        .unwrap()
+}
+
+/// `POST /disputes/{id}/accept` under `key`.
+async fn accept(app: &TestApp, dispute_id: &str, key: &str) -> reqwest::Response {
+    app.request(Method::POST, &format!("/disputes/{dispute_id}/accept"))
+        .header("Idempotency-Key", key)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// A payment disputed in full, the dispute recorded: (the provider's dispute id, ours).
+async fn disputed(app: &TestApp) -> (String, String) {
+    let (_, charge_id) = paid(app, "pm_card_ok").await;
+    let provider_id = open_dispute(app, &charge_id).await;
+    deliver_all(app).await;
+    let ours = our_dispute_id(app, &provider_id).await;
+    (provider_id, ours)
+}
+
+#[tokio::test]
+async fn evidence_is_submitted_once_and_its_key_replays_the_first_answer_byte_for_byte() {
+    let app = app().await;
+    let (provider_id, dispute_id) = disputed(&app).await;
+    let key = new_key();
+    let submitted = submit_evidence(&app, &dispute_id, "shipped 2026-11-30, tracking 1Z999", &key).await;
+    assert_eq!(submitted.status(), 200);
+    let first = submitted.bytes().await.unwrap();
+    let dispute: Value = serde_json::from_slice(&first).unwrap();
+    assert_eq!(dispute["status"], "under_review", "the answer shows the dispute as it is after: {dispute}");
+    let replay = submit_evidence(&app, &dispute_id, "shipped 2026-11-30, tracking 1Z999", &key).await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+    assert_eq!(replay.bytes().await.unwrap(), first);
+    assert_problem(
+        submit_evidence(&app, &dispute_id, "another text", &key).await,
+        422,
+        "idempotency-key-reused",
+    )
+    .await;
+    let at_provider = provider_dispute(&app, &provider_id).await;
+    assert_eq!(
+        (at_provider["submission_count"].as_u64(), at_provider["evidence"].as_str()),
+        (Some(1), Some("shipped 2026-11-30, tracking 1Z999"))
+    );
+    // Under review: a second answer, with a new key, is refused without a call, and stored.
+    let again = new_key();
+    let refused =
+        assert_problem(submit_evidence(&app, &dispute_id, "more", &again).await, 409, "invalid-state").await;
+    assert_eq!(refused["current_state"], "under_review");
+    let replayed = submit_evidence(&app, &dispute_id, "more", &again).await;
+    assert_eq!(replayed.headers()["idempotent-replayed"], "true");
+    assert_eq!(provider_dispute(&app, &provider_id).await["submission_count"], 1);
+    assert_eq!(events_of(&app, "dispute.updated").await, 1, "one event for the move to under_review");
+}
+
+#[tokio::test]
+async fn accepting_a_dispute_closes_it_lost_and_the_books_keep_the_money_withdrawn() {
+    let app = app().await;
+    let (provider_id, dispute_id) = disputed(&app).await;
+    let accepted = json(accept(&app, &dispute_id, &new_key()).await).await;
+    assert_eq!(
+        (accepted["status"].as_str(), accepted["closed_reason"].as_str()),
+        (Some("lost"), Some("accepted"))
+    );
+    assert_eq!(
+        recorded(&app, &provider_id).await,
+        ("lost".into(), "48.4800/0.0000".into(), "48.4800".into())
+    );
+    assert_eq!(events_of(&app, "dispute.closed").await, 1);
+    app.assert_books_equal_the_provider().await;
+    // Decided: neither answer is taken any more, and neither calls the provider.
+    assert_problem(accept(&app, &dispute_id, &new_key()).await, 409, "invalid-state").await;
+    assert_problem(submit_evidence(&app, &dispute_id, "late", &new_key()).await, 409, "invalid-state").await;
+    assert_eq!(provider_dispute(&app, &provider_id).await["submission_count"], 0);
+    let won = {
+        let (won_provider, won_ours) = disputed(&app).await;
+        decide(&app, &won_provider, "won").await;
+        deliver_all(&app).await;
+        won_ours
+    };
+    let refused = assert_problem(accept(&app, &won, &new_key()).await, 409, "invalid-state").await;
+    assert_eq!(refused["current_state"], "won");
+}
+
+#[tokio::test]
+async fn evidence_after_its_due_date_is_refused_without_a_call_and_bad_input_stores_nothing() {
+    let app = app().await;
+    let (provider_id, dispute_id) = disputed(&app).await;
+    app.execute(&format!(
+        "UPDATE disputes SET evidence_due_by = now() - interval '1 minute' WHERE id = '{dispute_id}'"
+    ))
+    .await;
+    let key = new_key();
+    let late =
+        assert_problem(submit_evidence(&app, &dispute_id, "too late", &key).await, 422, "evidence-past-due")
+            .await;
+    assert_eq!(late["dispute_id"], dispute_id.as_str());
+    assert_eq!(
+        submit_evidence(&app, &dispute_id, "too late", &key).await.headers()["idempotent-replayed"],
+        "true"
+    );
+    assert_eq!(provider_dispute(&app, &provider_id).await["submission_count"], 0);
+
+    for body in [
+        json!({ "evidence": "  " }),
+        json!({ "evidence": 7 }),
+        json!({ "evidence": "x", "extra": 1 }),
+        json!({}),
+    ] {
+        let response = app
+            .request(Method::POST, &format!("/disputes/{dispute_id}/evidence"))
+            .header("Idempotency-Key", new_key())
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_problem(response, 422, "validation-failed").await;
+    }
+    let missing_key =
+        app.request(Method::POST, &format!("/disputes/{dispute_id}/accept")).send().await.unwrap();
+    assert_problem(missing_key, 400, "idempotency-key-missing").await;
+    let unknown = uuid::Uuid::now_v7();
+    assert_problem(accept(&app, &unknown.to_string(), &new_key()).await, 404, "not-found").await;
+    assert_eq!(app.count("SELECT count(*) AS count FROM dispute_responses").await, 0, "nothing stored");
+}
+
+#[tokio::test]
+async fn racing_copies_of_one_answer_and_two_answers_at_once_reach_the_provider_once() {
+    let app = app().await;
+    let (provider_id, dispute_id) = disputed(&app).await;
+    let key = new_key();
+    let copies =
+        futures::future::join_all((0..6).map(|_| submit_evidence(&app, &dispute_id, "receipt 42", &key)))
+            .await;
+    let statuses: Vec<u16> = copies.iter().map(|response| response.status().as_u16()).collect();
+    assert!(statuses.contains(&200), "{statuses:?}");
+    assert!(statuses.iter().all(|status| [200, 409].contains(status)), "{statuses:?}");
+    assert_eq!(provider_dispute(&app, &provider_id).await["submission_count"], 1);
+
+    // Two different answers to another dispute at once: one is taken, the other refused.
+    let (other_provider, other) = disputed(&app).await;
+    let (evidence_key, accept_key) = (new_key(), new_key());
+    let (evidence, accepted) = tokio::join!(
+        submit_evidence(&app, &other, "receipt 43", &evidence_key),
+        accept(&app, &other, &accept_key)
+    );
+    let mut answers = [evidence.status().as_u16(), accepted.status().as_u16()];
+    answers.sort_unstable();
+    assert_eq!(answers, [200, 409], "one answer taken, the other refused");
+    let at_provider = provider_dispute(&app, &other_provider).await;
+    let taken = u64::from(at_provider["submission_count"] == 1)
+        + u64::from(at_provider["closed_reason"] == "accepted");
+    assert_eq!(taken, 1, "{at_provider}");
+    assert_eq!(
+        app.count("SELECT count(*) AS count FROM dispute_responses WHERE status = 'succeeded'").await,
+        2
+    );
+}
+
+#[tokio::test]
+async fn evidence_whose_answer_is_lost_is_found_taken_by_the_reconciler_and_not_sent_again() {
+    let app = app().await;
+    let (provider_id, dispute_id) = disputed(&app).await;
+    app.provider.set_faults(json!({"timeout_rate": 1.0})).await;
+    let key = new_key();
+    let pending = submit_evidence(&app, &dispute_id, "signed delivery", &key).await;
+    assert_eq!(pending.status(), 202);
+    assert_eq!(json(pending).await["status"], "needs_response", "our record until the outcome is known");
+    app.provider.set_faults(json!({})).await;
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!((pass.settled, pass.redriven), (1, 0), "found taken, not sent again");
+    let replay = submit_evidence(&app, &dispute_id, "signed delivery", &key).await;
+    assert_eq!(replay.status(), 200);
+    assert_eq!(json(replay).await["status"], "under_review");
+    assert_eq!(provider_dispute(&app, &provider_id).await["submission_count"], 1);
+}
+
+#[tokio::test]
+async fn an_accept_the_provider_never_received_is_sent_again_by_the_reconciler_with_its_key() {
+    let app = app().await;
+    let (provider_id, dispute_id) = disputed(&app).await;
+    app.provider.set_faults(json!({"error_rate": 1.0})).await;
+    let key = new_key();
+    assert_eq!(accept(&app, &dispute_id, &key).await.status(), 202);
+    app.provider.set_faults(json!({})).await;
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!((pass.settled, pass.redriven), (1, 1), "looked up, not taken, sent again");
+    let replay = json(accept(&app, &dispute_id, &key).await).await;
+    assert_eq!(
+        (replay["status"].as_str(), replay["closed_reason"].as_str()),
+        (Some("lost"), Some("accepted"))
+    );
+    assert_eq!(provider_dispute(&app, &provider_id).await["closed_reason"], "accepted");
+    app.assert_books_equal_the_provider().await;
+}
+
+#[tokio::test]
+async fn a_dispute_of_a_charge_not_yet_ours_holds_the_listing_back_until_it_is_recorded() {
+    let app = app().await;
+    // The charge is made but its answer is lost: the payment does not know its charge yet.
+    app.provider.set_faults(json!({"timeout_rate": 1.0})).await;
+    let order = app.create_order().await;
+    let pending = json(app.pay(order["id"].as_str().unwrap(), "pm_card_ok", &new_key()).await).await;
+    assert_eq!(pending["status"], "processing", "{pending}");
+    app.provider.set_faults(json!({})).await;
+    let payment_id = pending["id"].as_str().unwrap().to_owned();
+    let charge = provider_charge(&app, &payment_id).await;
+    let provider_id = open_dispute(&app, charge["id"].as_str().unwrap()).await;
+    let opened_at = provider_dispute(&app, &provider_id).await["created_at"].as_str().unwrap().to_owned();
+    // Its webhooks are never delivered, and the payment stays unknown through the next pass.
+    let hold = "UPDATE payments SET lease_id = gen_random_uuid(), lease_until = now() + interval '1 minute'";
+    app.execute(&format!("{hold} WHERE id = '{payment_id}'")).await;
+    listing_due(&app).await;
+    app.reconcile_once().await;
+    assert_eq!(app.count("SELECT count(*) AS count FROM disputes").await, 0, "not ours yet");
+    let held_back = format!(
+        "SELECT count(*) AS count FROM dispute_listing WHERE created_from <= '{opened_at}'::timestamptz"
+    );
+    assert_eq!(app.count(&held_back).await, 1, "the next listing starts at the dispute not yet ours");
+
+    app.execute(&format!(
+        "UPDATE payments SET lease_id = NULL, lease_until = NULL WHERE id = '{payment_id}'"
+    ))
+    .await;
+    for _ in 0..3 {
+        listing_due(&app).await;
+        app.reconcile_once().await;
+    }
+    assert_eq!(recorded(&app, &provider_id).await.0, "needs_response", "recorded once the payment is ours");
+    app.assert_books_equal_the_provider().await;
+}
