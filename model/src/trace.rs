@@ -176,8 +176,12 @@ fn doing(protocol: &Protocol, before: &State, after: &State, action: Action) -> 
         }
         Action::AuthorizationEnd(_) => "records how the authorization ended".to_owned(),
         Action::DisputeList(_) => format!("lists the provider's dispute: {:?}", before.provider.dispute),
-        Action::DisputeRecord(_) | Action::RecordDispute(_) => {
-            format!("records the dispute as looked up: {:?} (held {:?})", after.dispute, before.dispute)
+        Action::DisputeRecord(r) => match before.pc(Proc::Reconciler(r)) {
+            Pc::DisputeListed(seen) => format!("records the dispute as listed: {seen:?}"),
+            _ => "records the dispute".to_owned(),
+        },
+        Action::RecordDispute(i) => {
+            format!("records the dispute as looked up: {:?}", before.dispute_lookups[i as usize])
         }
         Action::OpenDispute(amount) => format!("a dispute withdraws {amount}"),
         Action::DecideDispute { won } => format!("the dispute is {}", if won { "won" } else { "lost" }),
@@ -233,6 +237,9 @@ fn changes(before: &State, after: &State) -> Vec<String> {
             if b.late != a.late {
                 changes.push(format!("late charge {:?} -> {:?}", b.late, a.late));
             }
+            if b.disputed != a.disputed {
+                changes.push(format!("payment disputed {}", a.disputed));
+            }
         }
         _ => {}
     }
@@ -271,6 +278,19 @@ fn changes(before: &State, after: &State) -> Vec<String> {
         {
             changes.push(format!("provider: refund {k} {status:?} ({amount})"));
         }
+    }
+    if before.dispute != after.dispute
+        && let Some(d) = after.dispute
+    {
+        changes.push(format!("dispute {:?} withdrawn {} reinstated {}", d.status, d.withdrawn, d.reinstated));
+    }
+    if before.provider.dispute != after.provider.dispute
+        && let Some(d) = after.provider.dispute
+    {
+        changes.push(format!(
+            "provider: dispute {:?} withdrawn {} reinstated {}",
+            d.status, d.withdrawn, d.reinstated
+        ));
     }
     for (i, told) in after.ghost.told.iter().enumerate() {
         if before.ghost.told[i] != *told
