@@ -45,6 +45,8 @@ pub enum Mutation {
     WebhookOnItsWord,
     /// The refund's start statement reads what is refundable without `amount_disputed`.
     RefundIgnoresDisputes,
+    /// `record_dispute.sql` without its guard: whatever the provider said last is written.
+    DisputeWithoutGuard,
     /// A dispute webhook recorded as its event says, without the lookup of the dispute. Not in
     /// [`Mutation::ALL`]: it survives, because `record_dispute.sql`'s guard already refuses
     /// every stale word (see [`Mutation::SURVIVORS`]).
@@ -52,7 +54,7 @@ pub enum Mutation {
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 7] = [
+    pub const ALL: [Mutation; 8] = [
         Mutation::NoInFlightGuard,
         Mutation::NoSystemRefundRetry,
         Mutation::NoLateRefundWatch,
@@ -60,6 +62,7 @@ impl Mutation {
         Mutation::StartReadsWithoutLock,
         Mutation::WebhookOnItsWord,
         Mutation::RefundIgnoresDisputes,
+        Mutation::DisputeWithoutGuard,
     ];
 
     /// Mutants no property kills, each kept so that the reason stays checked: a dispute's
@@ -78,6 +81,7 @@ impl Mutation {
             Mutation::StartReadsWithoutLock => "a start that reads the refundable amount without its lock",
             Mutation::WebhookOnItsWord => "a webhook applied on its word",
             Mutation::RefundIgnoresDisputes => "a refund start that ignores what disputes withdrew",
+            Mutation::DisputeWithoutGuard => "a dispute recorded without its guard",
             Mutation::DisputeWebhookOnItsWord => "a dispute webhook recorded on its word",
         }
     }
@@ -393,6 +397,11 @@ impl Config {
             Mutation::RefundIgnoresDisputes => {
                 Config { name: "mutant: refund beside a dispute", webhooks: false, ..Config::unit_disputes() }
             }
+            Mutation::DisputeWithoutGuard => Config {
+                name: "mutant: dispute guard",
+                intents: vec![Intent::Pay],
+                ..Config::unit_disputes()
+            },
             // Copies too: a withdrawal's event delivered again after the dispute was won.
             Mutation::DisputeWebhookOnItsWord => Config {
                 name: "mutant: dispute webhook",

@@ -527,7 +527,9 @@ impl Step<'_> {
             None if delta <= room => Recorded::Created,
             None => Recorded::DoesNotFit,
             Some(held) if held == seen => Recorded::Unchanged,
-            Some(held) if !dispute_may_move(held, seen) => Recorded::Refused,
+            Some(held) if !dispute_may_move(held, seen) && !self.mutated(Mutation::DisputeWithoutGuard) => {
+                Recorded::Refused
+            }
             Some(_) if delta > room => Recorded::DoesNotFit,
             Some(_) => Recorded::Updated,
         };
