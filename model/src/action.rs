@@ -79,6 +79,12 @@ pub enum Action {
     AuthorizationLook(u8),
     /// `payments/end_authorization.sql` via `operations::authorization::end_on`.
     AuthorizationEnd(u8),
+    /// `disputes::record::pass`: the provider's disputes listed (`list_disputes`, or
+    /// `get_dispute` for one we hold open), for one we lack or hold open and differently.
+    DisputeList(u8),
+    /// `disputes::record::record_on` for what the pass listed, in a transaction of its own
+    /// (`disputes/record_dispute.sql`).
+    DisputeRecord(u8),
 
     // --- The operator (`orderpay payments resolve`, `operations::operator::resolve`) ---
     /// `take_lease`: the payment's lease by compare-and-set, as a takeover.
@@ -109,10 +115,21 @@ pub enum Action {
     AuthorizationExpires,
     /// Refund `k` is reversed at the provider (`pm_refund_reversed`).
     RefundReversed(u8),
+    /// The customer's bank disputes the captured charge for `amount` (the mock's
+    /// `open_dispute`, `POST /_admin/disputes`): the funds are withdrawn.
+    OpenDispute(u8),
+    /// The bank decides the open dispute (the mock's `decide_dispute`); won reinstates the funds.
+    DecideDispute { won: bool },
     /// Webhook `index` is delivered to `POST /provider/webhooks`
     /// (`operations::webhooks::receive`); `again`: a copy stays in flight, to be delivered after
-    /// its `provider_webhooks` row was swept.
+    /// its `provider_webhooks` row was swept. A dispute's event that differs from the row we
+    /// hold is not applied: its transaction rolls back and the dispute is looked up
+    /// (`webhooks::verify`, `get_dispute`).
     Deliver { index: u8, again: bool },
+    /// The second transaction of a dispute event verified by lookup `index`:
+    /// `webhooks::apply_dispute` with what the lookup said (`disputes::record::record_on`,
+    /// `disputes/record_dispute.sql`).
+    RecordDispute(u8),
 
     // --- Faults and time ---
     /// The process dies between two statements (SIGKILL); its leases stay until they run out.

@@ -1,6 +1,6 @@
 //! Rules about transitions, checked on every step by comparing the state before and after it:
 //! final states are left only by the documented corrections, stored answers are never
-//! rewritten, and the events a step writes are exactly those its transitions call for. A step
+//! rewritten, a dispute's row moves only as its guard allows, and the events a step writes are exactly those its transitions call for. A step
 //! that breaks one is recorded in the state's ghost (`Ghost::broken`), which the `always`
 //! properties read.
 //!
@@ -10,7 +10,7 @@
 
 use serde::Serialize;
 
-use crate::state::{Broken, Key, OpStatus, OrderStatus, PaymentStatus, State};
+use crate::state::{Broken, DisputeStatus, Key, OpStatus, OrderStatus, PaymentStatus, State};
 
 /// What an event is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -154,10 +154,32 @@ pub fn check(before: &State, after: &State, written: &[Event], correction: bool)
     if answer_rewritten || key_rewritten {
         return Some(Broken::AnswerChanged);
     }
+    if !dispute_moved_by_its_guard(before, after) {
+        return Some(Broken::DisputeGuard);
+    }
     let mut written = written.to_vec();
     written.sort();
     if written != expected_events(before, after) {
         return Some(Broken::EventsMismatch);
     }
     None
+}
+
+/// A dispute's row is never deleted; once `won` or `lost` it never changes; its money withdrawn
+/// and reinstated never shrinks; and the payment's `amount_disputed` moves exactly as much as
+/// the row's withdrawn less reinstated (one movement per amount moved).
+fn dispute_moved_by_its_guard(before: &State, after: &State) -> bool {
+    let net = |state: &State| state.dispute.map_or(0, |d| i16::from(d.withdrawn) - i16::from(d.reinstated));
+    let disputed = |state: &State| state.payment.as_ref().map_or(0, |p| i16::from(p.disputed));
+    let row = match (before.dispute, after.dispute) {
+        (None, _) => true,
+        (Some(_), None) => false,
+        (Some(was), Some(now)) => {
+            was == now
+                || (was.status == DisputeStatus::Open
+                    && now.withdrawn >= was.withdrawn
+                    && now.reinstated >= was.reinstated)
+        }
+    };
+    row && disputed(after) - disputed(before) == net(after) - net(before)
 }

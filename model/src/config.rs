@@ -43,17 +43,34 @@ pub enum Mutation {
     /// A provider webhook applied on its word: corrections, cancels and captures without the
     /// provider's confirmation by a lookup.
     WebhookOnItsWord,
+    /// The refund's start statement reads what is refundable without `amount_disputed`.
+    RefundIgnoresDisputes,
+    /// `record_dispute.sql` without its guard: whatever the provider said last is written.
+    DisputeWithoutGuard,
+    /// A dispute webhook recorded as its event says, without the lookup of the dispute. Not in
+    /// [`Mutation::ALL`]: it survives, because `record_dispute.sql`'s guard already refuses
+    /// every stale word (see [`Mutation::SURVIVORS`]).
+    DisputeWebhookOnItsWord,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 6] = [
+    pub const ALL: [Mutation; 8] = [
         Mutation::NoInFlightGuard,
         Mutation::NoSystemRefundRetry,
         Mutation::NoLateRefundWatch,
         Mutation::SettleWithoutStatusGuard,
         Mutation::StartReadsWithoutLock,
         Mutation::WebhookOnItsWord,
+        Mutation::RefundIgnoresDisputes,
+        Mutation::DisputeWithoutGuard,
     ];
+
+    /// Mutants no property kills, each kept so that the reason stays checked: a dispute's
+    /// webhook is a true snapshot of the provider's dispute, only possibly an old one, and the
+    /// guard (a decided dispute never changes, money only grows) makes every record a step
+    /// forward along the provider's own history; an open one we hold is looked at again by the
+    /// pass. Without the lookup the books lag longer, never differ at rest.
+    pub const SURVIVORS: [Mutation; 1] = [Mutation::DisputeWebhookOnItsWord];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -63,6 +80,9 @@ impl Mutation {
             Mutation::SettleWithoutStatusGuard => "a settle without its status guard",
             Mutation::StartReadsWithoutLock => "a start that reads the refundable amount without its lock",
             Mutation::WebhookOnItsWord => "a webhook applied on its word",
+            Mutation::RefundIgnoresDisputes => "a refund start that ignores what disputes withdrew",
+            Mutation::DisputeWithoutGuard => "a dispute recorded without its guard",
+            Mutation::DisputeWebhookOnItsWord => "a dispute webhook recorded on its word",
         }
     }
 }
@@ -127,6 +147,8 @@ pub struct Faults {
     pub lease_runs_out: u8,
     /// A refund's key expires (swept past its retention).
     pub key_expiries: u8,
+    /// The customer's bank disputes the captured charge.
+    pub disputes: u8,
 }
 
 impl Faults {
@@ -140,6 +162,7 @@ impl Faults {
         duplicates: 0,
         lease_runs_out: 0,
         key_expiries: 0,
+        disputes: 0,
     };
 }
 
@@ -250,9 +273,28 @@ impl Config {
         }
     }
 
+    /// An automatic payment, a refund of all of it, one reconciler, and a dispute that the
+    /// provider may open for part or all of what remains and decide either way; webhooks:
+    /// the dispute recorded from a webhook (after its lookup) or by the reconciler's pass,
+    /// waiting for the refund's reservation or refusing the refund.
+    pub fn unit_disputes() -> Config {
+        Config {
+            name: "unit: a refund and a dispute",
+            requests_per_key: 1,
+            system_refunds: 1,
+            faults: Faults { disputes: 1, ..Faults::NONE },
+            ..Config::unit_charges()
+        }
+    }
+
     /// The configurations `cargo test` checks.
     pub fn unit() -> Vec<Config> {
-        vec![Config::unit_charges(), Config::unit_authorizations(), Config::unit_operator()]
+        vec![
+            Config::unit_charges(),
+            Config::unit_authorizations(),
+            Config::unit_operator(),
+            Config::unit_disputes(),
+        ]
     }
 
     /// The large configuration `make model` checks: two reconcilers, two refunds racing a
@@ -351,6 +393,20 @@ impl Config {
                 requests_per_key: 1,
                 faults: Faults { reversals: 1, ..Faults::NONE },
                 ..Config::unit_charges()
+            },
+            Mutation::RefundIgnoresDisputes => {
+                Config { name: "mutant: refund beside a dispute", webhooks: false, ..Config::unit_disputes() }
+            }
+            Mutation::DisputeWithoutGuard => Config {
+                name: "mutant: dispute guard",
+                intents: vec![Intent::Pay],
+                ..Config::unit_disputes()
+            },
+            // Copies too: a withdrawal's event delivered again after the dispute was won.
+            Mutation::DisputeWebhookOnItsWord => Config {
+                name: "mutant: dispute webhook",
+                faults: Faults { disputes: 1, duplicates: 1, ..Faults::NONE },
+                ..Config::unit_disputes()
             },
         };
         base.with_mutation(mutation)

@@ -3,17 +3,18 @@
 use stateright::Property;
 
 use crate::config::{Config, Intent};
-use crate::protocol::Protocol;
+use crate::protocol::{Protocol, dispute_pass_due};
 use crate::provider;
 use crate::state::{
-    ActionKind, Answer, Broken, ChargeStatus, LateCharge, Mode, OpStatus, OrderStatus, Payment,
-    PaymentStatus, Pc, ProviderRefundStatus, RefundWatch, State,
+    ActionKind, Answer, Broken, ChargeStatus, DisputeStatus, LateCharge, Mode, OpStatus, OrderStatus,
+    Payment, PaymentStatus, Pc, ProviderRefundStatus, RefundWatch, State,
 };
 
 /// Nothing is in flight: no operation is `processing`, nothing is on the wire or pending at the
 /// provider, no webhook is undelivered, no process is mid-way, and no watch has work left (the
 /// late-charge watch is not looking nor due to refund, no late-refund watch or reversal check is
-/// open, and no authorization the provider let go waits for its watch).
+/// open, no authorization the provider let go waits for its watch, no dispute webhook's lookup
+/// waits to be recorded, and the dispute pass would record nothing).
 pub fn quiescent(state: &State) -> bool {
     let ops_settled = state.ops().all(|op| !state.in_flight(op));
     let provider = &state.provider;
@@ -29,7 +30,8 @@ pub fn quiescent(state: &State) -> bool {
         let late_watch = matches!(p.late, LateCharge::Watching | LateCharge::RefundDue);
         !late_watch && !authorization_ended(p)
     }) && state.refunds.iter().all(|r| r.watch == RefundWatch::Off && !r.check);
-    ops_settled && wire_empty && nothing_pending && procs_idle && watches_done
+    let disputes_done = state.dispute_lookups.is_empty() && !dispute_pass_due(state);
+    ops_settled && wire_empty && nothing_pending && procs_idle && watches_done && disputes_done
 }
 
 /// The order's status the payment's amounts call for.
@@ -43,14 +45,19 @@ fn order_for(payment: &Payment) -> OrderStatus {
     }
 }
 
-/// Our captured and refunded amounts and our statuses equal the provider's.
+/// Our captured, refunded and disputed amounts, our statuses and our dispute equal the
+/// provider's.
 pub fn books_equal(state: &State) -> bool {
     let charge = state.provider.charge.map(|c| c.status);
     let Some(payment) = &state.payment else {
         return charge.is_none() && state.order == OrderStatus::PendingPayment;
     };
     let (captured, refunded) = state.provider_amounts();
-    let amounts = payment.captured == captured && payment.refunded == refunded && payment.refunding == 0;
+    let amounts = payment.captured == captured
+        && payment.refunded == refunded
+        && payment.refunding == 0
+        && payment.disputed == state.provider_disputed()
+        && state.dispute == state.provider.dispute;
     use ChargeStatus as C;
     let status = match (payment.status, charge) {
         (PaymentStatus::Succeeded, Some(C::Succeeded)) => true,
@@ -88,7 +95,8 @@ fn told_failed(payment: &Payment) -> bool {
 
 pub const ONE_CHARGE: &str = "at most one charge per payment at the provider";
 pub const PROVIDER_REFUNDS: &str = "the provider never refunds more than it captured";
-pub const WITHIN_CAPTURED: &str = "our refunds stay within what was captured";
+pub const PROVIDER_DISPUTES: &str = "the provider's refunds and disputes stay within what it captured";
+pub const WITHIN_CAPTURED: &str = "our refunds and disputes stay within what was captured";
 pub const FINAL_STATES: &str = "final states are left only by the two refund corrections, on a lookup";
 pub const ANSWERS: &str = "a stored answer never changes";
 pub const EVENTS: &str = "every transition writes its event exactly once";
@@ -97,6 +105,7 @@ pub const ONE_SYSTEM_REFUND: &str = "two system refunds are never both alive";
 pub const ONE_REFUND_PER_KEY: &str = "one refund per client key";
 pub const BOOKS: &str = "once nothing is in flight, our books equal the provider's";
 pub const NOT_KEPT: &str = "money we told the client we did not take is not kept";
+pub const DISPUTE_GUARD: &str = "a dispute's recorded status only moves by the guard";
 
 /// The properties checked under `config`: every `always`, and the `sometimes` whose paths the
 /// configuration makes possible.
@@ -106,12 +115,16 @@ pub fn for_config(config: &Config) -> Vec<Property<Protocol>> {
         Property::<Protocol>::always(PROVIDER_REFUNDS, |_, s| {
             s.provider.charge.is_none_or(|c| c.refunded <= c.captured)
         }),
+        Property::<Protocol>::always(PROVIDER_DISPUTES, |_, s| {
+            s.provider.charge.is_none_or(|c| c.refunded + s.provider_disputed() <= c.captured)
+        }),
         Property::<Protocol>::always(WITHIN_CAPTURED, |_, s| {
-            s.payment.as_ref().is_none_or(|p| p.refunded + p.refunding <= p.captured)
+            s.payment.as_ref().is_none_or(|p| p.refunded + p.refunding + p.disputed <= p.captured)
         }),
         Property::<Protocol>::always(FINAL_STATES, |_, s| s.ghost.broken != Some(Broken::FinalStateLeft)),
         Property::<Protocol>::always(ANSWERS, |_, s| s.ghost.broken != Some(Broken::AnswerChanged)),
         Property::<Protocol>::always(EVENTS, |_, s| s.ghost.broken != Some(Broken::EventsMismatch)),
+        Property::<Protocol>::always(DISPUTE_GUARD, |_, s| s.ghost.broken != Some(Broken::DisputeGuard)),
         Property::<Protocol>::always(FAILED_HOLDS_NOTHING, |_, s| {
             let failed = s.payment.as_ref().is_some_and(told_failed);
             let excused = s.provider.charge.is_some_and(|c| c.landed_late) || s.ghost.forced;
@@ -247,6 +260,25 @@ pub fn for_config(config: &Config) -> Vec<Property<Protocol>> {
         sometimes("an operator's forced failure takes the money back", |_, s| {
             s.ghost.forced && s.payment.as_ref().is_some_and(|p| p.system_refunds > 0)
         });
+    }
+    if faults.disputes > 0 {
+        sometimes("a dispute is recorded", |_, s| s.dispute.is_some());
+        sometimes("a won dispute's funds are reinstated", |_, s| {
+            s.dispute.is_some_and(|d| d.status == DisputeStatus::Won)
+                && s.payment.as_ref().is_some_and(|p| p.disputed == 0)
+        });
+        sometimes("a lost dispute is recorded", |_, s| {
+            s.dispute.is_some_and(|d| d.status == DisputeStatus::Lost)
+        });
+        if config.reconcilers > 0 {
+            sometimes("the reconciler's pass records a dispute no webhook recorded", |_, s| {
+                s.ghost.dispute_by_pass
+            });
+        }
+        if refunds {
+            sometimes("a refund is refused while a dispute is open", |_, s| s.ghost.refused_for_dispute);
+            sometimes("a dispute waits for a refund in flight", |_, s| s.ghost.dispute_waited);
+        }
     }
     if faults.lease_runs_out > 0 {
         sometimes("two drivers drive one operation at once", |_, s| {

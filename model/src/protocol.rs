@@ -7,11 +7,11 @@ use crate::audit;
 use crate::config::{Config, Defect, Intent, Mutation};
 use crate::provider;
 use crate::state::{
-    Answer, ChargeStatus, Client, Finding, Ghost, Key, LateCharge, Lease, Mode, Op, OpStatus, OrderStatus,
-    Outcome, PaymentStatus, Pc, Proc, Provider, ProviderRefundStatus, Request, Resolution, Stage, State,
-    Target, Webhook,
+    Answer, ChargeStatus, Client, Dispute, Finding, Ghost, Key, LateCharge, Lease, Mode, Op, OpStatus,
+    OrderStatus, Outcome, PaymentStatus, Pc, Proc, Provider, ProviderRefundStatus, Request, Resolution,
+    Stage, State, Target, Webhook,
 };
-use crate::statements::{Settlement, Step, refundable};
+use crate::statements::{Recorded, Settlement, Step, refundable};
 
 /// orderpay's protocol under one configuration.
 #[derive(Clone, Debug)]
@@ -33,6 +33,8 @@ impl Protocol {
             payment: None,
             actions: Vec::new(),
             refunds: Vec::new(),
+            dispute: None,
+            dispute_lookups: Vec::new(),
             keys: vec![Key::Free; intents],
             order_events: 0,
             payment_events: 0,
@@ -42,12 +44,21 @@ impl Protocol {
                 actions: Vec::new(),
                 requests: Vec::new(),
                 webhooks: Vec::new(),
+                dispute: None,
             },
             clients: vec![Client { pc: Pc::Idle, requests_left: config.requests_per_key }; intents],
             reconcilers: vec![Pc::Idle; config.reconcilers as usize],
             operator: config.operator.then_some(Pc::Idle),
             budgets: faults,
-            ghost: Ghost { told: vec![None; intents], charges_created: 0, forced: false, broken: None },
+            ghost: Ghost {
+                told: vec![None; intents],
+                charges_created: 0,
+                forced: false,
+                broken: None,
+                refused_for_dispute: false,
+                dispute_by_pass: false,
+                dispute_waited: false,
+            },
         }
     }
 
@@ -107,11 +118,15 @@ impl Protocol {
                 (Finding::Unknown, _) => Action::Release(proc),
                 (Finding::Final(_), _) => Action::Settle(proc),
             }),
-            Pc::LateChargeSeen { .. } | Pc::LateRefundSeen { .. } | Pc::AuthorizationSeen(..) => {
+            Pc::LateChargeSeen { .. }
+            | Pc::LateRefundSeen { .. }
+            | Pc::AuthorizationSeen(..)
+            | Pc::DisputeListed(_) => {
                 let Proc::Reconciler(r) = proc else { unreachable!("only reconcilers watch") };
                 actions.push(match state.pc(proc) {
                     Pc::LateChargeSeen { .. } => Action::LateChargeAct(r),
                     Pc::LateRefundSeen { .. } => Action::LateRefundAct(r),
+                    Pc::DisputeListed(_) => Action::DisputeRecord(r),
                     _ => Action::AuthorizationEnd(r),
                 });
             }
@@ -151,6 +166,9 @@ impl Protocol {
         let ended = state.provider.charge.is_some_and(|c| c.status != ChargeStatus::RequiresCapture);
         if payment.status == PaymentStatus::RequiresCapture && ended {
             actions.push(Action::AuthorizationLook(r));
+        }
+        if dispute_pass_due(state) {
+            actions.push(Action::DisputeList(r));
         }
     }
 
@@ -210,6 +228,16 @@ impl Protocol {
                 }
                 _ => {}
             }
+        }
+        for amount in 1..=provider::disputable(state) {
+            actions.push(Action::OpenDispute(amount));
+        }
+        if state.provider.dispute.is_some_and(|d| d.open()) {
+            actions.push(Action::DecideDispute { won: true });
+            actions.push(Action::DecideDispute { won: false });
+        }
+        for index in 0..state.dispute_lookups.len() as u8 {
+            actions.push(Action::RecordDispute(index));
         }
         for index in 0..state.provider.webhooks.len() as u8 {
             actions.push(Action::Deliver { index, again: false });
@@ -289,7 +317,7 @@ fn step_through(step: &mut Step, action: Action) {
         }
         Action::ReadUnlocked(i) => {
             step.state.clients[i as usize].requests_left -= 1;
-            let (succeeded, refundable) = refundable(&step.state);
+            let (succeeded, refundable) = refundable(config, &step.state);
             step.state.set_pc(Proc::Client(i), Pc::ReadUnlocked { succeeded, refundable });
         }
         Action::LookUp(proc) => {
@@ -425,6 +453,18 @@ fn step_through(step: &mut Step, action: Action) {
             step.state.set_pc(proc, Pc::Idle);
             step.end_authorization(status, captured);
         }
+        Action::DisputeList(r) => {
+            let listed = step.state.provider.dispute.expect("a dispute to list");
+            step.state.set_pc(Proc::Reconciler(r), Pc::DisputeListed(listed));
+        }
+        Action::DisputeRecord(r) => {
+            let proc = Proc::Reconciler(r);
+            let Pc::DisputeListed(listed) = step.state.pc(proc) else { unreachable!() };
+            step.state.set_pc(proc, Pc::Idle);
+            if step.record_dispute(listed) == Recorded::Created {
+                step.state.ghost.dispute_by_pass = true;
+            }
+        }
         Action::OperatorLease => {
             step.state.row_mut(Op::Charge).lease = Lease::Held(Proc::Operator);
             step.state.operator = Some(Pc::OperatorLeased);
@@ -483,6 +523,12 @@ fn step_through(step: &mut Step, action: Action) {
         Action::RefundSettles(k) => provider::refund_settles(config, &mut step.state, k),
         Action::AuthorizationExpires => provider::authorization_expires(config, &mut step.state),
         Action::RefundReversed(k) => provider::refund_reversed(config, &mut step.state, k),
+        Action::OpenDispute(amount) => provider::open_dispute(config, &mut step.state, amount),
+        Action::DecideDispute { won } => provider::decide_dispute(config, &mut step.state, won),
+        Action::RecordDispute(index) => {
+            let seen = step.state.dispute_lookups.remove(index as usize);
+            step.record_dispute(seen);
+        }
         Action::Deliver { index, again } => {
             let webhook = step.state.provider.webhooks[index as usize];
             if again {
@@ -511,6 +557,14 @@ fn step_through(step: &mut Step, action: Action) {
             step.state.ghost.told[i as usize] = None;
         }
     }
+}
+
+/// The reconciler's dispute pass has something to record: the provider has a dispute we lack,
+/// or one we hold open and differently. (A listing that could only find what we hold changes
+/// nothing, and a dispute we hold decided is not looked at again.)
+pub fn dispute_pass_due(state: &State) -> bool {
+    let held = state.dispute;
+    state.provider.dispute.is_some_and(|d| held != Some(d) && held.is_none_or(Dispute::open))
 }
 
 /// The operation a process drives, and how.
@@ -672,6 +726,20 @@ fn deliver(step: &mut Step, webhook: Webhook) {
             }
             // A charge for a failed payment brings the late-charge watch forward: its next
             // look is already possible here (time is abstracted).
+        }
+        Webhook::Dispute(word) => {
+            // The same as the row we hold: a copy or an older event, which asks nothing.
+            if step.state.dispute == Some(word) {
+                return;
+            }
+            if config.mutated(Mutation::DisputeWebhookOnItsWord) {
+                step.record_dispute(word);
+            } else {
+                // Rolled back and looked up; recorded by the event's second transaction.
+                let seen = step.state.provider.dispute.expect("the provider's dispute");
+                step.state.dispute_lookups.push(seen);
+                step.state.dispute_lookups.sort();
+            }
         }
         Webhook::Refund(k, status) => {
             let refund = &step.state.refunds[k as usize];

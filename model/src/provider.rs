@@ -1,14 +1,15 @@
 //! The payment provider as the mock implements its contract (docs/payments.md, "The provider
 //! contract"): charges deduplicated by our downstream key, captures and voids idempotent on
-//! theirs, refunds capped at what remains of the charge, and a webhook for every final state.
+//! theirs, refunds capped at what remains of the charge, disputes that withdraw and reinstate
+//! funds, and a webhook for every final state and every dispute's move.
 //! What a lookup or a send's answer means for an operation is the kinds' own mapping
 //! (`charge::outcome_of`, `authorization::charge_state`, `refund::outcome_of`).
 
 use crate::action::Choice;
 use crate::config::Config;
 use crate::state::{
-    ActionKind, Charge, ChargeStatus, Finding, Op, Outcome, ProviderRefundStatus as Refund, State, Target,
-    Webhook,
+    ActionKind, Charge, ChargeStatus, Dispute, DisputeStatus, Finding, Op, Outcome,
+    ProviderRefundStatus as Refund, State, Target, Webhook,
 };
 
 /// `charge::outcome_of`: what the charge's state means for the payment.
@@ -185,6 +186,12 @@ fn capture_or_void(config: &Config, state: &mut State, k: u8, choice: Choice) ->
     answer
 }
 
+/// What remains of the charge to refund or dispute: captured, less refunded, less what its
+/// dispute withdrew and did not reinstate.
+pub fn remaining(state: &State) -> u8 {
+    state.provider.charge.map_or(0, |c| c.captured.saturating_sub(c.refunded + state.provider_disputed()))
+}
+
 /// `POST /v1/refunds` with `orderpay_refund_<id>`: refused unless the charge is captured and the
 /// amount is within what remains of it.
 fn create_refund(config: &Config, state: &mut State, k: u8, choice: Choice) -> Finding {
@@ -192,8 +199,8 @@ fn create_refund(config: &Config, state: &mut State, k: u8, choice: Choice) -> F
         return refund_outcome(status);
     }
     let amount = state.refunds[k as usize].amount;
+    let remaining = remaining(state);
     let Some(mut charge) = state.provider.charge else { return Finding::Unknown };
-    let remaining = charge.captured.saturating_sub(charge.refunded);
     let status = if charge.status != ChargeStatus::Succeeded || remaining == 0 || amount > remaining {
         Refund::Refused
     } else {
@@ -267,4 +274,33 @@ pub fn refund_reversed(config: &Config, state: &mut State, k: u8) {
         charge.refunded = charge.refunded.saturating_sub(amount);
     }
     emit(config, state, Webhook::Refund(k, Refund::Reversed));
+}
+
+/// The most a dispute may withdraw from the charge now (the mock's `open_dispute`: a captured
+/// charge, within what remains of it); 0 when none may open.
+pub fn disputable(state: &State) -> u8 {
+    let captured = state.provider.charge.is_some_and(|c| c.status == ChargeStatus::Succeeded);
+    let budget = state.budgets.disputes > 0 && state.provider.dispute.is_none();
+    if captured && budget { remaining(state) } else { 0 }
+}
+
+/// The customer's bank disputes `amount` of the charge: the funds are withdrawn when it opens.
+pub fn open_dispute(config: &Config, state: &mut State, amount: u8) {
+    state.budgets.disputes -= 1;
+    let dispute = Dispute { status: DisputeStatus::Open, withdrawn: amount, reinstated: 0 };
+    state.provider.dispute = Some(dispute);
+    emit(config, state, Webhook::Dispute(dispute));
+}
+
+/// The bank decides the open dispute (the mock's `decide_dispute`): won reinstates the funds.
+pub fn decide_dispute(config: &Config, state: &mut State, won: bool) {
+    let Some(mut dispute) = state.provider.dispute.filter(|d| d.open()) else { return };
+    if won {
+        dispute.status = DisputeStatus::Won;
+        dispute.reinstated = dispute.withdrawn;
+    } else {
+        dispute.status = DisputeStatus::Lost;
+    }
+    state.provider.dispute = Some(dispute);
+    emit(config, state, Webhook::Dispute(dispute));
 }

@@ -170,6 +170,9 @@ pub struct Payment {
     pub system_refunds: u8,
     /// Settled by an operator (`orderpay payments resolve`; the audit row's actor).
     pub resolved: bool,
+    /// `amount_disputed`: what its disputes withdrew and did not reinstate (no longer
+    /// refundable).
+    pub disputed: u8,
 }
 
 impl Payment {
@@ -320,6 +323,35 @@ pub enum Outcome {
     RefundFailed,
 }
 
+/// A dispute's status: `Open` stands for the chargeback's open ones (`needs_response`,
+/// `under_review`), whose funds are withdrawn; `Won` and `Lost` are final.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum DisputeStatus {
+    Open,
+    Won,
+    Lost,
+}
+
+/// A dispute as one side holds it: the provider's (and what a lookup or a webhook says of it),
+/// or our `disputes` row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct Dispute {
+    pub status: DisputeStatus,
+    pub withdrawn: u8,
+    pub reinstated: u8,
+}
+
+impl Dispute {
+    /// What it holds of the charge's money: withdrawn less reinstated.
+    pub fn net(self) -> u8 {
+        self.withdrawn - self.reinstated
+    }
+
+    pub fn open(self) -> bool {
+        self.status == DisputeStatus::Open
+    }
+}
+
 /// A request the provider received (or will), and the answer it has for its sender.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct Request {
@@ -349,6 +381,9 @@ pub enum Webhook {
     Charge(ChargeStatus, u8),
     /// `refund.succeeded`, `refund.failed` about refund `k`.
     Refund(u8, ProviderRefundStatus),
+    /// `charge.dispute.created`, `.funds_withdrawn`, `.funds_reinstated`, `.closed`: the dispute
+    /// as it was then.
+    Dispute(Dispute),
 }
 
 /// The provider's ledger and what is on the wire.
@@ -363,6 +398,8 @@ pub struct Provider {
     pub requests: Vec<Request>,
     /// Webhooks not yet delivered, sorted.
     pub webhooks: Vec<Webhook>,
+    /// The dispute of the payment's charge, if its customer's bank opened one.
+    pub dispute: Option<Dispute>,
 }
 
 /// What a process is doing.
@@ -409,6 +446,8 @@ pub enum Pc {
     OperatorTakingBack,
     /// The operator is done (its one resolution, applied or refused).
     Finished,
+    /// The reconciler's dispute pass listed the provider's dispute as this; about to record it.
+    DisputeListed(Dispute),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -457,6 +496,12 @@ pub struct Ghost {
     pub forced: bool,
     /// The first rule a step broke, if any (see `audit`).
     pub broken: Option<Broken>,
+    /// A client's refund was refused (409 `charge-disputed`) while a dispute was open.
+    pub refused_for_dispute: bool,
+    /// The dispute's row was created by the reconciler's pass (no webhook recorded it first).
+    pub dispute_by_pass: bool,
+    /// A dispute's record did not fit beside a refund in flight (`does_not_fit`).
+    pub dispute_waited: bool,
 }
 
 /// A rule broken by one step, found by comparing the state before and after it.
@@ -468,6 +513,9 @@ pub enum Broken {
     AnswerChanged,
     /// The events written do not match the transitions applied.
     EventsMismatch,
+    /// A dispute's row moved other than its guard allows, or the payment's `amount_disputed`
+    /// did not move with it.
+    DisputeGuard,
 }
 
 /// The whole abstract state.
@@ -477,6 +525,11 @@ pub struct State {
     pub payment: Option<Payment>,
     pub actions: Vec<Action>,
     pub refunds: Vec<Refund>,
+    /// The `disputes` row of the payment's dispute, once recorded.
+    pub dispute: Option<Dispute>,
+    /// Dispute webhooks verified by a lookup (`get_dispute`), each about to be recorded with
+    /// what the lookup said in the event's second transaction; sorted.
+    pub dispute_lookups: Vec<Dispute>,
     pub keys: Vec<Key>,
     /// Events written about the order and about the payment (the outbox, as counts).
     pub order_events: u8,
@@ -585,5 +638,10 @@ impl State {
 
     pub fn provider_amounts(&self) -> (u8, u8) {
         self.provider.charge.map_or((0, 0), |c| (c.captured, c.refunded))
+    }
+
+    /// What the provider's dispute withdrew and did not reinstate.
+    pub fn provider_disputed(&self) -> u8 {
+        self.provider.dispute.map_or(0, Dispute::net)
     }
 }

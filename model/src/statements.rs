@@ -5,8 +5,8 @@
 use crate::audit::{Event, EventType, Subject, order_event};
 use crate::config::{Config, Defect, Mutation};
 use crate::state::{
-    Action, ActionKind, Answer, Key, LateCharge, Lease, Mode, Op, OpStatus, OrderStatus, Outcome, Payment,
-    PaymentStatus, Pc, Proc, Refund, RefundWatch, Resolution, Row, Stage, State,
+    Action, ActionKind, Answer, Dispute, Key, LateCharge, Lease, Mode, Op, OpStatus, OrderStatus, Outcome,
+    Payment, PaymentStatus, Pc, Proc, Refund, RefundWatch, Resolution, Row, Stage, State,
 };
 
 /// One step being taken: the state it changes and the events it has written.
@@ -289,15 +289,15 @@ impl Step<'_> {
     /// `amount_refunded`, the order to what the amounts say, the events (`"correction": true`),
     /// the audit row. The stored answer stays what the client was told.
     ///
-    /// A refund carried out late is recorded only within `refunded + refunding <= captured`
-    /// (the CHECK): while another refund holds its reservation, the correction waits for it to
-    /// settle, and the watch looks again. A correction to succeeded keeps a check a webhook
+    /// A refund carried out late is recorded only within `refunded + refunding + disputed <=
+    /// captured` (the CHECK): while another refund holds its reservation, the correction waits
+    /// for it to settle, and the watch looks again. A correction to succeeded keeps a check a webhook
     /// asked for after the lookup it acts on.
     pub fn correct_refund(&mut self, k: u8, to: OpStatus) {
         let amount = self.state.refunds[k as usize].amount;
         if to == OpStatus::Succeeded && !self.config.has(Defect::CorrectionOverTheCheck) {
             let payment = self.state.payment.as_ref().expect("a refund's payment");
-            if payment.refunded + payment.refunding + amount > payment.captured {
+            if payment.refunded + payment.refunding + payment.disputed + amount > payment.captured {
                 return;
             }
         }
@@ -361,7 +361,7 @@ impl Step<'_> {
     /// what the late charge holds, leased to `proc` and marked as sent; `proc` drives it.
     pub fn start_system_refund(&mut self, proc: Proc) {
         let payment = self.payment();
-        let amount = payment.captured.saturating_sub(payment.refunded + payment.refunding);
+        let amount = payment.captured.saturating_sub(payment.refunded + payment.refunding + payment.disputed);
         if payment.status != PaymentStatus::Failed || amount == 0 {
             return;
         }
@@ -438,6 +438,7 @@ impl Step<'_> {
             late: LateCharge::Off,
             system_refunds: 0,
             resolved: false,
+            disputed: 0,
         });
         self.state.keys[0] = Key::Names(Op::Charge);
         self.state.set_pc(
@@ -474,21 +475,25 @@ impl Step<'_> {
 
     /// `refunds/start_refund.sql`: a refund whose key names one of the payment's refunds (live,
     /// or past the key's lifetime) answers that refund; else the payment must have succeeded,
-    /// and the amount, read under the payment's lock, must be refundable: reserved, and the
-    /// refund `processing`.
+    /// and the amount, read under the payment's lock, must be refundable (captured, less
+    /// refunded, refunding and disputed): reserved, and the refund `processing`.
     fn start_refund(&mut self, i: u8, amount: u8, read: Option<(bool, u8)>) {
         if let Some(k) = self.state.refunds.iter().position(|r| r.intent == Some(i)) {
             self.existing(i, Op::Refund(k as u8));
             return;
         }
-        let (succeeded, refundable) = read.unwrap_or_else(|| refundable(&self.state));
+        let (succeeded, refundable) = read.unwrap_or_else(|| refundable(self.config, &self.state));
         if !succeeded {
             self.state.keys[i as usize] = Key::Stored(Answer::InvalidState);
             self.tell(i, Answer::InvalidState);
             return;
         }
         if amount > refundable {
-            // 422 `refund-exceeds-refundable`, not stored: the key is cleared.
+            // 422 `refund-exceeds-refundable`, or 409 `charge-disputed` while a dispute is open;
+            // not stored: the key is cleared.
+            if self.state.dispute.is_some_and(Dispute::open) {
+                self.state.ghost.refused_for_dispute = true;
+            }
             return;
         }
         self.payment().refunding += amount;
@@ -500,6 +505,44 @@ impl Step<'_> {
             Proc::Client(i),
             Pc::Drive { op: Op::Refund(k), mode: Mode::FirstCall, stage: Stage::Marked },
         );
+    }
+
+    /// `disputes::record::record_on` (after `lock_payment_of_charge`) and
+    /// `disputes/record_dispute.sql`: the dispute `seen` (a lookup's or a listing's; a webhook's
+    /// word only under the mutant) inserted when we lack it, else moved under its guard: `won`
+    /// and `lost` never change, an open one moves to either or stays open, and its money only
+    /// grows. The payment's `amount_disputed` moves by the same amount, unless that does not fit
+    /// beside what is refunded and reserved for refunds (`does_not_fit`: nothing is written).
+    pub fn record_dispute(&mut self, seen: Dispute) -> Recorded {
+        let Some(payment) = self.state.payment.as_ref().filter(|p| p.charge_known) else {
+            return Recorded::NotOurs;
+        };
+        let room = payment.captured as i16
+            - payment.refunded as i16
+            - payment.refunding as i16
+            - payment.disputed as i16;
+        let held = self.state.dispute;
+        let delta = seen.net() as i16 - held.map_or(0, |d| d.net() as i16);
+        let outcome = match held {
+            None if delta <= room => Recorded::Created,
+            None => Recorded::DoesNotFit,
+            Some(held) if held == seen => Recorded::Unchanged,
+            Some(held) if !dispute_may_move(held, seen) && !self.mutated(Mutation::DisputeWithoutGuard) => {
+                Recorded::Refused
+            }
+            Some(_) if delta > room => Recorded::DoesNotFit,
+            Some(_) => Recorded::Updated,
+        };
+        match outcome {
+            Recorded::Created | Recorded::Updated => {
+                self.state.dispute = Some(seen);
+                let payment = self.payment();
+                payment.disputed = (payment.disputed as i16 + delta) as u8;
+            }
+            Recorded::DoesNotFit => self.state.ghost.dispute_waited = true,
+            _ => {}
+        }
+        outcome
     }
 
     /// A final answer reaches client `i`: the same key must always answer the same.
@@ -514,11 +557,37 @@ impl Step<'_> {
 }
 
 /// What a refund's start reads of the payment: whether it succeeded, and what is refundable.
-pub fn refundable(state: &State) -> (bool, u8) {
+pub fn refundable(config: &Config, state: &State) -> (bool, u8) {
+    let disputes_count = !config.mutated(Mutation::RefundIgnoresDisputes);
     match &state.payment {
         Some(p) => {
-            (p.status == PaymentStatus::Succeeded, p.captured.saturating_sub(p.refunded + p.refunding))
+            let disputed = if disputes_count { p.disputed } else { 0 };
+            (
+                p.status == PaymentStatus::Succeeded,
+                p.captured.saturating_sub(p.refunded + p.refunding + disputed),
+            )
         }
         None => (false, 0),
     }
+}
+
+/// What recording a dispute did (`RecordOutcome`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recorded {
+    Created,
+    Updated,
+    Unchanged,
+    /// The guard refused the move: nothing written.
+    Refused,
+    /// Its money does not fit beside a refund's reservation: nothing written, a later pass
+    /// records it.
+    DoesNotFit,
+    /// Its charge is no payment of ours we know the charge of (`Recorded::NotOurs`).
+    NotOurs,
+}
+
+/// The guard of `disputes/record_dispute.sql`: a final status never changes; an open dispute
+/// stays open or is decided; the money withdrawn and reinstated only grows.
+pub fn dispute_may_move(held: Dispute, seen: Dispute) -> bool {
+    held.open() && seen.withdrawn >= held.withdrawn && seen.reinstated >= held.reinstated
 }

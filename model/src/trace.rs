@@ -21,7 +21,9 @@ pub fn actor(protocol: &Protocol, action: Action) -> String {
         | Action::LateRefundLook(r, _)
         | Action::LateRefundAct(r)
         | Action::AuthorizationLook(r)
-        | Action::AuthorizationEnd(r) => Some(Proc::Reconciler(r)),
+        | Action::AuthorizationEnd(r)
+        | Action::DisputeList(r)
+        | Action::DisputeRecord(r) => Some(Proc::Reconciler(r)),
         Action::OperatorLease
         | Action::OperatorLook { .. }
         | Action::OperatorSettle
@@ -30,7 +32,7 @@ pub fn actor(protocol: &Protocol, action: Action) -> String {
     };
     match (proc, action) {
         (Some(proc), _) => proc_name(protocol, proc),
-        (None, Action::Deliver { .. }) => "webhook".to_owned(),
+        (None, Action::Deliver { .. } | Action::RecordDispute(_)) => "webhook".to_owned(),
         (None, Action::SendsGoQuiet(_) | Action::LeaseRunsOut(_) | Action::KeyExpires(_)) => {
             "time".to_owned()
         }
@@ -99,6 +101,10 @@ pub fn statement(protocol: &Protocol, state: &State, action: Action) -> &'static
         Action::LateRefundAct(_) => "the late-refund watch: the correction",
         Action::AuthorizationLook(_) => "operations::authorization::watch",
         Action::AuthorizationEnd(_) => "payments/end_authorization.sql",
+        Action::DisputeList(_) => "disputes::record::pass (list_disputes)",
+        Action::DisputeRecord(_) | Action::RecordDispute(_) => "disputes/record_dispute.sql",
+        Action::OpenDispute(_) => "the customer's bank disputes the charge",
+        Action::DecideDispute { .. } => "the bank decides the dispute",
         Action::OperatorLease => "operations::operator::resolve (take_lease)",
         Action::OperatorLook { .. } => "operations::operator::resolve (judge)",
         Action::OperatorSettle => "payments/settle_payment.sql (Resolved)",
@@ -169,6 +175,16 @@ fn doing(protocol: &Protocol, before: &State, after: &State, action: Action) -> 
             format!("looks the authorization up: {:?}", before.provider.charge.map(|c| c.status))
         }
         Action::AuthorizationEnd(_) => "records how the authorization ended".to_owned(),
+        Action::DisputeList(_) => format!("lists the provider's dispute: {:?}", before.provider.dispute),
+        Action::DisputeRecord(r) => match before.pc(Proc::Reconciler(r)) {
+            Pc::DisputeListed(seen) => format!("records the dispute as listed: {seen:?}"),
+            _ => "records the dispute".to_owned(),
+        },
+        Action::RecordDispute(i) => {
+            format!("records the dispute as looked up: {:?}", before.dispute_lookups[i as usize])
+        }
+        Action::OpenDispute(amount) => format!("a dispute withdraws {amount}"),
+        Action::DecideDispute { won } => format!("the dispute is {}", if won { "won" } else { "lost" }),
         Action::OperatorLease => "takes the payment's lease".to_owned(),
         Action::OperatorLook { to, force } => {
             format!("judges --as {to:?}{}", if force { " --force" } else { "" })
@@ -221,6 +237,9 @@ fn changes(before: &State, after: &State) -> Vec<String> {
             if b.late != a.late {
                 changes.push(format!("late charge {:?} -> {:?}", b.late, a.late));
             }
+            if b.disputed != a.disputed {
+                changes.push(format!("payment disputed {}", a.disputed));
+            }
         }
         _ => {}
     }
@@ -259,6 +278,19 @@ fn changes(before: &State, after: &State) -> Vec<String> {
         {
             changes.push(format!("provider: refund {k} {status:?} ({amount})"));
         }
+    }
+    if before.dispute != after.dispute
+        && let Some(d) = after.dispute
+    {
+        changes.push(format!("dispute {:?} withdrawn {} reinstated {}", d.status, d.withdrawn, d.reinstated));
+    }
+    if before.provider.dispute != after.provider.dispute
+        && let Some(d) = after.provider.dispute
+    {
+        changes.push(format!(
+            "provider: dispute {:?} withdrawn {} reinstated {}",
+            d.status, d.withdrawn, d.reinstated
+        ));
     }
     for (i, told) in after.ghost.told.iter().enumerate() {
         if before.ghost.told[i] != *told

@@ -25,13 +25,15 @@ fn the_unit_configurations_keep_every_property_and_their_pinned_sizes() {
 
 /// Each mutant, the property its shortest counterexample breaks, and that counterexample's
 /// length (`make model` prints the same table with the paths).
-const MUTANTS: [(Mutation, &str, usize); 6] = [
+const MUTANTS: [(Mutation, &str, usize); 8] = [
     (Mutation::NoInFlightGuard, properties::FAILED_HOLDS_NOTHING, 8),
     (Mutation::NoSystemRefundRetry, properties::NOT_KEPT, 15),
     (Mutation::NoLateRefundWatch, properties::BOOKS, 14),
     (Mutation::SettleWithoutStatusGuard, properties::EVENTS, 6),
     (Mutation::StartReadsWithoutLock, properties::WITHIN_CAPTURED, 9),
     (Mutation::WebhookOnItsWord, properties::FINAL_STATES, 11),
+    (Mutation::RefundIgnoresDisputes, properties::WITHIN_CAPTURED, 9),
+    (Mutation::DisputeWithoutGuard, properties::DISPUTE_GUARD, 10),
 ];
 
 #[test]
@@ -42,6 +44,19 @@ fn every_mutant_is_killed_where_the_model_without_it_passes() {
         let correct = Config { mutation: None, ..Config::for_mutation(mutation) };
         let report = check::check(&correct, 2);
         assert!(report.failures.is_empty(), "{} without the mutant: {:?}", mutation.name(), report.failures);
+    }
+}
+
+/// A full search of the disputes' unit configuration with each survivor (`Mutation::SURVIVORS`
+/// says why they survive): a survivor that starts being killed belongs in `Mutation::ALL`.
+#[test]
+fn every_survivor_still_survives() {
+    for mutation in Mutation::SURVIVORS {
+        assert!(
+            check::kill(mutation).is_none(),
+            "{} is killed now: move it to Mutation::ALL",
+            mutation.name()
+        );
     }
 }
 
