@@ -253,6 +253,25 @@ async fn send_until_final(
     last
 }
 
+/// Opens a dispute of 10.00 on the charge of each of `payment_ids` at the provider and records
+/// them (a reconciler pass lists them); our dispute ids, in the same order.
+async fn disputed(app: &TestApp, payment_ids: &[String]) -> Vec<String> {
+    for payment_id in payment_ids {
+        let charge_id = app.get_payment(payment_id).await["provider_charge_id"].as_str().unwrap().to_owned();
+        let url = format!("{}/_admin/disputes", app.provider.address);
+        let body = json!({"charge": charge_id, "reason": "fraudulent", "amount": "10.00"});
+        assert!(app.client.post(url).json(&body).send().await.unwrap().status().is_success());
+    }
+    app.execute("UPDATE dispute_listing SET listed_at = NULL").await;
+    app.reconcile_once().await;
+    let mut ids = Vec::new();
+    for payment_id in payment_ids {
+        let found = app.get_json(&format!("/disputes?payment_id={payment_id}")).await;
+        ids.push(found["data"][0]["id"].as_str().expect("the dispute is recorded").to_owned());
+    }
+    ids
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refunds_stay_within_what_was_captured_through_kills_and_provider_faults() {
     let orders = env_number("CHAOS_ORDERS", 40) / 2;
@@ -267,6 +286,10 @@ async fn refunds_stay_within_what_was_captured_through_kills_and_provider_faults
         let (_, payment) = app.paid_order("30.00", "pm_card_ok").await;
         payment_ids.push(payment["id"].as_str().unwrap().to_owned());
     }
+    // Every other payment is disputed (10.00 of its 30.00): its refunds and the merchant's answer
+    // to the dispute (evidence or accept, in turn) run through the same kills and faults.
+    let disputed_payments: Vec<String> = payment_ids.iter().step_by(2).cloned().collect();
+    let dispute_ids = disputed(&app, &disputed_payments).await;
     // Slower answers than the payments' run, so that the kills land while refunds are in flight.
     app.provider.set_faults(json!({"latency_ms": 40, "timeout_rate": 0.15, "error_rate": 0.15})).await;
     let port = free_port();
@@ -312,6 +335,19 @@ async fn refunds_stay_within_what_was_captured_through_kills_and_provider_faults
             })
         })
         .collect();
+    let answering: Vec<_> = dispute_ids
+        .iter()
+        .enumerate()
+        .map(|(index, dispute_id)| {
+            let (address, api_key) = (address.clone(), app.api_key.clone());
+            let (path, body) = if index % 2 == 0 {
+                (format!("/disputes/{dispute_id}/evidence"), json!({"evidence": format!("receipt {index}")}))
+            } else {
+                (format!("/disputes/{dispute_id}/accept"), json!({}))
+            };
+            tokio::spawn(send_until_final(address, api_key, path, body, deadline, retries.clone()))
+        })
+        .collect();
     for _ in 0..kills {
         tokio::time::sleep(Duration::from_millis(300 + random_below(900))).await;
         service.kill();
@@ -322,10 +358,16 @@ async fn refunds_stay_within_what_was_captured_through_kills_and_provider_faults
     for client in clients {
         answered.extend(client.await.unwrap());
     }
+    let mut dispute_answers = Vec::new();
+    for answer in answering {
+        dispute_answers.push(answer.await.unwrap());
+    }
     service.kill();
     app.provider.set_faults(json!({})).await;
+    let in_flight = "SELECT (SELECT count(*) FROM refunds WHERE status = 'processing') \
+        + (SELECT count(*) FROM dispute_responses WHERE status = 'processing') AS count";
     for _ in 0..100 {
-        if app.count("SELECT count(*) AS count FROM refunds WHERE status = 'processing'").await == 0 {
+        if app.count(in_flight).await == 0 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(150)).await;
@@ -359,12 +401,27 @@ async fn refunds_stay_within_what_was_captured_through_kills_and_provider_faults
     let transitions =
         app.count("SELECT count(*) AS count FROM payment_events WHERE subject = 'refund'").await;
     assert_eq!(transitions, answered.len() as i64, "one transition per refund");
+    // Every answer to a dispute was taken once: evidence submitted once, accepts closed.
+    for (index, (status, body)) in dispute_answers.iter().enumerate() {
+        assert_eq!(*status, 200, "every answer to a dispute ends taken: {body}");
+        let provider_id = body["provider_dispute_id"].as_str().unwrap();
+        let url = format!("{}/v1/disputes/{provider_id}", app.provider.address);
+        let at_provider: Value = app.client.get(url).send().await.unwrap().json().await.unwrap();
+        if index % 2 == 0 {
+            assert_eq!(at_provider["submission_count"], 1, "evidence submitted once: {at_provider}");
+        } else {
+            assert_eq!(at_provider["closed_reason"], "accepted", "{at_provider}");
+        }
+    }
+    let succeeded = "SELECT count(*) AS count FROM dispute_responses WHERE status = 'succeeded'";
+    assert_eq!(app.count(succeeded).await, dispute_answers.len() as i64, "one response per answer");
     app.assert_books_equal_the_provider().await;
     println!(
-        "chaos: {} refunds of {orders} payments, {kills} SIGKILLs, provider faults (15% held answers, \
-         15% 503s, 40 ms), {} client retries before a final answer; the provider's refunded sums \
-         equal orderpay's for every charge",
+        "chaos: {} refunds of {orders} payments and {} answers to their disputes, {kills} SIGKILLs, \
+         provider faults (15% held answers, 15% 503s, 40 ms), {} client retries before a final \
+         answer; the provider's refunded and disputed sums equal orderpay's for every charge",
         answered.len(),
+        dispute_answers.len(),
         retries.load(Ordering::Relaxed)
     );
 }
@@ -474,8 +531,22 @@ async fn app_behind_provider_proxy() -> (TestApp, ChaosProxy) {
     let mock = crate::helpers::spawn_mock_provider(crate::helpers::test_mock_settings()).await;
     let proxy = ChaosProxy::start(mock.address.trim_start_matches("http://")).await;
     let proxy_url = format!("http://127.0.0.1:{}", proxy.port);
-    let mut app = spawn_app_with(move |settings, _| settings.provider.url = proxy_url).await;
+    // The app's own reconciler stays idle after its first pass at start (the tests run its
+    // passes), and that pass's call (its listing of disputes) is over before a test arms the
+    // proxy: it would otherwise take the reset or hold meant for the payment's answer.
+    let mut app = spawn_app_with(move |settings, _| {
+        settings.provider.url = proxy_url;
+        settings.reconciler.interval = Duration::from_secs(600);
+    })
+    .await;
     app.provider = mock;
+    let listed = "SELECT count(*) AS count FROM dispute_listing WHERE created_from >= listed_at";
+    for _ in 0..100 {
+        if app.count(listed).await == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     (app, proxy)
 }
 

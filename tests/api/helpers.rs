@@ -714,7 +714,8 @@ impl TestApp {
             .count(
                 "SELECT (SELECT count(*) FROM payments WHERE status = 'processing') \
                  + (SELECT count(*) FROM refunds WHERE status = 'processing') \
-                 + (SELECT count(*) FROM payment_operations WHERE status = 'processing') AS count",
+                 + (SELECT count(*) FROM payment_operations WHERE status = 'processing') \
+                 + (SELECT count(*) FROM dispute_responses WHERE status = 'processing') AS count",
             )
             .await;
         assert_eq!(in_flight, 0, "nothing is in flight when the books are compared");

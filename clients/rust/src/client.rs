@@ -299,6 +299,21 @@ impl Client {
         self.read("listDisputes", None, params.query()).await
     }
 
+    /// Submits text evidence for a dispute, once (202 while its outcome is unknown).
+    pub async fn submit_dispute_evidence(
+        &self,
+        id: &str,
+        evidence: &DisputeEvidence,
+        key: Key,
+    ) -> Result<Reply<Dispute>, Error> {
+        self.write("submitDisputeEvidence", Some(id), Some(body(evidence)?), &key, false).await
+    }
+
+    /// Closes a dispute without contest.
+    pub async fn accept_dispute(&self, id: &str, key: Key) -> Result<Reply<Dispute>, Error> {
+        self.write("acceptDispute", Some(id), None, &key, false).await
+    }
+
     pub async fn get_dispute(&self, id: &str) -> Result<Reply<Dispute>, Error> {
         self.read("getDispute", Some(id), Vec::new()).await
     }

@@ -18,6 +18,8 @@ pub const COVERED: &[(&str, &str, &str)] = &[
     ("listBalanceTransactions", "GET", "/balance_transactions"),
     ("listDisputes", "GET", "/disputes"),
     ("getDispute", "GET", "/disputes/{id}"),
+    ("submitDisputeEvidence", "POST", "/disputes/{id}/evidence"),
+    ("acceptDispute", "POST", "/disputes/{id}/accept"),
     ("listEvents", "GET", "/events"),
     ("getEvent", "GET", "/events/{id}"),
     ("createWebhookEndpoint", "POST", "/webhook_endpoints"),

@@ -142,6 +142,13 @@ pub struct Payment {
     pub updated_at: String,
 }
 
+/// `POST /disputes/{id}/evidence`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DisputeEvidence {
+    /// What the merchant tells the card network, as text (1 to 20,000 characters).
+    pub evidence: String,
+}
+
 /// `POST /refunds`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CreateRefund {

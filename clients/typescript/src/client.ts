@@ -171,6 +171,14 @@ export class OrderpayClient {
   getDispute(id: string) {
     return this.read<T.Dispute>("getDispute", id);
   }
+  /** POST /disputes/{id}/evidence: text evidence, submitted to the provider once (202 while its outcome is unknown). */
+  submitDisputeEvidence(id: string, evidence: T.DisputeEvidence, options: KeyOptions = {}) {
+    return this.write<T.Dispute>("submitDisputeEvidence", id, evidence, options, false);
+  }
+  /** POST /disputes/{id}/accept: closes the dispute without contest. */
+  acceptDispute(id: string, options: KeyOptions = {}) {
+    return this.write<T.Dispute>("acceptDispute", id, undefined, options, false);
+  }
 
   // Events
   listEvents(params: T.EventListParams = {}) {

@@ -17,6 +17,8 @@ export const COVERED: ReadonlyArray<readonly [operationId: string, method: strin
   ["listBalanceTransactions", "GET", "/balance_transactions"],
   ["listDisputes", "GET", "/disputes"],
   ["getDispute", "GET", "/disputes/{id}"],
+  ["submitDisputeEvidence", "POST", "/disputes/{id}/evidence"],
+  ["acceptDispute", "POST", "/disputes/{id}/accept"],
   ["listEvents", "GET", "/events"],
   ["getEvent", "GET", "/events/{id}"],
   ["createWebhookEndpoint", "POST", "/webhook_endpoints"],

@@ -22,6 +22,7 @@ export type Refund = Schemas["Refund"];
 export type CreateRefund = WithMoney<Schemas["CreateRefundRequest"], "amount">;
 export type BalanceTransaction = Schemas["BalanceTransaction"];
 export type Dispute = Schemas["Dispute"];
+export type DisputeEvidence = Schemas["DisputeEvidenceRequest"];
 export type Event = Schemas["Event"];
 export type EventType = Schemas["EventType"];
 export type WebhookEndpoint = Schemas["WebhookEndpoint"];
