@@ -1,10 +1,12 @@
 //! The Stripe adapter: what orderpay needs to speak Stripe's API instead of the mock's contract
 //! (docs/providers.md). This module owns Stripe's spelling of our data and nothing else: the API
-//! key and its mode ([`ApiKey`]), and, in its submodules, webhook signatures (`signature`).
+//! key and its mode ([`ApiKey`]), and, in its submodules, amounts in Stripe's minor units
+//! (`amount`) and webhook signatures (`signature`).
 //!
 //! So far these are pure parts with no HTTP: the adapter does not make calls yet, and
 //! `ORDERPAY_PROVIDER=stripe` is refused where a provider would be called.
 
+pub mod amount;
 pub mod signature;
 
 use std::fmt;
