@@ -120,6 +120,7 @@ impl ProviderArgs {
             ("api key", api_key),
             ("webhook secrets", secrets),
             ("calls", format!("none made: {STRIPE_MAKES_NO_CALLS_YET}")),
+            ("stripe version", format!("{} (pinned)", stripe::STRIPE_VERSION)),
         ]
     }
 }
@@ -369,6 +370,7 @@ mod tests {
         assert_eq!(line("api key"), "set, live mode");
         assert_eq!(line("webhook secrets"), "1 set");
         assert!(line("calls").contains("does not make calls yet"));
+        assert_eq!(line("stripe version"), format!("{} (pinned)", stripe::STRIPE_VERSION));
         let printed = format!("{report:?}");
         assert!(!printed.contains("rk_live_abc123") && !printed.contains(SECRET), "{printed}");
 
