@@ -1,13 +1,14 @@
 //! The Stripe adapter: what orderpay needs to speak Stripe's API instead of the mock's contract
 //! (docs/providers.md). This module owns Stripe's spelling of our data and nothing else: the API
 //! key and its mode ([`ApiKey`]), and, in its submodules, amounts in Stripe's minor units
-//! (`amount`), the form bodies and headers of its writes with the pinned API version (`form`)
-//! and webhook signatures (`signature`).
+//! (`amount`), the form bodies and headers of its writes with the pinned API version (`form`),
+//! what its error answers mean (`errors`) and webhook signatures (`signature`).
 //!
 //! So far these are pure parts with no HTTP: the adapter does not make calls yet, and
 //! `ORDERPAY_PROVIDER=stripe` is refused where a provider would be called.
 
 pub mod amount;
+pub mod errors;
 pub mod form;
 pub mod signature;
 
