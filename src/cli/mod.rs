@@ -66,9 +66,11 @@ pub struct EngineArgs {
 impl EngineArgs {
     /// The engine and the reconciler's settings, on a database whose schema is this binary's.
     pub async fn engine(&self) -> anyhow::Result<(Engine, ReconcilerConfig)> {
+        // The provider's settings first: a wire that cannot be called is refused before any
+        // connection is tried.
+        let provider_config = self.provider.config()?;
         drop(connect(&self.database).await?);
         let database = self.database.config()?;
-        let provider_config = self.provider.config()?;
         let config = self.reconcile.config(&provider_config);
         // Outside requests no lease is handed to a request: only the recheck matters.
         let timing = Timing { lease: config.claim_for, recheck_after: config.backoff_base };

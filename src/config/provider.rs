@@ -89,9 +89,7 @@ impl ProviderArgs {
         ApiKey::parse(key.expose_secret())
             .map_err(|error| anyhow::anyhow!("ORDERPAY_PROVIDER_API_KEY: {error}"))
     }
-}
 
-impl ProviderArgs {
     /// What `orderpay provider check` says of the Stripe settings, one line per setting: set or
     /// missing, and the key's mode. Never a secret.
     pub fn stripe_report(&self, webhooks: &WebhookArgs) -> Vec<(&'static str, String)> {
