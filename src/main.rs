@@ -69,6 +69,11 @@ enum Command {
         command: cli::ledger::LedgerCommand,
     },
 
+    /// Check the payment provider's settings (and, for the mock, that it answers).
+    Provider {
+        #[command(subcommand)]
+        command: cli::provider::ProviderCommand,
+    },
     /// Compare the provider's records of money movements with the ledger.
     Settlement {
         #[command(subcommand)]
@@ -147,6 +152,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Payments { command } => cli::payments::run(command).await,
         Command::Disputes { command } => cli::disputes::run(command).await,
         Command::Ledger { command } => cli::ledger::run(command).await,
+        Command::Provider { command } => cli::provider::run(command).await,
         Command::Settlement { command } => cli::settlement::run(command).await,
         Command::Events { command } => cli::events::run(command).await,
         Command::Webhooks { command } => cli::webhooks::run(command).await,

@@ -113,6 +113,11 @@ impl Currency {
             .ok_or(CurrencyError::Unsupported(code))
     }
 
+    /// Every currency orderpay accepts, in code order.
+    pub fn supported() -> impl Iterator<Item = Currency> {
+        CURRENCIES.iter().map(|&(code, minor_units)| Currency { code, minor_units })
+    }
+
     pub fn code(&self) -> &'static str {
         self.code
     }

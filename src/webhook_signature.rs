@@ -85,14 +85,24 @@ impl Secret {
     }
 
     fn mac(&self, id: &str, timestamp: i64, body: &[u8]) -> hmac::Tag {
-        let mut mac = hmac::Context::with_key(&self.keyed);
-        mac.update(id.as_bytes());
-        mac.update(b".");
-        mac.update(timestamp.to_string().as_bytes());
-        mac.update(b".");
-        mac.update(body);
-        mac.sign()
+        hmac_sha256(&self.keyed, &[id.as_bytes(), b".", timestamp.to_string().as_bytes(), b".", body])
     }
+}
+
+/// The HMAC-SHA256 under `key` of `parts` one after the other: every webhook scheme here (this
+/// one, Stripe's in `provider::stripe::signature`) signs a message's parts joined by dots.
+pub(crate) fn hmac_sha256(key: &hmac::Key, parts: &[&[u8]]) -> hmac::Tag {
+    let mut mac = hmac::Context::with_key(key);
+    for part in parts {
+        mac.update(part);
+    }
+    mac.sign()
+}
+
+/// Whether `mac` is one of `candidates`, each compared in constant time: how much of a forged
+/// signature matches must not show in how long the refusal takes.
+pub(crate) fn matches_any(mac: &hmac::Tag, candidates: &[Vec<u8>]) -> bool {
+    candidates.iter().any(|candidate| bool::from(mac.as_ref().ct_eq(candidate)))
 }
 
 impl fmt::Debug for Secret {
@@ -158,9 +168,7 @@ pub fn verify(
         return Err(SignatureError::NoSignature);
     }
     for secret in secrets {
-        let mac = secret.mac(id, timestamp, body);
-        // Compared in constant time: how much of a forged signature matches must not show.
-        if candidates.iter().any(|candidate| bool::from(mac.as_ref().ct_eq(candidate))) {
+        if matches_any(&secret.mac(id, timestamp, body), &candidates) {
             return Ok(());
         }
     }

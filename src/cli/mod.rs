@@ -1,5 +1,5 @@
 //! Operator commands: `accounts ...`, `keys show`, `payments ...`, `disputes list`, `ledger check`,
-//! `settlement ...`,
+//! `settlement ...`, `provider check` (the one that needs no database),
 //! `events redeliver`, `webhooks failing` and `secrets reseal`. Each connects with `DATABASE_URL`, refuses a database
 //! whose schema is not this binary's (`schema.rs`: only `serve` and `migrate` migrate), prints a
 //! table for people by default and, with `--json`, JSON for scripts: a listing is a JSON array of
@@ -12,6 +12,7 @@ pub mod events;
 pub mod keys;
 pub mod ledger;
 pub mod payments;
+pub mod provider;
 pub mod schema;
 pub mod secrets;
 pub mod settlement;
@@ -65,9 +66,11 @@ pub struct EngineArgs {
 impl EngineArgs {
     /// The engine and the reconciler's settings, on a database whose schema is this binary's.
     pub async fn engine(&self) -> anyhow::Result<(Engine, ReconcilerConfig)> {
+        // The provider's settings first: a wire that cannot be called is refused before any
+        // connection is tried.
+        let provider_config = self.provider.config()?;
         drop(connect(&self.database).await?);
         let database = self.database.config()?;
-        let provider_config = self.provider.config();
         let config = self.reconcile.config(&provider_config);
         // Outside requests no lease is handed to a request: only the recheck matters.
         let timing = Timing { lease: config.claim_for, recheck_after: config.backoff_base };

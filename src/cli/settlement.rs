@@ -68,8 +68,8 @@ pub async fn run(command: SettlementCommand) -> anyhow::Result<()> {
     match command {
         SettlementCommand::Run { from, to, output, database, provider, settlement } => {
             anyhow::ensure!(to > from, "--to must be after --from");
+            let provider = app::provider(&provider.config()?)?;
             let mut conn = connect(&database).await?;
-            let provider = app::provider(&provider.config())?;
             let options = RunOptions {
                 page_size: settlement.settlement_page_size,
                 scheduled: false,

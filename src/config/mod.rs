@@ -22,7 +22,10 @@ use secrecy::{ExposeSecret, SecretString};
 pub use database::{DEFAULT_DATABASE_URL, DatabaseArgs};
 pub use mock::MockProviderArgs;
 pub use nats::NatsArgs;
-pub use provider::{ProviderArgs, ProviderConfig, ReconcileArgs, claim_for};
+pub use provider::{
+    MOCK_PROVIDER_URL, ProviderArgs, ProviderConfig, ProviderKind, ReconcileArgs, STRIPE_MAKES_NO_CALLS_YET,
+    StripeSettings, claim_for,
+};
 pub use settlement::SettlementArgs;
 pub use webhooks::{MerchantWebhookArgs, WebhookArgs};
 
@@ -226,7 +229,12 @@ pub struct Settings {
 
 impl ServeArgs {
     pub fn settings(&self) -> anyhow::Result<Settings> {
-        let provider = self.provider.config();
+        // Stripe's settings are checked in full first, so that a half-configured Stripe is named
+        // as such before `config` refuses the wire that makes no calls yet.
+        if self.provider.kind == ProviderKind::Stripe {
+            StripeSettings::read(&self.provider, &self.webhooks)?;
+        }
+        let provider = self.provider.config()?;
         anyhow::ensure!(
             self.payment_lease_ms > self.provider.provider_timeout_ms,
             "ORDERPAY_PAYMENT_LEASE_MS must be longer than ORDERPAY_PROVIDER_TIMEOUT_MS"

@@ -8,15 +8,17 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::encryption::Keyring;
 use crate::merchant_webhooks::{DeliveryConfig, WebhookSettings};
+use crate::provider::stripe::WebhookSecret;
 use crate::webhook_signature::Secret;
 
 /// `Debug` shows no secret: the secrets are a [`SecretString`].
 #[derive(Debug, Clone, Args)]
 pub struct WebhookArgs {
-    /// The secret(s) the payment provider signs its webhooks with (`whsec_...`, Standard
-    /// Webhooks); several, separated by spaces or commas, while a secret is rotated. Set, it
-    /// enables `POST /provider/webhooks`; unset, that route does not exist (404). Every instance
-    /// behind one load balancer needs the same.
+    /// The secret(s) the payment provider signs its webhooks with (`whsec_...`: Standard
+    /// Webhooks for the mock, the endpoint's signing secret for Stripe, where it is required);
+    /// several, separated by spaces or commas, while a secret is rotated. Set, it enables
+    /// `POST /provider/webhooks`; unset, that route does not exist (404). Every instance behind
+    /// one load balancer needs the same.
     #[arg(long, env = "ORDERPAY_PROVIDER_WEBHOOK_SECRET", hide_env_values = true)]
     pub provider_webhook_secret: Option<SecretString>,
 }
@@ -24,6 +26,27 @@ pub struct WebhookArgs {
 impl WebhookArgs {
     /// The secrets, parsed; none when unset or empty.
     pub fn secrets(&self) -> anyhow::Result<Vec<Secret>> {
+        self.parse_each(Secret::parse)
+    }
+
+    /// Stripe's endpoint signing secrets (`whsec_...`), at least one: with ORDERPAY_PROVIDER=stripe
+    /// a webhook we cannot verify must not be the first sign of a missing secret.
+    pub fn stripe_secrets(&self) -> anyhow::Result<Vec<WebhookSecret>> {
+        let secrets = self.parse_each(WebhookSecret::parse)?;
+        anyhow::ensure!(
+            !secrets.is_empty(),
+            "ORDERPAY_PROVIDER=stripe needs ORDERPAY_PROVIDER_WEBHOOK_SECRET (the endpoint's signing \
+             secret whsec_..., several separated by commas while one is rolled)"
+        );
+        Ok(secrets)
+    }
+
+    /// Each secret of the list (separated by commas or spaces), parsed; an error names the
+    /// secret's place in the list, never the secret.
+    fn parse_each<T, E: std::fmt::Display>(
+        &self,
+        parse: impl Fn(&str) -> Result<T, E>,
+    ) -> anyhow::Result<Vec<T>> {
         let Some(text) = self.provider_webhook_secret.as_ref() else {
             return Ok(Vec::new());
         };
@@ -32,7 +55,7 @@ impl WebhookArgs {
             .filter(|part| !part.is_empty())
             .enumerate()
             .map(|(index, part)| {
-                Secret::parse(part).map_err(|error| {
+                parse(part).map_err(|error| {
                     anyhow::anyhow!("ORDERPAY_PROVIDER_WEBHOOK_SECRET, secret {}: {error}", index + 1)
                 })
             })

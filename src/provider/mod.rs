@@ -2,7 +2,7 @@
 //! the Stripe-like provider contract of docs/payments.md ([`client::HttpProvider`]), the JSON of that
 //! contract ([`wire`]), and the mock provider server that implements it for development, tests
 //! and demos ([`mock`]); [`delegate::Delegating`] for test doubles that change one call of another
-//! provider.
+//! provider; the first parts of a Stripe adapter ([`stripe`], no calls yet).
 //!
 //! The domain sees only the trait and these types, never HTTP. Every write names a downstream
 //! idempotency key, so a re-driven call is the same operation at the provider, never a second one.
@@ -11,6 +11,7 @@ pub mod client;
 pub mod coalesce;
 pub mod delegate;
 pub mod mock;
+pub mod stripe;
 pub mod wire;
 
 use std::future::Future;

@@ -258,6 +258,11 @@ impl MockProvider {
                         .route("/disputes/{id}/close", web::post().to(handlers::close_dispute))
                         .route("/balance_transactions", web::get().to(handlers::list_balance_transactions)),
                 )
+                // Outside /v1: no key, not counted; what `orderpay provider check` asks.
+                .route(
+                    "/health",
+                    web::get().to(|| async { HttpResponse::Ok().json(serde_json::json!({"status": "ok"})) }),
+                )
                 .route("/_admin/charges", web::get().to(handlers::list_charges))
                 .route("/_admin/refunds", web::get().to(handlers::list_refunds))
                 .route("/_admin/disputes", web::post().to(handlers::open_dispute))
