@@ -1734,3 +1734,15 @@ async fn operators_see_the_endpoints_whose_deliveries_fail() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn an_endpoint_can_subscribe_to_every_event_type_one_by_one_and_all_at_once() {
+    let app = webhooks_app(|_| {}).await;
+    let every: Vec<&str> = orderpay::events::EventType::ALL.iter().map(|kind| kind.as_str()).collect();
+    for kind in &every {
+        let endpoint = create_endpoint(&app, "https://shop.example.com/hooks", &[kind]).await;
+        assert_eq!(endpoint["enabled_events"], json!([kind]));
+    }
+    let endpoint = create_endpoint(&app, "https://shop.example.com/hooks", &every).await;
+    assert_eq!(endpoint["enabled_events"].as_array().unwrap().len(), every.len());
+}
