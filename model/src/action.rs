@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::state::{Op, Proc, Resolution};
+use crate::state::{Op, Proc, Resolution, ResponseKind};
 
 /// How the provider treats a request it acts on, where it has a choice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -27,18 +27,23 @@ pub enum Action {
     /// before, `operations::request::existing_key` (a replay, 409 in use, or a takeover by
     /// `operations::leases::lease`).
     Request(u8),
+    /// A request with intent `i`'s key answering the dispute with `kind`, the first or a retry:
+    /// `disputes/start_response.sql` after `idempotency/claim_key.sql` (the dispute locked; it
+    /// must need a response, and no other response be in flight), or, for a key seen before,
+    /// `operations::request::existing_key`.
+    Respond(u8, ResponseKind),
     /// Only with the mutant `StartReadsWithoutLock`: the refund's start reads the payment
     /// before it holds the lock (`refunds/start_refund.sql` split in two).
     ReadUnlocked(u8),
 
     // --- The engine, for every driver (`operations::drive` and what follows it) ---
     /// `Kind::look_up`: the provider's view by the downstream key (`find_charge`,
-    /// `get_charge`, `find_refund`).
+    /// `get_charge`, `find_refund`; a dispute response's, `get_dispute` and `dispute_state`).
     LookUp(Proc),
     /// `operations::leases::mark_sending`: `last_send_at` under the lease, before a re-send.
     MarkSending(Proc),
     /// `Kind::send`: the request leaves (`create_charge`, `capture_charge`, `cancel_charge`,
-    /// `create_refund`; the late void's `cancel_charge`).
+    /// `create_refund`, `respond_to_dispute`; the late void's `cancel_charge`).
     Send(Proc),
     /// The provider's answer reaches the process that sent the request.
     AnswerArrives(Proc),
@@ -46,7 +51,8 @@ pub enum Action {
     /// never comes; the outcome is unknown.
     TimesOut(Proc),
     /// `Kind::settle`: `payments/settle_payment.sql`, `payments/settle_capture_or_void.sql`,
-    /// `refunds/settle_refund.sql`.
+    /// `refunds/settle_refund.sql`; a dispute response's `settle_in`: the provider's dispute
+    /// through `disputes/record_dispute.sql`, then `disputes/settle_response.sql`.
     Settle(Proc),
     /// `Kind::settle` with `GaveUp` (the reconciler's last check found nothing): the same
     /// statements with the give-up guard (`last_send_at` quiet).

@@ -10,7 +10,7 @@
 
 use serde::Serialize;
 
-use crate::state::{Broken, DisputeStatus, Key, OpStatus, OrderStatus, PaymentStatus, State};
+use crate::state::{Broken, Key, OpStatus, OrderStatus, PaymentStatus, State};
 
 /// What an event is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -138,8 +138,13 @@ pub fn check(before: &State, after: &State, written: &[Event], correction: bool)
         .iter()
         .zip(&after.refunds)
         .any(|(was, now)| was.status != OpStatus::Processing && now.status != was.status && !correction);
+    let responses_left = before
+        .responses
+        .iter()
+        .zip(&after.responses)
+        .any(|(was, now)| was.status != OpStatus::Processing && now.status != was.status);
     let order_moved = before.order != after.order && !order_may_move(before.order, after.order, correction);
-    if payment_left || actions_left || refunds_left || order_moved {
+    if payment_left || actions_left || refunds_left || responses_left || order_moved {
         return Some(Broken::FinalStateLeft);
     }
     // A stored answer is written once.
@@ -165,8 +170,9 @@ pub fn check(before: &State, after: &State, written: &[Event], correction: bool)
     None
 }
 
-/// A dispute's row is never deleted; once `won` or `lost` it never changes; its money withdrawn
-/// and reinstated never shrinks; and the payment's `amount_disputed` moves exactly as much as
+/// A dispute's row is never deleted; once `won` or `lost` it never changes; an open one never
+/// moves back (`under_review` to `needs_response`); its money withdrawn and reinstated never
+/// shrinks; and the payment's `amount_disputed` moves exactly as much as
 /// the row's withdrawn less reinstated (one movement per amount moved).
 fn dispute_moved_by_its_guard(before: &State, after: &State) -> bool {
     let net = |state: &State| state.dispute.map_or(0, |d| i16::from(d.withdrawn) - i16::from(d.reinstated));
@@ -176,7 +182,8 @@ fn dispute_moved_by_its_guard(before: &State, after: &State) -> bool {
         (Some(_), None) => false,
         (Some(was), Some(now)) => {
             was == now
-                || (was.status == DisputeStatus::Open
+                || (was.open()
+                    && now.status.rank() >= was.status.rank()
                     && now.withdrawn >= was.withdrawn
                     && now.reinstated >= was.reinstated)
         }

@@ -15,6 +15,9 @@ pub enum Intent {
     Void,
     /// `POST /refunds` of this amount.
     Refund(u8),
+    /// `POST /disputes/{id}/evidence` or `/accept` for the payment's dispute, once the merchant
+    /// sees it recorded: which of the two is the request's choice.
+    Respond,
 }
 
 /// `capture_method` of the payment.
@@ -51,10 +54,13 @@ pub enum Mutation {
     /// [`Mutation::ALL`]: it survives, because `record_dispute.sql`'s guard already refuses
     /// every stale word (see [`Mutation::SURVIVORS`]).
     DisputeWebhookOnItsWord,
+    /// The dispute response's lookup (`dispute_state`) counts evidence as taken whenever the
+    /// dispute no longer needs a response, without checking that it holds our evidence.
+    EvidenceTakenOnAnyMove,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 8] = [
+    pub const ALL: [Mutation; 9] = [
         Mutation::NoInFlightGuard,
         Mutation::NoSystemRefundRetry,
         Mutation::NoLateRefundWatch,
@@ -63,6 +69,7 @@ impl Mutation {
         Mutation::WebhookOnItsWord,
         Mutation::RefundIgnoresDisputes,
         Mutation::DisputeWithoutGuard,
+        Mutation::EvidenceTakenOnAnyMove,
     ];
 
     /// Mutants no property kills, each kept so that the reason stays checked: a dispute's
@@ -83,6 +90,7 @@ impl Mutation {
             Mutation::RefundIgnoresDisputes => "a refund start that ignores what disputes withdrew",
             Mutation::DisputeWithoutGuard => "a dispute recorded without its guard",
             Mutation::DisputeWebhookOnItsWord => "a dispute webhook recorded on its word",
+            Mutation::EvidenceTakenOnAnyMove => "evidence counted as taken once the dispute moved on",
         }
     }
 }
@@ -287,6 +295,23 @@ impl Config {
         }
     }
 
+    /// An automatic payment, one reconciler, a dispute the provider may open and decide either
+    /// way, and the merchant's answer to it (evidence or accept): taken by the provider, refused
+    /// (the dispute was decided first), or never received (the provider drops it, within the
+    /// same fault budgets as every kind), with its answer possibly lost; looked up by the
+    /// reconciler; settled once, recording the provider's dispute. Apart from the disputes'
+    /// configuration, whose refund beside the answer blows the space up past what `cargo test`
+    /// should explore.
+    pub fn unit_responses() -> Config {
+        Config {
+            name: "unit: a dispute and the merchant's answer",
+            intents: vec![Intent::Pay, Intent::Respond],
+            webhooks: false,
+            faults: Faults { disputes: 1, late: 1, ..Faults::NONE },
+            ..Config::unit_disputes()
+        }
+    }
+
     /// The configurations `cargo test` checks.
     pub fn unit() -> Vec<Config> {
         vec![
@@ -294,6 +319,7 @@ impl Config {
             Config::unit_authorizations(),
             Config::unit_operator(),
             Config::unit_disputes(),
+            Config::unit_responses(),
         ]
     }
 
@@ -407,6 +433,11 @@ impl Config {
                 name: "mutant: dispute webhook",
                 faults: Faults { disputes: 1, duplicates: 1, ..Faults::NONE },
                 ..Config::unit_disputes()
+            },
+            Mutation::EvidenceTakenOnAnyMove => Config {
+                name: "mutant: dispute response lookup",
+                webhooks: false,
+                ..Config::unit_responses()
             },
         };
         base.with_mutation(mutation)

@@ -6,8 +6,8 @@ use crate::config::{Config, Intent};
 use crate::protocol::{Protocol, dispute_pass_due};
 use crate::provider;
 use crate::state::{
-    ActionKind, Answer, Broken, ChargeStatus, DisputeStatus, LateCharge, Mode, OpStatus, OrderStatus,
-    Payment, PaymentStatus, Pc, ProviderRefundStatus, RefundWatch, State,
+    ActionKind, Answer, Broken, ChargeStatus, DisputeStatus, KeyRecord, LateCharge, Mode, OpStatus,
+    OrderStatus, Payment, PaymentStatus, Pc, ProviderRefundStatus, RefundWatch, ResponseKind, State,
 };
 
 /// Nothing is in flight: no operation is `processing`, nothing is on the wire or pending at the
@@ -106,6 +106,27 @@ pub const ONE_REFUND_PER_KEY: &str = "one refund per client key";
 pub const BOOKS: &str = "once nothing is in flight, our books equal the provider's";
 pub const NOT_KEPT: &str = "money we told the client we did not take is not kept";
 pub const DISPUTE_GUARD: &str = "a dispute's recorded status only moves by the guard";
+pub const RESPONSE_ONCE: &str = "the provider takes a dispute response at most once per key";
+pub const RESPONSE_TAKEN: &str = "a dispute response settles succeeded only if the provider took it";
+pub const ACCEPTED_WITHDRAWN: &str = "an accepted dispute keeps its money withdrawn";
+
+/// Every dispute response settled `succeeded` was taken by the provider under its own key.
+fn responses_taken(state: &State) -> bool {
+    state.responses.iter().enumerate().all(|(k, response)| {
+        response.status != OpStatus::Succeeded || state.provider.responses[k] == Some(KeyRecord::Taken)
+    })
+}
+
+/// An accepted dispute, the provider's or ours, is lost and reinstated nothing; ours holds
+/// everything it withdrew in the payment's `amount_disputed`.
+fn accepted_withdrawn(state: &State) -> bool {
+    let lost =
+        |d: crate::state::Dispute| !d.accepted || (d.status == DisputeStatus::Lost && d.reinstated == 0);
+    let ours = state.dispute.is_none_or(|d| {
+        lost(d) && (!d.accepted || state.payment.as_ref().is_some_and(|p| p.disputed == d.withdrawn))
+    });
+    state.provider.dispute.is_none_or(lost) && ours
+}
 
 /// The properties checked under `config`: every `always`, and the `sometimes` whose paths the
 /// configuration makes possible.
@@ -137,6 +158,9 @@ pub fn for_config(config: &Config) -> Vec<Property<Protocol>> {
             (0..m.config.intents.len() as u8)
                 .all(|i| s.refunds.iter().filter(|r| r.intent == Some(i)).count() <= 1)
         }),
+        Property::<Protocol>::always(RESPONSE_ONCE, |_, s| s.ghost.responses_taken.iter().all(|&n| n <= 1)),
+        Property::<Protocol>::always(RESPONSE_TAKEN, |_, s| responses_taken(s)),
+        Property::<Protocol>::always(ACCEPTED_WITHDRAWN, |_, s| accepted_withdrawn(s)),
         Property::<Protocol>::always(BOOKS, |_, s| !quiescent(s) || books_equal(s)),
         Property::<Protocol>::always(NOT_KEPT, |_, s| {
             let failed = s.payment.as_ref().is_some_and(told_failed);
@@ -274,6 +298,27 @@ pub fn for_config(config: &Config) -> Vec<Property<Protocol>> {
             sometimes("the reconciler's pass records a dispute no webhook recorded", |_, s| {
                 s.ghost.dispute_by_pass
             });
+        }
+        if config.intents.contains(&Intent::Respond) {
+            sometimes("evidence is taken and the dispute then won", |_, s| {
+                let taken = s
+                    .responses
+                    .iter()
+                    .any(|r| r.kind == ResponseKind::Evidence && r.status == OpStatus::Succeeded);
+                taken && s.dispute.is_some_and(|d| d.status == DisputeStatus::Won)
+            });
+            sometimes("an accept is taken", |_, s| {
+                s.responses.iter().any(|r| r.kind == ResponseKind::Accept && r.status == OpStatus::Succeeded)
+            });
+            sometimes("a response is refused: the dispute was decided first", |_, s| {
+                s.responses.iter().any(|r| r.row.answer == Some(Answer::InvalidState))
+            });
+            if config.reconcilers > 0 {
+                sometimes("a response whose answer was lost is found taken by the lookup", |_, s| {
+                    s.ghost.response_found_by_lookup
+                        && s.responses.iter().any(|r| r.status == OpStatus::Succeeded)
+                });
+            }
         }
         if refunds {
             sometimes("a refund is refused while a dispute is open", |_, s| s.ghost.refused_for_dispute);

@@ -9,7 +9,7 @@ use crate::provider;
 use crate::state::{
     Answer, ChargeStatus, Client, Dispute, Finding, Ghost, Key, LateCharge, Lease, Mode, Op, OpStatus,
     OrderStatus, Outcome, PaymentStatus, Pc, Proc, Provider, ProviderRefundStatus, Request, Resolution,
-    Stage, State, Target, Webhook,
+    ResponseKind, Stage, State, Target, Webhook,
 };
 use crate::statements::{Recorded, Settlement, Step, refundable};
 
@@ -33,6 +33,7 @@ impl Protocol {
             payment: None,
             actions: Vec::new(),
             refunds: Vec::new(),
+            responses: Vec::new(),
             dispute: None,
             dispute_lookups: Vec::new(),
             keys: vec![Key::Free; intents],
@@ -45,6 +46,8 @@ impl Protocol {
                 requests: Vec::new(),
                 webhooks: Vec::new(),
                 dispute: None,
+                responses: Vec::new(),
+                evidence: None,
             },
             clients: vec![Client { pc: Pc::Idle, requests_left: config.requests_per_key }; intents],
             reconcilers: vec![Pc::Idle; config.reconcilers as usize],
@@ -58,6 +61,8 @@ impl Protocol {
                 refused_for_dispute: false,
                 dispute_by_pass: false,
                 dispute_waited: false,
+                responses_taken: Vec::new(),
+                response_found_by_lookup: false,
             },
         }
     }
@@ -83,6 +88,21 @@ impl Protocol {
         let config = &self.config;
         for (i, client) in state.clients.iter().enumerate() {
             let i = i as u8;
+            if config.intents[i as usize] == Intent::Respond {
+                // The merchant answers a dispute it sees recorded, with evidence or an accept; a
+                // retry repeats its key's request (a stored refusal answers either).
+                if client.pc == Pc::Idle && client.requests_left > 0 && state.dispute.is_some() {
+                    match state.responses.iter().find(|r| r.intent == i) {
+                        Some(response) => actions.push(Action::Respond(i, response.kind)),
+                        None if state.keys[i as usize] == Key::Free => {
+                            actions.push(Action::Respond(i, ResponseKind::Evidence));
+                            actions.push(Action::Respond(i, ResponseKind::Accept));
+                        }
+                        None => actions.push(Action::Respond(i, ResponseKind::Evidence)),
+                    }
+                }
+                continue;
+            }
             // A client captures, voids or refunds a payment it was told is authorized or paid.
             let told = matches!(state.ghost.told[0], Some(Answer::Authorized | Answer::Paid));
             let ready = client.requests_left > 0 && (i == 0 || told);
@@ -315,6 +335,10 @@ fn step_through(step: &mut Step, action: Action) {
             };
             step.request(i, read);
         }
+        Action::Respond(i, kind) => {
+            step.state.clients[i as usize].requests_left -= 1;
+            step.respond(i, kind);
+        }
         Action::ReadUnlocked(i) => {
             step.state.clients[i as usize].requests_left -= 1;
             let (succeeded, refundable) = refundable(config, &step.state);
@@ -331,6 +355,11 @@ fn step_through(step: &mut Step, action: Action) {
                 && !config.has(Defect::GiveUpOnAStaleLookup);
             if finding == Finding::NotReceived && inconclusive {
                 finding = Finding::Unknown;
+            }
+            if let (Op::Response(_), Finding::Final(Outcome::ResponseTaken(_))) = (op, finding) {
+                // Its sender never heard it was taken (its answer was lost), or this is a
+                // re-drive of one it did hear of but did not settle yet.
+                step.state.ghost.response_found_by_lookup = true;
             }
             step.state.set_pc(proc, Pc::Drive { op, mode, stage: Stage::Have(finding) });
         }

@@ -1,15 +1,17 @@
 //! The payment provider as the mock implements its contract (docs/payments.md, "The provider
 //! contract"): charges deduplicated by our downstream key, captures and voids idempotent on
 //! theirs, refunds capped at what remains of the charge, disputes that withdraw and reinstate
-//! funds, and a webhook for every final state and every dispute's move.
+//! funds, the merchant's answers to a dispute (taken once per key while it needs a response,
+//! refused after), and a webhook for every final state and every dispute's move.
 //! What a lookup or a send's answer means for an operation is the kinds' own mapping
-//! (`charge::outcome_of`, `authorization::charge_state`, `refund::outcome_of`).
+//! (`charge::outcome_of`, `authorization::charge_state`, `refund::outcome_of`,
+//! `dispute_response::dispute_state`).
 
 use crate::action::Choice;
-use crate::config::Config;
+use crate::config::{Config, Mutation};
 use crate::state::{
-    ActionKind, Charge, ChargeStatus, Dispute, DisputeStatus, Finding, Op, Outcome,
-    ProviderRefundStatus as Refund, State, Target, Webhook,
+    ActionKind, Charge, ChargeStatus, Dispute, DisputeStatus, Finding, KeyRecord, Op, Outcome,
+    ProviderRefundStatus as Refund, ResponseKind, State, Target, Webhook,
 };
 
 /// `charge::outcome_of`: what the charge's state means for the payment.
@@ -45,6 +47,28 @@ pub fn refund_outcome(status: Refund) -> Finding {
     }
 }
 
+/// `dispute_response::dispute_state`: what the provider's `dispute` says of response `k`.
+/// Evidence was taken when the dispute holds it, submitted, and no longer waits for a response;
+/// an accept, when the dispute closed as accepted (by whoever: the provider's dispute does not
+/// say which key closed it). A dispute still waiting has not seen this response; one that moved
+/// on without it refuses it.
+pub fn dispute_state(config: &Config, state: &State, k: u8, dispute: Dispute) -> Finding {
+    let taken = match state.responses[k as usize].kind {
+        ResponseKind::Evidence => {
+            let ours = state.provider.evidence == Some(k) || config.mutated(Mutation::EvidenceTakenOnAnyMove);
+            ours && !dispute.needs_response()
+        }
+        ResponseKind::Accept => dispute.accepted,
+    };
+    if taken {
+        Finding::Final(Outcome::ResponseTaken(dispute))
+    } else if dispute.needs_response() {
+        Finding::NotReceived
+    } else {
+        Finding::Final(Outcome::ResponseRefused(dispute))
+    }
+}
+
 /// `Kind::look_up`: the provider's view of `op` by its downstream key, now.
 pub fn look_up(config: &Config, state: &State, op: Op) -> Finding {
     match op {
@@ -54,6 +78,9 @@ pub fn look_up(config: &Config, state: &State, op: Op) -> Finding {
             None | Some((Refund::Refused, _)) => Finding::NotReceived,
             Some((status, _)) => refund_outcome(status),
         },
+        Op::Response(k) => {
+            state.provider.dispute.map_or(Finding::Unknown, |d| dispute_state(config, state, k, d))
+        }
     }
 }
 
@@ -114,6 +141,7 @@ pub fn act(config: &Config, state: &mut State, index: usize, choice: Choice) -> 
         Target::Op(Op::Charge) => create_charge(config, state, choice, request.late),
         Target::Op(Op::Action(k)) => capture_or_void(config, state, k, choice),
         Target::Op(Op::Refund(k)) => create_refund(config, state, k, choice),
+        Target::Op(Op::Response(k)) => respond_to_dispute(config, state, k),
         Target::LateVoid => late_void(config, state),
     }
 }
@@ -222,6 +250,40 @@ fn create_refund(config: &Config, state: &mut State, k: u8, choice: Choice) -> F
     refund_outcome(status)
 }
 
+/// `POST /v1/disputes/{id}` (evidence, submitted) or `/close` (accept) with the response's key:
+/// taken only while the dispute needs a response (to `under_review`, or `lost` as accepted),
+/// else refused (409); the key's first outcome is replayed. The answer is the dispute as it is
+/// now: the service makes of a taken one what `dispute_state` says (a dispute still waiting is
+/// no answer), and looks a refused one up (`send` on `ProviderError::Refused`).
+fn respond_to_dispute(config: &Config, state: &mut State, k: u8) -> Finding {
+    let Some(mut dispute) = state.provider.dispute else { return Finding::Unknown };
+    if state.provider.responses[k as usize].is_none() {
+        let record = if dispute.needs_response() {
+            match state.responses[k as usize].kind {
+                ResponseKind::Evidence => {
+                    dispute.status = DisputeStatus::UnderReview;
+                    state.provider.evidence = Some(k);
+                }
+                ResponseKind::Accept => {
+                    dispute.status = DisputeStatus::Lost;
+                    dispute.accepted = true;
+                }
+            }
+            state.provider.dispute = Some(dispute);
+            state.ghost.responses_taken[k as usize] += 1;
+            emit(config, state, Webhook::Dispute(dispute));
+            KeyRecord::Taken
+        } else {
+            KeyRecord::Refused
+        };
+        state.provider.responses[k as usize] = Some(record);
+    }
+    match dispute_state(config, state, k, dispute) {
+        Finding::NotReceived => Finding::Unknown,
+        found => found,
+    }
+}
+
 /// The late void of an authorization held for a failed payment (`orderpay_late_void_<id>`).
 fn late_void(config: &Config, state: &mut State) -> Finding {
     match state.provider.charge {
@@ -287,12 +349,14 @@ pub fn disputable(state: &State) -> u8 {
 /// The customer's bank disputes `amount` of the charge: the funds are withdrawn when it opens.
 pub fn open_dispute(config: &Config, state: &mut State, amount: u8) {
     state.budgets.disputes -= 1;
-    let dispute = Dispute { status: DisputeStatus::Open, withdrawn: amount, reinstated: 0 };
+    let dispute =
+        Dispute { status: DisputeStatus::NeedsResponse, accepted: false, withdrawn: amount, reinstated: 0 };
     state.provider.dispute = Some(dispute);
     emit(config, state, Webhook::Dispute(dispute));
 }
 
 /// The bank decides the open dispute (the mock's `decide_dispute`): won reinstates the funds.
+/// One the merchant accepted is lost already, and closed: no decision.
 pub fn decide_dispute(config: &Config, state: &mut State, won: bool) {
     let Some(mut dispute) = state.provider.dispute.filter(|d| d.open()) else { return };
     if won {

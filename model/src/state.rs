@@ -31,6 +31,8 @@ pub enum Op {
     Action(u8),
     /// A refund, the client's or the system's: `refunds` row number `k`.
     Refund(u8),
+    /// The merchant's answer to the dispute: `dispute_responses` row number `k`.
+    Response(u8),
 }
 
 /// Who holds an operation's lease (`lease_id`, `lease_until`).
@@ -112,6 +114,10 @@ pub enum Answer {
     RefundFailed,
     /// 409 `invalid-state` (stored: a final answer about the resource's state).
     InvalidState,
+    /// 200, the dispute as recorded after the provider took the merchant's answer.
+    ResponseTaken,
+    /// 402 `operation-failed`: a dispute response given up on.
+    ResponseFailed,
 }
 
 /// The late-charge watch of a failed payment, and what became of a charge it found
@@ -321,15 +327,33 @@ pub enum Outcome {
     Expired,
     RefundSucceeded,
     RefundFailed,
+    /// The provider took the merchant's answer: the dispute as it is after.
+    ResponseTaken(Dispute),
+    /// The dispute moved on without the answer: the dispute as it is now.
+    ResponseRefused(Dispute),
 }
 
-/// A dispute's status: `Open` stands for the chargeback's open ones (`needs_response`,
-/// `under_review`), whose funds are withdrawn; `Won` and `Lost` are final.
+/// A chargeback's status: `NeedsResponse` and `UnderReview` are open (their funds are
+/// withdrawn); `Won` and `Lost` are final. (An inquiry, `warning_*`, moves no money and is not
+/// modelled.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub enum DisputeStatus {
-    Open,
+    NeedsResponse,
+    UnderReview,
     Won,
     Lost,
+}
+
+impl DisputeStatus {
+    /// How far along it is: a dispute only moves forward (`record_dispute.sql`'s guard, the
+    /// mock's transitions).
+    pub fn rank(self) -> u8 {
+        match self {
+            DisputeStatus::NeedsResponse => 0,
+            DisputeStatus::UnderReview => 1,
+            DisputeStatus::Won | DisputeStatus::Lost => 2,
+        }
+    }
 }
 
 /// A dispute as one side holds it: the provider's (and what a lookup or a webhook says of it),
@@ -337,6 +361,9 @@ pub enum DisputeStatus {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct Dispute {
     pub status: DisputeStatus,
+    /// `closed_reason = accepted`: the merchant accepted it (lost, with no decision). The other
+    /// closed reasons (`decided`, `evidence_not_submitted`) tell nothing the model needs.
+    pub accepted: bool,
     pub withdrawn: u8,
     pub reinstated: u8,
 }
@@ -348,8 +375,40 @@ impl Dispute {
     }
 
     pub fn open(self) -> bool {
-        self.status == DisputeStatus::Open
+        self.status.rank() < 2
     }
+
+    /// It still waits for the merchant's response (`needs_response`).
+    pub fn needs_response(self) -> bool {
+        self.status == DisputeStatus::NeedsResponse
+    }
+}
+
+/// What the merchant answers a dispute.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum ResponseKind {
+    /// `POST /disputes/{id}/evidence`: evidence submitted (the provider's `update_dispute`).
+    Evidence,
+    /// `POST /disputes/{id}/accept`: the dispute accepted (the provider's `close_dispute`).
+    Accept,
+}
+
+/// A `dispute_responses` row.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Response {
+    pub intent: u8,
+    pub kind: ResponseKind,
+    pub status: OpStatus,
+    pub row: Row,
+}
+
+/// What the provider did with a response's key (the mock's record for the key, replayed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum KeyRecord {
+    /// Took it: the dispute moved (`needs_response` -> `under_review`, or lost as accepted).
+    Taken,
+    /// Refused it (409): the dispute no longer needed a response.
+    Refused,
 }
 
 /// A request the provider received (or will), and the answer it has for its sender.
@@ -400,6 +459,12 @@ pub struct Provider {
     pub webhooks: Vec<Webhook>,
     /// The dispute of the payment's charge, if its customer's bank opened one.
     pub dispute: Option<Dispute>,
+    /// What it did with each dispute response's key (`orderpay_dispute_response_<id>`), in our
+    /// rows' order.
+    pub responses: Vec<Option<KeyRecord>>,
+    /// The response whose evidence the dispute holds, submitted (`evidence` is its text and
+    /// `submission_count > 0`).
+    pub evidence: Option<u8>,
 }
 
 /// What a process is doing.
@@ -502,6 +567,10 @@ pub struct Ghost {
     pub dispute_by_pass: bool,
     /// A dispute's record did not fit beside a refund in flight (`does_not_fit`).
     pub dispute_waited: bool,
+    /// Times the provider took each response's key (moved the dispute for it), by our rows.
+    pub responses_taken: Vec<u8>,
+    /// A lookup found a response taken that its sender never heard of.
+    pub response_found_by_lookup: bool,
 }
 
 /// A rule broken by one step, found by comparing the state before and after it.
@@ -525,6 +594,8 @@ pub struct State {
     pub payment: Option<Payment>,
     pub actions: Vec<Action>,
     pub refunds: Vec<Refund>,
+    /// The merchant's answers to the dispute (`dispute_responses`).
+    pub responses: Vec<Response>,
     /// The `disputes` row of the payment's dispute, once recorded.
     pub dispute: Option<Dispute>,
     /// Dispute webhooks verified by a lookup (`get_dispute`), each about to be recorded with
@@ -550,6 +621,7 @@ impl State {
             Op::Charge => &self.payment.as_ref().expect("the payment exists").row,
             Op::Action(k) => &self.actions[k as usize].row,
             Op::Refund(k) => &self.refunds[k as usize].row,
+            Op::Response(k) => &self.responses[k as usize].row,
         }
     }
 
@@ -558,6 +630,7 @@ impl State {
             Op::Charge => &mut self.payment_mut().row,
             Op::Action(k) => &mut self.actions[k as usize].row,
             Op::Refund(k) => &mut self.refunds[k as usize].row,
+            Op::Response(k) => &mut self.responses[k as usize].row,
         }
     }
 
@@ -567,6 +640,7 @@ impl State {
             Op::Charge => self.payment.as_ref().is_some_and(Payment::charge_in_flight),
             Op::Action(k) => self.actions[k as usize].status == OpStatus::Processing,
             Op::Refund(k) => self.refunds[k as usize].status == OpStatus::Processing,
+            Op::Response(k) => self.responses[k as usize].status == OpStatus::Processing,
         }
     }
 
@@ -599,7 +673,8 @@ impl State {
         let charge = self.payment.is_some().then_some(Op::Charge);
         let actions = (0..self.actions.len() as u8).map(Op::Action);
         let refunds = (0..self.refunds.len() as u8).map(Op::Refund);
-        charge.into_iter().chain(actions).chain(refunds)
+        let responses = (0..self.responses.len() as u8).map(Op::Response);
+        charge.into_iter().chain(actions).chain(refunds).chain(responses)
     }
 
     /// Every process.

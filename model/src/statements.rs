@@ -6,7 +6,8 @@ use crate::audit::{Event, EventType, Subject, order_event};
 use crate::config::{Config, Defect, Mutation};
 use crate::state::{
     Action, ActionKind, Answer, Dispute, Key, LateCharge, Lease, Mode, Op, OpStatus, OrderStatus, Outcome,
-    Payment, PaymentStatus, Pc, Proc, Refund, RefundWatch, Resolution, Row, Stage, State,
+    Payment, PaymentStatus, Pc, Proc, Refund, RefundWatch, Resolution, Response, ResponseKind, Row, Stage,
+    State,
 };
 
 /// One step being taken: the state it changes and the events it has written.
@@ -70,6 +71,15 @@ impl Step<'_> {
     /// `Kind::settle` for any kind. Returns the operation's answer after it (this one's if it
     /// applied, else whoever's settled it first; `None`: a give-up held back).
     pub fn settle(&mut self, op: Op, how: Settlement) -> Option<Answer> {
+        if let (
+            Op::Response(_),
+            Settlement::Outcome(Outcome::ResponseTaken(seen) | Outcome::ResponseRefused(seen)),
+        ) = (op, how)
+        {
+            // A dispute response's `settle_in` records the provider's dispute first, in the same
+            // transaction, whether or not the response's own guarded settle then applies.
+            self.record_dispute(seen);
+        }
         if !self.may_settle(op) {
             return self.state.answer(op);
         }
@@ -80,6 +90,7 @@ impl Step<'_> {
             Op::Charge => self.settle_payment(how),
             Op::Action(k) => self.settle_capture_or_void(k, how),
             Op::Refund(k) => self.settle_refund(k, how),
+            Op::Response(k) => self.settle_response(k, how),
         };
         self.state.row_mut(op).answer = Some(answer);
         Some(answer)
@@ -109,8 +120,13 @@ impl Step<'_> {
                 self.payment().late = LateCharge::Watching;
                 (PaymentStatus::Failed, Answer::PaymentFailed)
             }
-            Settlement::Outcome(Outcome::RefundSucceeded | Outcome::RefundFailed) => {
-                unreachable!("a refund's outcome for a charge")
+            Settlement::Outcome(
+                Outcome::RefundSucceeded
+                | Outcome::RefundFailed
+                | Outcome::ResponseTaken(_)
+                | Outcome::ResponseRefused(_),
+            ) => {
+                unreachable!("another kind's outcome for a charge: {how:?}")
             }
         };
         let payment = self.payment();
@@ -226,6 +242,20 @@ impl Step<'_> {
             self.late_charge_follows();
         }
         if succeeded { Answer::RefundSucceeded } else { Answer::RefundFailed }
+    }
+
+    /// `disputes/settle_response.sql` (in `dispute_response::settle_in`, after the provider's
+    /// dispute was recorded): `succeeded` when the provider took it (200, the dispute), `failed`
+    /// when the dispute moved on without it (409, stored) or when given up on.
+    fn settle_response(&mut self, k: u8, how: Settlement) -> Answer {
+        let (status, answer) = match how {
+            Settlement::Outcome(Outcome::ResponseTaken(_)) => (OpStatus::Succeeded, Answer::ResponseTaken),
+            Settlement::Outcome(Outcome::ResponseRefused(_)) => (OpStatus::Failed, Answer::InvalidState),
+            Settlement::GaveUp => (OpStatus::Failed, Answer::ResponseFailed),
+            _ => unreachable!("not an outcome of a dispute response: {how:?}"),
+        };
+        self.state.responses[k as usize].status = status;
+        answer
     }
 
     /// A client refund's order: `refunded` once everything captured is refunded, else
@@ -403,8 +433,50 @@ impl Step<'_> {
                 }
                 crate::config::Intent::Void => self.start_capture_or_void(i, ActionKind::Void, 0),
                 crate::config::Intent::Refund(amount) => self.start_refund(i, amount, read),
+                crate::config::Intent::Respond => unreachable!("a dispute response is `respond`"),
             },
         }
+    }
+
+    /// A dispute response's request with intent `i`'s key: the response that key names, or its
+    /// start statement.
+    pub fn respond(&mut self, i: u8, kind: ResponseKind) {
+        self.state.set_pc(Proc::Client(i), Pc::Idle);
+        match self.state.keys[i as usize] {
+            Key::Stored(answer) => self.tell(i, answer),
+            Key::Names(op) => self.existing(i, op),
+            Key::Free => self.start_response(i, kind),
+        }
+    }
+
+    /// `disputes/start_response.sql`, under the dispute's lock: only a dispute that needs a
+    /// response takes one (else 409 `invalid-state`, stored: it never needs one again), and one
+    /// response is in flight per dispute (else 409 in progress, not stored). Evidence past its
+    /// due date is not modelled (time is abstracted). The response `processing`, leased to the
+    /// request, marked as being sent now.
+    fn start_response(&mut self, i: u8, kind: ResponseKind) {
+        let Some(dispute) = self.state.dispute else {
+            // 404: not reached (the merchant answers a dispute it sees).
+            return;
+        };
+        if !dispute.needs_response() {
+            self.state.keys[i as usize] = Key::Stored(Answer::InvalidState);
+            self.tell(i, Answer::InvalidState);
+            return;
+        }
+        if self.state.responses.iter().any(|r| r.status == OpStatus::Processing) {
+            return;
+        }
+        let k = self.state.responses.len() as u8;
+        let row = Row::started(Proc::Client(i));
+        self.state.responses.push(Response { intent: i, kind, status: OpStatus::Processing, row });
+        self.state.provider.responses.push(None);
+        self.state.ghost.responses_taken.push(0);
+        self.state.keys[i as usize] = Key::Names(Op::Response(k));
+        self.state.set_pc(
+            Proc::Client(i),
+            Pc::Drive { op: Op::Response(k), mode: Mode::FirstCall, stage: Stage::Marked },
+        );
     }
 
     /// `operations::request::existing_key`: the answer if it has one, 409 while a live driver
@@ -587,7 +659,11 @@ pub enum Recorded {
 }
 
 /// The guard of `disputes/record_dispute.sql`: a final status never changes; an open dispute
-/// stays open or is decided; the money withdrawn and reinstated only grows.
+/// only moves forward (`needs_response` to `under_review`, `won` or `lost`; `under_review` to
+/// `won` or `lost`) or stays; the money withdrawn and reinstated only grows.
 pub fn dispute_may_move(held: Dispute, seen: Dispute) -> bool {
-    held.open() && seen.withdrawn >= held.withdrawn && seen.reinstated >= held.reinstated
+    held.open()
+        && seen.status.rank() >= held.status.rank()
+        && seen.withdrawn >= held.withdrawn
+        && seen.reinstated >= held.reinstated
 }

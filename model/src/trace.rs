@@ -12,7 +12,7 @@ use crate::state::{Key, Op, Pc, Proc, Stage, State};
 /// Who takes `action`.
 pub fn actor(protocol: &Protocol, action: Action) -> String {
     let proc = match action {
-        Action::Request(i) | Action::ReadUnlocked(i) => Some(Proc::Client(i)),
+        Action::Request(i) | Action::ReadUnlocked(i) | Action::Respond(i, _) => Some(Proc::Client(i)),
         Action::Crash(p) => Some(p),
         Action::Claim(r, _)
         | Action::LateChargeLook(r)
@@ -48,6 +48,7 @@ fn proc_name(protocol: &Protocol, proc: Proc) -> String {
                 Intent::Capture(amount) => format!("POST /payments/{{id}}/capture {amount}"),
                 Intent::Void => "POST /payments/{id}/void".to_owned(),
                 Intent::Refund(amount) => format!("POST /refunds {amount}"),
+                Intent::Respond => "POST /disputes/{id}/evidence or /accept".to_owned(),
             };
             format!("client {i} ({what})")
         }
@@ -61,6 +62,7 @@ fn op_name(op: Op) -> String {
         Op::Charge => "the charge".to_owned(),
         Op::Action(k) => format!("capture/void {k}"),
         Op::Refund(k) => format!("refund {k}"),
+        Op::Response(k) => format!("dispute response {k}"),
     }
 }
 
@@ -69,6 +71,7 @@ fn settle_statement(op: Op) -> &'static str {
         Op::Charge => "payments/settle_payment.sql",
         Op::Action(_) => "payments/settle_capture_or_void.sql",
         Op::Refund(_) => "refunds/settle_refund.sql",
+        Op::Response(_) => "disputes/record_dispute.sql, disputes/settle_response.sql",
     }
 }
 
@@ -79,11 +82,15 @@ pub fn statement(protocol: &Protocol, state: &State, action: Action) -> &'static
         _ => None,
     };
     match action {
-        Action::Request(i) if state.keys[i as usize] != Key::Free => "operations::request::existing_key",
+        Action::Request(i) | Action::Respond(i, _) if state.keys[i as usize] != Key::Free => {
+            "operations::request::existing_key"
+        }
+        Action::Respond(..) => "disputes/start_response.sql",
         Action::Request(i) | Action::ReadUnlocked(i) => match protocol.config.intents[i as usize] {
             Intent::Pay => "payments/start_payment.sql",
             Intent::Capture(_) | Intent::Void => "payments/start_capture_or_void.sql",
             Intent::Refund(_) => "refunds/start_refund.sql",
+            Intent::Respond => unreachable!("a dispute response's request is `Respond`"),
         },
         Action::LookUp(_) => "Kind::look_up",
         Action::MarkSending(_) => "operations::leases::mark_sending",
@@ -127,6 +134,7 @@ fn doing(protocol: &Protocol, before: &State, after: &State, action: Action) -> 
     let request = |index: u8| before.provider.requests.get(index as usize).copied();
     match action {
         Action::Request(_) => "sends its request".to_owned(),
+        Action::Respond(_, kind) => format!("answers the dispute: {kind:?}"),
         Action::ReadUnlocked(_) => "reads the payment without its lock".to_owned(),
         Action::LookUp(proc) => match after.pc(proc) {
             Pc::Drive { op, stage: Stage::Have(finding), .. } => {
@@ -257,6 +265,15 @@ fn changes(before: &State, after: &State) -> Vec<String> {
             _ => {}
         }
     }
+    for (k, response) in after.responses.iter().enumerate() {
+        match before.responses.get(k) {
+            None => changes.push(format!("dispute response {k} {:?} {:?}", response.kind, response.status)),
+            Some(was) if was.status != response.status => {
+                changes.push(format!("dispute response {k} {:?} -> {:?}", was.status, response.status))
+            }
+            _ => {}
+        }
+    }
     for (k, action) in after.actions.iter().enumerate() {
         match before.actions.get(k) {
             None => changes.push(format!("{:?} {k} {:?}", action.kind, action.status)),
@@ -282,14 +299,23 @@ fn changes(before: &State, after: &State) -> Vec<String> {
     if before.dispute != after.dispute
         && let Some(d) = after.dispute
     {
-        changes.push(format!("dispute {:?} withdrawn {} reinstated {}", d.status, d.withdrawn, d.reinstated));
+        changes.push(format!(
+            "dispute {:?}{} withdrawn {} reinstated {}",
+            d.status,
+            if d.accepted { " (accepted)" } else { "" },
+            d.withdrawn,
+            d.reinstated
+        ));
     }
     if before.provider.dispute != after.provider.dispute
         && let Some(d) = after.provider.dispute
     {
         changes.push(format!(
-            "provider: dispute {:?} withdrawn {} reinstated {}",
-            d.status, d.withdrawn, d.reinstated
+            "provider: dispute {:?}{} withdrawn {} reinstated {}",
+            d.status,
+            if d.accepted { " (accepted)" } else { "" },
+            d.withdrawn,
+            d.reinstated
         ));
     }
     for (i, told) in after.ghost.told.iter().enumerate() {

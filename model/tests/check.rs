@@ -25,7 +25,7 @@ fn the_unit_configurations_keep_every_property_and_their_pinned_sizes() {
 
 /// Each mutant, the property its shortest counterexample breaks, and that counterexample's
 /// length (`make model` prints the same table with the paths).
-const MUTANTS: [(Mutation, &str, usize); 8] = [
+const MUTANTS: [(Mutation, &str, usize); 9] = [
     (Mutation::NoInFlightGuard, properties::FAILED_HOLDS_NOTHING, 8),
     (Mutation::NoSystemRefundRetry, properties::NOT_KEPT, 15),
     (Mutation::NoLateRefundWatch, properties::BOOKS, 14),
@@ -34,6 +34,7 @@ const MUTANTS: [(Mutation, &str, usize); 8] = [
     (Mutation::WebhookOnItsWord, properties::FINAL_STATES, 11),
     (Mutation::RefundIgnoresDisputes, properties::WITHIN_CAPTURED, 9),
     (Mutation::DisputeWithoutGuard, properties::DISPUTE_GUARD, 10),
+    (Mutation::EvidenceTakenOnAnyMove, properties::RESPONSE_TAKEN, 14),
 ];
 
 #[test]

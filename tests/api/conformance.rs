@@ -538,6 +538,7 @@ fn row_of(path: &Path, op: Op) -> (&'static str, String) {
             ),
         ),
         Op::Action(_) => panic!("the harness drives no captures or voids"),
+        Op::Response(_) => panic!("the harness drives no dispute responses"),
     }
 }
 
@@ -600,6 +601,7 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &Path, stretch: &Stretc
                 Target::Op(Op::Refund(k)) => format!("orderpay_refund_{}", id("refunds", k.into()).await),
                 Target::LateVoid => format!("orderpay_late_void_{}", id("payments", 0).await),
                 Target::Op(Op::Action(_)) => panic!("the harness drives no captures or voids"),
+                Target::Op(Op::Response(_)) => panic!("the harness drives no dispute responses"),
             };
             let what = if acts { "act" } else { "drop" };
             let url = format!("{}/_admin/parked/{key}/{what}", app.provider.address);
