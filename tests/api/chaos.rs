@@ -83,6 +83,38 @@ async fn pay_until_final(address: Arc<String>, api_key: String, order_id: String
     Seen { outcome: Err(last), retries }
 }
 
+/// The mock's attempts per webhook delivery: the first and four retries.
+const MOCK_WEBHOOK_ATTEMPTS: usize = 5;
+
+/// Waits (up to 10 s) until every webhook the mock planned to send was delivered or ran out of
+/// attempts, so that a check of what was heard does not race a delivery still in flight.
+async fn settle_webhook_deliveries(app: &TestApp) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let pending = app.provider.webhooks().await.iter().any(|event| {
+            let attempts = event["attempts"].as_array().map_or(0, Vec::len);
+            event["copies"] != 0 && event["delivered"] != true && attempts < MOCK_WEBHOOK_ATTEMPTS
+        });
+        if !pending {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// How the mock's webhook attempts ended, counted: the receiver's status, or the transport error.
+fn webhook_attempt_outcomes(sent: &[Value]) -> std::collections::BTreeMap<String, usize> {
+    let mut outcomes = std::collections::BTreeMap::new();
+    for attempt in sent.iter().flat_map(|event| event["attempts"].as_array().cloned().unwrap_or_default()) {
+        let outcome = match attempt["status"].as_u64() {
+            Some(status) => status.to_string(),
+            None => attempt["error"].as_str().unwrap_or("no answer").to_owned(),
+        };
+        *outcomes.entry(outcome).or_default() += 1;
+    }
+    outcomes
+}
+
 /// Settles what is left with reconciler passes (faults off), as an operator would after an
 /// incident, until nothing is processing.
 async fn drain(app: &TestApp) {
@@ -106,6 +138,9 @@ async fn payments_stay_exactly_once_through_kills_and_provider_faults() {
         mock.timeout_hold = Duration::from_millis(700);
         mock.webhook_url = Some(format!("http://127.0.0.1:{port}/provider/webhooks"));
         mock.webhook_secret = Some(secret.reveal());
+        // Retries that span a restart (0.2 + 0.4 + 0.8 + 1.6 s), so that an event sent while
+        // the service is down is still heard.
+        mock.webhook_retry_base = Duration::from_millis(200);
         settings.reconciler.max_attempts = 1000;
     })
     .await;
@@ -156,6 +191,8 @@ async fn payments_stay_exactly_once_through_kills_and_provider_faults() {
     for client in clients {
         seen.push(client.await.unwrap());
     }
+    // The service stays up until the mock has sent what it meant to (150 ms late, retried).
+    settle_webhook_deliveries(&app).await;
     service.kill();
 
     app.provider.set_faults(json!({})).await;
@@ -202,7 +239,12 @@ async fn payments_stay_exactly_once_through_kills_and_provider_faults() {
         sent.iter().filter(|event| event["copies"] == 0).count(),
         sent.iter().filter(|event| event["copies"] == 2).count(),
     );
-    assert!(heard > 0 && heard as usize <= sent.len(), "{heard} events heard of {} sent", sent.len());
+    assert!(
+        heard > 0 && heard as usize <= sent.len(),
+        "{heard} events heard of {} sent; the mock's attempts: {:?}",
+        sent.len(),
+        webhook_attempt_outcomes(&sent)
+    );
     assert_eq!(applied, by_webhook, "an applied event is one transition");
     app.assert_books_equal_the_provider().await;
     println!(

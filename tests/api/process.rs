@@ -54,10 +54,16 @@ impl ServiceProcess {
             command.stderr(std::fs::File::create(log).expect("log file"));
         }
         let child = command.spawn().expect("orderpay serve starts");
-        let process = ServiceProcess { child, address: format!("http://127.0.0.1:{port}") };
+        let mut process = ServiceProcess { child, address: format!("http://127.0.0.1:{port}") };
         let client = crate::helpers::http_client();
         for _ in 0..200 {
             if client.get(format!("{}/healthz", process.address)).send().await.is_ok() {
+                // What answered must be this process: one that could not bind the port exits,
+                // and a test would go on against whatever else listens there.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                if let Ok(Some(status)) = process.child.try_wait() {
+                    panic!("orderpay serve exited ({status}) while something else answers on port {port}");
+                }
                 return process;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
