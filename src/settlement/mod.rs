@@ -10,7 +10,9 @@
 //! on either side lands in exactly one [`Category`]; an item is unique per provider movement and
 //! per ledger movement, so a window run again finds nothing new, and an exception whose other
 //! side shows up later (money we recorded after the window closed) is matched then and settled
-//! as `matched_later`.
+//! as `matched_later`. A refund the provider's records show reversed or carried out while we
+//! hold it in another state is looked up and, on the provider's confirmed word, corrected by the
+//! run itself ([`confirm_refunds`]).
 //!
 //! [`job`] runs each window once, whatever the number of instances; `orderpay settlement run`
 //! runs any window by hand. [`repository`] holds the statements. docs/books.md explains the
@@ -27,10 +29,16 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::ids::AccountId;
+use crate::ids::{AccountId, RefundId};
 use crate::ledger::MovementType;
+use crate::operations::Actor;
+use crate::operations::late_refund::{self, Corrected, Correction};
 use crate::provider::wire::reporting_category;
-use crate::provider::{BalanceQuery, BalanceTransaction, PaymentProvider, ProviderError};
+use crate::provider::{
+    BalanceQuery, BalanceTransaction, PaymentProvider, ProviderError, RefundStatus as ProviderRefundStatus,
+};
+use crate::refunds::RefundStatus;
+use crate::refunds::repository as refunds;
 
 crate::text_enum! {
     /// Where a movement landed. Every one but `matched` is an exception for a person.
@@ -222,6 +230,12 @@ impl Known {
             }
         }
         known
+    }
+
+    /// Our movements that no item holds yet.
+    fn unheld(&self) -> Vec<OurMovement> {
+        let movements = self.ours.values().flatten();
+        movements.filter(|movement| !self.claimed.contains_key(&movement.id)).cloned().collect()
     }
 
     /// The rank (1-based) of one of our movements among its object's movements of its class.
@@ -534,11 +548,67 @@ async fn run_claimed(
             }
         }
     }
+    written += confirm_refunds(conn, provider, window, run_id).await?;
     let mut report = repository::window_report(conn, window, run_id).await?;
     report.provider_read = read;
     report.items_written = written;
     repository::finish_run(conn, run_id, &report, Utc::now()).await?;
     Ok(report)
+}
+
+/// The refunds behind the window's `status_mismatch` items, looked up at the provider by their
+/// downstream key (a read), and corrected on its confirmed word as a provider webhook's would be
+/// (`late_refund::correct`): a refund it reversed after it succeeded (the reversal's webhook
+/// lost) becomes `failed`, a refund it carried out after we gave up on it and stopped watching
+/// becomes `succeeded`. The movement the correction writes completes the item (matched later).
+/// A lookup that fails or finds nothing new leaves the item open for the next run or a person.
+/// Returns the items written.
+async fn confirm_refunds(
+    conn: &mut AsyncPgConnection,
+    provider: &dyn PaymentProvider,
+    window: Window,
+    run_id: Uuid,
+) -> Result<u64, RunError> {
+    let mut written = 0;
+    for (account_id, refund_id) in repository::refunds_to_confirm(conn, window).await? {
+        let Some(refund) = refunds::find(conn, account_id, RefundId::from_uuid(refund_id)).await? else {
+            continue;
+        };
+        let found = match provider.find_refund(&refund.downstream_key(), None).await {
+            Ok(found) => found,
+            Err(error) => {
+                tracing::warn!(%error, %refund_id, "settlement: a refund's lookup failed; its exception stays open");
+                continue;
+            }
+        };
+        let correction = match (refund.status, found.map(|found| (found.id, found.status))) {
+            (RefundStatus::Succeeded, Some((_, ProviderRefundStatus::Failed { code, message }))) => {
+                Correction::Reversed { code, message }
+            }
+            (RefundStatus::Failed, Some((provider_refund_id, ProviderRefundStatus::Succeeded))) => {
+                Correction::CarriedOut { provider_refund_id }
+            }
+            _ => continue,
+        };
+        match late_refund::correct(conn, &refund, correction, Actor::Reconciler, None).await {
+            Ok(Corrected::Applied) => {
+                tracing::warn!(%refund_id, "settlement: a refund corrected on the provider's confirmed word");
+            }
+            Ok(Corrected::Stale | Corrected::DoesNotFitYet) => continue,
+            Err(error) => {
+                tracing::warn!(%error, %refund_id, "settlement: a refund's correction failed; its exception stays open");
+                continue;
+            }
+        }
+        written += conn
+            .transaction(async |conn| {
+                let known = repository::known(conn, &[refund_id]).await?;
+                let unheld = known.unheld();
+                repository::apply(conn, run_id, decide_ours(unheld, &known), Utc::now()).await
+            })
+            .await?;
+    }
+    Ok(written)
 }
 
 /// One page of the provider's movements, in one transaction: those no item holds yet decided

@@ -180,6 +180,13 @@ crate::prepared_statement! {
     struct CountOpenExceptions("sql/count_open_exceptions.sql") -> (Text, BigInt);
 }
 
+crate::prepared_statement! {
+    struct RefundsToConfirm<'a>("sql/refunds_to_confirm.sql") -> (Uuid, Uuid) {
+        1 => start: &'a DateTime<Utc> as Timestamptz,
+        2 => end: &'a DateTime<Utc> as Timestamptz,
+    }
+}
+
 /// Every statement above, for the checks of `db::statement`'s tests.
 #[cfg(test)]
 pub(crate) fn declared_statements() -> Vec<crate::db::statement::Declared> {
@@ -202,6 +209,7 @@ pub(crate) fn declared_statements() -> Vec<crate::db::statement::Declared> {
         declared::<OpenExceptions<'static>>(),
         declared::<ResolveException<'static>>(),
         declared::<CountOpenExceptions>(),
+        declared::<RefundsToConfirm<'static>>(),
     ]
 }
 
@@ -572,4 +580,14 @@ pub async fn count_open_exceptions(conn: &mut AsyncPgConnection) -> QueryResult<
         Category::ALL.iter().filter(|c| **c != Category::Matched).map(|c| (*c, 0)).collect();
     counts.extend(rows);
     Ok(counts)
+}
+
+/// The refunds (account, refund id) behind the open `status_mismatch` items of `window`.
+pub async fn refunds_to_confirm(
+    conn: &mut AsyncPgConnection,
+    window: Window,
+) -> QueryResult<Vec<(AccountId, Uuid)>> {
+    let rows: Vec<(Uuid, Uuid)> =
+        RefundsToConfirm { start: &window.start, end: &window.end }.load(conn).await?;
+    Ok(rows.into_iter().map(|(account, refund)| (AccountId::from_uuid(account), refund)).collect())
 }

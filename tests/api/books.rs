@@ -33,12 +33,6 @@ impl TestApp {
         (counts["writes"].as_u64().unwrap(), counts["lookups"].as_u64().unwrap())
     }
 
-    async fn refund_json(&self, id: &str) -> Value {
-        let response = self.request(Method::GET, &format!("/refunds/{id}")).send().await.unwrap();
-        assert_eq!(response.status(), 200);
-        json(response).await
-    }
-
     /// The `data` of the account's events of `kind`, oldest first.
     async fn events_of_type(&self, kind: &str) -> Vec<Value> {
         let response =
@@ -108,13 +102,13 @@ async fn a_refund_send_still_in_flight_at_the_last_check_is_never_given_up_on() 
     tokio::time::sleep(Duration::from_millis(100)).await;
     let pass = app.reconcile_once().await;
     assert_eq!((pass.claimed, pass.gave_up), (1, 0), "held back: {pass:?}");
-    assert_eq!(app.refund_json(&refund_id).await["status"], "processing");
+    assert_eq!(app.get_refund(&refund_id).await["status"], "processing");
 
     tokio::time::sleep(Duration::from_millis(2300)).await;
     app.provider.set_faults(json!({})).await;
     let pass = app.reconcile_once().await;
     assert_eq!((pass.settled, pass.gave_up), (1, 0), "{pass:?}");
-    assert_eq!(app.refund_json(&refund_id).await["status"], "succeeded");
+    assert_eq!(app.get_refund(&refund_id).await["status"], "succeeded");
     assert_eq!(app.provider.refunds().await.len(), 1);
 }
 
@@ -145,7 +139,7 @@ async fn a_refund_given_up_on_and_carried_out_later_is_recorded_by_the_late_refu
     assert_eq!(app.provider.refunds().await.len(), 1, "the provider carried it out");
     let pass = app.reconcile_once().await;
     assert_eq!(pass.settled, 1, "the late refund is found: {pass:?}");
-    let refund = app.refund_json(&refund_id).await;
+    let refund = app.get_refund(&refund_id).await;
     assert_eq!(refund["status"], "succeeded");
     assert!(refund["provider_refund_id"].is_string());
     assert_eq!(app.get_payment(payment_id).await["amount_refunded"], "15.00");
@@ -169,6 +163,63 @@ async fn a_refund_given_up_on_and_carried_out_later_is_recorded_by_the_late_refu
         .await;
 }
 
+/// A refund given up on that the provider carries out after the late-refund watch ended: no
+/// watch of ours looks at it any more, and the ledger check cannot see it (our columns and our
+/// ledger agree). Settlement does: the provider's `refund` movement names a refund we hold as
+/// failed. It looks the refund up and records it on the provider's confirmed word, as the watch
+/// would have; the movement the correction writes completes the item.
+#[tokio::test]
+async fn a_refund_carried_out_after_its_watch_ended_is_recorded_by_settlement() {
+    let app = spawn_app_with(|settings, _| {
+        impatient(settings, 1);
+        settings.reconciler.late_refund_watch = Duration::from_millis(1);
+    })
+    .await;
+    let start = chrono::Utc::now() - chrono::Duration::seconds(1);
+    let (order_id, payment) = app.paid_order("40.00", "pm_card_ok").await;
+    let payment_id = payment["id"].as_str().unwrap();
+    // The provider holds the send without acting on it until the test says.
+    app.provider.script(json!([{"act": "park"}])).await;
+    let accepted = app.refund(payment_id, Some("15.00"), &new_key()).await;
+    assert_eq!(accepted.status(), 202);
+    let refund_id = json(accepted).await["id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(app.reconcile_once().await.gave_up, 1);
+    // The watch's one look finds nothing, and the watch ends.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!((pass.claimed, pass.settled), (1, 0), "{pass:?}");
+    let parked = format!("{}/_admin/parked/orderpay_refund_{refund_id}/act", app.provider.address);
+    assert_eq!(app.client.post(parked).send().await.unwrap().status(), 200);
+    assert_eq!(app.provider.refunds().await.len(), 1, "the provider carried it out");
+    let pass = app.reconcile_once().await;
+    assert_eq!(pass.claimed, 0, "the watch has ended: {pass:?}");
+    assert_eq!(app.get_refund(&refund_id).await["status"], "failed");
+    assert_eq!(app.ledger_check().await.0, 0, "our books agree with themselves");
+
+    let window =
+        orderpay::settlement::Window { start, end: chrono::Utc::now() + chrono::Duration::minutes(1) };
+    let report = app.settle(window).await;
+    assert_eq!(report.exceptions(), 0, "recorded, not left to a person: {report:#?}");
+    let refund = app.get_refund(&refund_id).await;
+    assert_eq!(refund["status"], "succeeded", "{refund:#}");
+    assert!(refund["provider_refund_id"].is_string());
+    assert_eq!(app.get_payment(payment_id).await["amount_refunded"], "15.00");
+    assert_eq!(app.order_status(&order_id).await, "partially_refunded");
+    let item = format!(
+        "SELECT count(*) AS count FROM settlement_items WHERE object_id = '{refund_id}' \
+         AND found_as = 'status_mismatch' AND resolution = 'matched_later'"
+    );
+    assert_eq!(app.count(&item).await, 1, "found as a status mismatch, matched by the recorded refund");
+    let audit = format!(
+        "SELECT count(*) AS count FROM payment_events WHERE subject_id = '{refund_id}' \
+         AND from_status = 'failed' AND to_status = 'succeeded' AND actor = 'reconciler'"
+    );
+    assert_eq!(app.count(&audit).await, 1);
+    assert_eq!(app.ledger_check().await.0, 0, "the ledger holds the refund as the payment's columns do");
+    assert_eq!(app.settle(window).await.items_written, 0, "a second run finds nothing new");
+}
+
 /// A refund the provider reverses after it succeeded (`pm_refund_reversed`: the card was closed)
 /// is corrected `succeeded` -> `failed` when the provider's webhook reports it, confirmed by a
 /// lookup: the money counts as not refunded, the order is paid again, the stored 201 stands.
@@ -188,10 +239,10 @@ async fn a_refund_the_provider_reverses_is_corrected_on_its_confirmed_word() {
     assert_eq!(app.order_status(&order_id).await, "refunded");
 
     wait_until("the reversal is recorded", Duration::from_secs(10), async || {
-        app.refund_json(&refund_id).await["status"] == "failed"
+        app.get_refund(&refund_id).await["status"] == "failed"
     })
     .await;
-    let refund = app.refund_json(&refund_id).await;
+    let refund = app.get_refund(&refund_id).await;
     assert_eq!(refund["failure_code"], "refund_reversed");
     assert_eq!(app.get_payment(payment_id).await["amount_refunded"], "0.00");
     assert_eq!(app.order_status(&order_id).await, "paid");
@@ -591,9 +642,9 @@ async fn a_reversal_reported_while_the_watch_looks_is_never_lost() {
     };
     let (pass, ()) = tokio::join!(app.reconcile_once(), reversal_heard);
     assert_eq!(pass.settled, 0, "the stale lookup is not applied: {pass:?}");
-    assert_eq!(app.refund_json(&refund_id).await["status"], "failed");
+    assert_eq!(app.get_refund(&refund_id).await["status"], "failed");
     app.reconcile_once().await;
-    assert_eq!(app.refund_json(&refund_id).await["status"], "failed", "the provider reversed it");
+    assert_eq!(app.get_refund(&refund_id).await["status"], "failed", "the provider reversed it");
     assert_eq!(app.get_payment(payment_id).await["amount_refunded"], "0.00");
     assert_eq!(provider_charge(&app, payment_id).await["amount_refunded"], "0.00");
     assert_eq!(app.order_status(&order_id).await, "paid");

@@ -558,6 +558,12 @@ impl TestApp {
         json(response).await
     }
 
+    pub async fn get_refund(&self, id: &str) -> Value {
+        let response = self.request(Method::GET, &format!("/refunds/{id}")).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        json(response).await
+    }
+
     pub async fn order_status(&self, id: &str) -> String {
         json(self.get_order(id).await).await["status"].as_str().unwrap().to_owned()
     }

@@ -135,12 +135,6 @@ async fn refund(app: &TestApp, payment_id: &str, key: &str) -> Response {
         .expect("POST /refunds")
 }
 
-async fn get_refund(app: &TestApp, id: &str) -> Value {
-    let response = app.request(Method::GET, &format!("/refunds/{id}")).send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    json(response).await
-}
-
 /// Transitions of `subject_id` recorded by `actor`, to `to_status`.
 async fn transitions(app: &TestApp, subject_id: &str, actor: &str, to_status: &str) -> i64 {
     app.count(&format!(
@@ -217,7 +211,7 @@ async fn a_pending_refund_succeeds_within_a_second_of_the_provider_settling_and_
     let refund_id = json(accepted).await["id"].as_str().unwrap().to_owned();
 
     let settled = eventually("the refund succeeded", || async {
-        let refund = get_refund(&app, &refund_id).await;
+        let refund = app.get_refund(&refund_id).await;
         (refund["status"] == "succeeded").then_some(refund)
     })
     .await;
@@ -295,12 +289,12 @@ async fn dropped_events_are_settled_by_the_reconciler() {
     let log = app.provider.webhooks().await;
     assert!(log.len() >= 3 && log.iter().all(|event| event["copies"] == 0), "{log:?}");
     assert_eq!(app.get_payment(&payment_id).await["status"], "processing", "nothing was heard");
-    assert_eq!(get_refund(&app, &refund_id).await["status"], "processing");
+    assert_eq!(app.get_refund(&refund_id).await["status"], "processing");
 
     let pass = app.reconcile_once().await;
     assert_eq!(pass.settled, 2, "{pass:?}");
     assert_eq!(app.get_payment(&payment_id).await["status"], "succeeded");
-    assert_eq!(get_refund(&app, &refund_id).await["status"], "succeeded");
+    assert_eq!(app.get_refund(&refund_id).await["status"], "succeeded");
     assert_eq!(transitions(&app, &payment_id, "reconciler", "succeeded").await, 1);
     assert_eq!(transitions(&app, &refund_id, "reconciler", "succeeded").await, 1);
     assert_eq!(app.count("SELECT count(*) AS count FROM provider_webhooks").await, 0);
@@ -342,7 +336,7 @@ async fn a_charge_event_overtaken_by_its_refunds_events_leaves_the_final_state_r
                 .unwrap()
         }
     };
-    let refund_now = get_refund(&app, &refund_id).await;
+    let refund_now = app.get_refund(&refund_id).await;
     let (refund_result, refund_heard) =
         rows(refund_now["provider_refund_id"].as_str().unwrap().to_owned()).await;
     let (charge_result, charge_heard) = rows(charge_id).await;

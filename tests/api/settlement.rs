@@ -317,29 +317,57 @@ async fn two_instances_run_each_window_once() {
 /// A refund the provider reverses long after it succeeded, whose webhook never arrives (here:
 /// provider webhooks are off): nothing of ours looks at a succeeded refund again, and the ledger
 /// check cannot see it (our columns and our ledger agree with each other). Settlement does: the
-/// provider's `refund_failure` names a refund we hold as succeeded.
+/// provider's `refund_failure` names a refund we hold as succeeded. It looks the refund up, and
+/// on the provider's confirmed word records the reversal, whose movement completes the item.
 #[tokio::test]
-async fn a_reversal_whose_webhook_was_lost_is_found_by_settlement() {
+async fn a_reversal_whose_webhook_was_lost_is_found_and_recorded_by_settlement() {
     let app = spawn_app_with(|_, mock| mock.settle_after = Duration::from_millis(100)).await;
     let window = window_from_now();
     let (_, payment) = app.paid_order("20.00", "pm_refund_reversed").await;
-    let refund = json(app.refund(payment["id"].as_str().unwrap(), Some("5.00"), &new_key()).await).await;
+    let payment_id = payment["id"].as_str().unwrap();
+    let refund = json(app.refund(payment_id, Some("5.00"), &new_key()).await).await;
     assert_eq!(refund["status"], "succeeded");
     tokio::time::sleep(Duration::from_millis(150)).await;
     let (code, _) = app.ledger_check().await;
     assert_eq!(code, 0, "our books agree with themselves");
+    let refund_id = refund["id"].as_str().unwrap();
+    let before =
+        app.count(&format!("SELECT count(*) FROM settlement_items WHERE object_id = '{refund_id}'")).await;
+    assert_eq!(before, 0);
 
     let report = app.settle(window).await;
-    assert_eq!(count(&report, "matched"), 2, "the charge and the refund: {report:#?}");
-    assert_eq!(count(&report, "status_mismatch"), 1, "{report:#?}");
+    assert_eq!(count(&report, "status_mismatch"), 0, "recorded, not left to a person: {report:#?}");
+    assert_eq!(count(&report, "matched"), 3, "the charge, the refund and its reversal: {report:#?}");
+    assert_eq!(report.exceptions(), 0, "{report:#?}");
+    let item = app
+        .count(&format!(
+            "SELECT count(*) FROM settlement_items WHERE object_id = '{refund_id}' \
+             AND movement_class = 'refund_reversal' AND found_as = 'status_mismatch' \
+             AND resolution = 'matched_later' AND ledger_movement_id IS NOT NULL"
+        ))
+        .await;
+    assert_eq!(item, 1, "found as a status mismatch, matched by the recorded reversal");
     let exceptions = app.cli_json(&["settlement", "exceptions"]).await;
-    let [reversal] = exceptions.as_array().unwrap().as_slice() else {
-        panic!("one exception: {exceptions:#}")
-    };
-    assert_eq!(reversal["movement_class"], "refund_reversal");
-    assert_eq!(reversal["object_id"], refund["id"]);
-    assert_eq!(reversal["ours"]["status"], "succeeded");
-    assert_eq!(reversal["provider"]["amount"], "5.00");
+    assert_eq!(exceptions, json!([]), "nothing left open");
+
+    let refund = app.get_refund(refund_id).await;
+    assert_eq!(refund["status"], "failed", "{refund:#}");
+    let payment = app.get_payment(payment_id).await;
+    assert_eq!(payment["amount_refunded"], "0.00", "{payment:#}");
+    let corrections = app
+        .count(&format!(
+            "SELECT count(*) FROM payment_events WHERE subject_id = '{refund_id}' \
+             AND actor = 'reconciler' AND to_status = 'failed'"
+        ))
+        .await;
+    assert_eq!(corrections, 1, "the correction's transition, once");
+    let (code, _) = app.ledger_check().await;
+    assert_eq!(code, 0, "the ledger holds the reversal as the payment's columns do");
+
+    // A second run of the window finds nothing new and corrects nothing twice.
+    let again = app.settle(window).await;
+    assert_eq!(again.items_written, 0, "{again:#?}");
+    assert_eq!(again.exceptions(), 0);
 }
 
 /// An operator's run beside the job's, on the same window at once: each movement is held by
