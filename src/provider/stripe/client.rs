@@ -122,6 +122,17 @@ impl StripeProvider {
         Ok(StripeProvider { base_url: base_url_of(base_url)?, http: http_client(timeout, headers)? })
     }
 
+    /// `GET /v1/balance`, which any working key may read: whether Stripe accepts the key, and
+    /// whether Stripe says it is a live one. For `orderpay provider check`; it moves nothing.
+    pub async fn check_key(&self) -> Result<bool, ProviderError> {
+        #[derive(serde::Deserialize)]
+        struct Balance {
+            livemode: bool,
+        }
+        let balance: Balance = self.read(&["v1", "balance"], &[], None).await?.object()?;
+        Ok(balance.livemode)
+    }
+
     async fn send(request: RequestBuilder) -> Result<Reply, ProviderError> {
         let response = request.send().await.map_err(transport_error)?;
         let status = response.status();

@@ -83,6 +83,10 @@ pub struct ChargeObject {
     pub amount_captured: Option<i64>,
     #[serde(default)]
     pub captured: bool,
+    /// `succeeded`, `pending` or `failed`: a failed charge captured nothing, whatever `captured`
+    /// says (localstripe marks a declined automatic charge captured).
+    #[serde(default)]
+    pub status: Option<String>,
     /// Counts pending refunds too, as the trait's `amount_refunded` wants.
     #[serde(default)]
     pub amount_refunded: i64,
@@ -152,7 +156,9 @@ impl PaymentIntentObject {
         };
         let captured = match (self.amount_received, latest) {
             (Some(received), _) => received,
-            (None, Some(charge)) if charge.captured => charge.amount_captured.unwrap_or(charge.amount),
+            (None, Some(charge)) if charge.captured && charge.status.as_deref() == Some("succeeded") => {
+                charge.amount_captured.unwrap_or(charge.amount)
+            }
             (None, _) => 0,
         };
         let refunded = latest.map_or(0, |charge| charge.amount_refunded);
@@ -311,12 +317,10 @@ impl DisputeObject {
         let currency = currency(&self.currency)?;
         let status = DisputeStatus::parse(&self.status)
             .ok_or_else(|| malformed(format!("dispute {} is {:?}", self.id, self.status)))?;
-        let closed_reason = status.is_final().then(|| {
-            if self.evidence_details.submission_count > 0 {
-                ClosedReason::Decided
-            } else {
-                ClosedReason::EvidenceNotSubmitted
-            }
+        let closed_reason = status.is_final().then_some(if self.evidence_details.submission_count > 0 {
+            ClosedReason::Decided
+        } else {
+            ClosedReason::EvidenceNotSubmitted
         });
         let sum = |keep: fn(i64) -> bool| -> i64 {
             self.balance_transactions
@@ -517,10 +521,18 @@ mod tests {
         // its charge.
         let mut value = payment_intent(
             "succeeded",
-            json!({"id": "ch_1", "amount": 1234, "captured": true, "amount_refunded": 0}),
+            json!({"id": "ch_1", "amount": 1234, "captured": true, "amount_refunded": 0, "status": "succeeded"}),
         );
         value.as_object_mut().unwrap().remove("amount_received");
         assert_eq!(intent(value).to_charge().unwrap().amount_captured, decimal("12.34"));
+        // A declined charge captured nothing, though localstripe marks it captured.
+        let mut declined = payment_intent(
+            "requires_payment_method",
+            json!({"id": "ch_1", "amount": 1234, "captured": true, "amount_refunded": 0, "status": "failed"}),
+        );
+        declined.as_object_mut().unwrap().remove("amount_received");
+        declined["last_payment_error"] = json!({"code": "card_declined", "message": "declined"});
+        assert_eq!(intent(declined).to_charge().unwrap().amount_captured, Decimal::ZERO);
     }
 
     #[test]
