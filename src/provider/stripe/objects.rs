@@ -92,10 +92,6 @@ pub struct ChargeObject {
     pub amount_refunded: i64,
     #[serde(default)]
     pub payment_method_details: Option<PaymentMethodDetails>,
-    #[serde(default)]
-    pub payment_intent: Option<String>,
-    #[serde(default)]
-    pub metadata: HashMap<String, String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
