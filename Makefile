@@ -18,6 +18,8 @@ export ORDERPAY_PROVIDER_URL ?= http://$(MOCK_PROVIDER_LISTEN)
 PG_SERVER_URL ?= postgres://postgres@$(PG_HOST):$(PG_PORT)
 DEMO_DATABASE ?= orderpay_demo
 DEMO_DATABASE_URL := $(PG_SERVER_URL)/$(DEMO_DATABASE)
+# The localstripe (a local stand-in for Stripe's API) make test-stripe runs against.
+LOCALSTRIPE_VERSION ?= 1.15.10
 # Whether a NATS server answers at NATS_HOST:NATS_PORT (it greets every client with INFO).
 NATS_ANSWERS := timeout 2 bash -c 'exec 3<>/dev/tcp/$(NATS_HOST)/$(NATS_PORT) && head -c 4 <&3' 2>/dev/null | grep -q INFO
 
@@ -162,9 +164,9 @@ run: db ## run the mock provider and the service on a fresh database (DEMO_DATAB
 .PHONY: test
 test: db nats node ## run the tests (all but chaos) against the local PostgreSQL and NATS, one database per test; then clients-test
 	if cargo nextest --version >/dev/null 2>&1; then
-	  cargo nextest run --workspace --all-targets --no-fail-fast -E 'not test(/^chaos::/)'
+	  cargo nextest run --workspace --all-targets --no-fail-fast -E 'not test(/^chaos::/) and not test(/^stripe_wire::/)'
 	else
-	  cargo test --workspace --no-fail-fast -- --skip chaos::
+	  cargo test --workspace --no-fail-fast -- --skip chaos:: --skip stripe_wire::
 	fi
 	$(MAKE) --no-print-directory clients-test
 
@@ -235,6 +237,30 @@ chaos: db ## crash, fault, outage and database failover tests (CHAOS_ORDERS, CHA
 	  cargo nextest run --test api --no-fail-fast --no-capture -E 'test(/^chaos::/)'
 	else
 	  cargo test --test api --no-fail-fast -- chaos:: --nocapture
+	fi
+
+.PHONY: test-stripe
+test-stripe: db ## the Stripe adapter against localstripe (pip-installed into target/localstripe-venv once), started on a free port for the run
+	venv=target/localstripe-venv
+	if [ ! -x $$venv/bin/localstripe ]; then
+	  python3 -m venv $$venv
+	  $$venv/bin/pip install --quiet localstripe==$(LOCALSTRIPE_VERSION)
+	fi
+	port=$$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	mkdir -p target/localstripe
+	$$venv/bin/localstripe --port $$port --from-scratch >target/localstripe/localstripe.log 2>&1 &
+	localstripe=$$!
+	trap 'kill $$localstripe 2>/dev/null || true' EXIT
+	for _ in $$(seq 1 100); do
+	  curl -fsS -o /dev/null -u sk_test_ready: "http://127.0.0.1:$$port/v1/balance" && break
+	  kill -0 $$localstripe 2>/dev/null || { cat target/localstripe/localstripe.log >&2; exit 1; }
+	  sleep 0.1
+	done
+	export LOCALSTRIPE_URL=http://127.0.0.1:$$port
+	if cargo nextest --version >/dev/null 2>&1; then
+	  cargo nextest run --test api --no-fail-fast -E 'test(/^stripe_wire::/)'
+	else
+	  cargo test --test api --no-fail-fast -- stripe_wire::
 	fi
 
 .PHONY: bench

@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 use crate::accounts::{AccountCache, revocations};
 use crate::background;
 use crate::config::Settings;
+use crate::config::Wire;
 use crate::db::{self, Pool};
 use crate::http::{self, AppState};
 use crate::idempotency::cache::ReplayCache;
@@ -24,6 +25,8 @@ use crate::merchant_webhooks::{WebhookSettings, delivery};
 use crate::operations::{Engine, reconciler};
 use crate::provider::PaymentProvider;
 use crate::provider::client::HttpProvider;
+use crate::provider::coalesce::Coalescing;
+use crate::provider::stripe::StripeProvider;
 use crate::rate_limit::RateLimiter;
 use crate::telemetry::Observability;
 
@@ -35,9 +38,17 @@ pub fn engine(settings: &Settings, pool: Pool, provider: Arc<dyn PaymentProvider
 
 /// The provider client for `settings`.
 pub fn provider(settings: &crate::config::ProviderConfig) -> anyhow::Result<Arc<dyn PaymentProvider>> {
-    let api_key = settings.api_key.as_ref().map(|key| secrecy::ExposeSecret::expose_secret(key).to_owned());
-    let client = HttpProvider::new(&settings.url, settings.timeout, api_key)?;
-    Ok(Arc::new(crate::provider::coalesce::Coalescing::new(client)))
+    match &settings.wire {
+        Wire::Mock { api_key } => {
+            let api_key = api_key.as_ref().map(|key| secrecy::ExposeSecret::expose_secret(key).to_owned());
+            let client = HttpProvider::new(&settings.url, settings.timeout, api_key)?;
+            Ok(Arc::new(Coalescing::new(client)))
+        }
+        Wire::Stripe { api_key } => {
+            let client = StripeProvider::new(&settings.url, settings.timeout, api_key)?;
+            Ok(Arc::new(Coalescing::new(client)))
+        }
+    }
 }
 
 /// Connections of the webhook delivery worker's own pool: one for its claims, one for its

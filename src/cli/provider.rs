@@ -1,6 +1,7 @@
 //! `orderpay provider check`: whether the provider settings make sense before `serve` relies on
 //! them. With the mock's wire it asks the provider's `/health`; with Stripe's it reports which
-//! settings are set and the key's mode, and says that no call is made yet.
+//! settings are set and the key's mode, then reads Stripe's balance (`GET /v1/balance`, which
+//! moves nothing) to tell whether Stripe accepts the key.
 
 use std::time::Duration;
 
@@ -8,12 +9,14 @@ use clap::{Args, Subcommand};
 
 use orderpay::config::{ProviderArgs, ProviderKind, StripeSettings, WebhookArgs};
 use orderpay::provider::client::install_crypto_provider;
+use orderpay::provider::stripe::{Mode, StripeProvider};
 
 #[derive(Subcommand)]
 pub enum ProviderCommand {
     /// Check the provider settings: with ORDERPAY_PROVIDER=mock, GET the provider's /health;
-    /// with stripe, report which settings are set and whether the key is test or live (no call
-    /// is made yet). Fails when the provider is unhealthy or a setting is missing.
+    /// with stripe, report which settings are set and whether the key is test or live, then
+    /// GET /v1/balance with the key. Fails when the provider is unhealthy, refuses the key, or a
+    /// setting is missing.
     Check(CheckArgs),
 }
 
@@ -35,9 +38,29 @@ pub async fn run(command: ProviderCommand) -> anyhow::Result<()> {
             for (name, value) in &report {
                 println!("{name:<width$}  {value}");
             }
-            StripeSettings::read(&args.provider, &args.webhooks).map(drop)
+            let settings = StripeSettings::read(&args.provider, &args.webhooks)?;
+            check_stripe_key(&args.provider, &settings).await
         }
     }
+}
+
+/// Reads Stripe's balance with the key: Stripe refusing it, or a mode other than the key's
+/// prefix says, fails the check.
+async fn check_stripe_key(provider: &ProviderArgs, settings: &StripeSettings) -> anyhow::Result<()> {
+    let timeout = Duration::from_millis(provider.provider_timeout_ms.max(1));
+    let stripe = StripeProvider::new(&settings.url, timeout, &settings.api_key)?;
+    let livemode = stripe
+        .check_key()
+        .await
+        .map_err(|error| anyhow::anyhow!("GET {}/v1/balance failed: {error}", settings.url))?;
+    let said = if livemode { Mode::Live } else { Mode::Test };
+    anyhow::ensure!(
+        said == settings.api_key.mode(),
+        "Stripe says the key is a {said} key, but it is written as a {} one",
+        settings.api_key.mode()
+    );
+    println!("{:<15}  ok (GET /v1/balance: {said} mode)", "api call");
+    Ok(())
 }
 
 async fn check_health(provider: &ProviderArgs) -> anyhow::Result<()> {

@@ -17,8 +17,8 @@ pub struct WebhookArgs {
     /// The secret(s) the payment provider signs its webhooks with (`whsec_...`: Standard
     /// Webhooks for the mock, the endpoint's signing secret for Stripe, where it is required);
     /// several, separated by spaces or commas, while a secret is rotated. Set, it enables
-    /// `POST /provider/webhooks`; unset, that route does not exist (404). Every instance behind
-    /// one load balancer needs the same.
+    /// `POST /provider/webhooks` (with the mock; Stripe's webhooks are not received yet); unset,
+    /// that route does not exist (404). Every instance behind one load balancer needs the same.
     #[arg(long, env = "ORDERPAY_PROVIDER_WEBHOOK_SECRET", hide_env_values = true)]
     pub provider_webhook_secret: Option<SecretString>,
 }

@@ -18,9 +18,8 @@ use super::wire::{
     UpdateDisputeBody,
 };
 use super::{
-    BalancePage, BalanceQuery, BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest, Dispute,
-    DisputeAnswer, DisputePage, DisputeResponseRequest, PaymentProvider, ProviderError, Refund,
-    RefundRequest,
+    BalancePage, BalanceQuery, CancelRequest, CaptureRequest, Charge, ChargeRequest, Dispute, DisputeAnswer,
+    DisputePage, DisputeResponseRequest, ProviderError, Refund, RefundRequest,
 };
 
 #[derive(Debug, Clone)]
@@ -36,30 +35,13 @@ impl HttpProvider {
         install_crypto_provider();
         let mut headers = HeaderMap::new();
         if let Some(api_key) = api_key {
-            let mut value = HeaderValue::from_str(&format!("Bearer {api_key}"))
-                .map_err(|_| anyhow::anyhow!("the provider API key has characters a header cannot hold"))?;
-            value.set_sensitive(true);
-            headers.insert(AUTHORIZATION, value);
+            headers.insert(AUTHORIZATION, bearer(&api_key)?);
         }
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout.min(Duration::from_secs(2)))
-            .pool_idle_timeout(Duration::from_secs(30))
-            .default_headers(headers)
-            .build()?;
-        // A trailing slash makes `join` keep the base's path (`http://host/prefix/`).
-        let base_url = url::Url::parse(&format!("{}/", base_url.trim_end_matches('/')))?;
-        Ok(HttpProvider { base_url, http })
+        Ok(HttpProvider { base_url: base_url_of(base_url)?, http: http_client(timeout, headers)? })
     }
 
-    /// `base_url` + the path segments, each percent-encoded (ids come from the provider).
     fn url(&self, segments: &[&str]) -> Result<url::Url, ProviderError> {
-        let mut url = self.base_url.clone();
-        url.path_segments_mut()
-            .map_err(|()| ProviderError::Connection("the provider URL cannot have a path".to_owned()))?
-            .pop_if_empty()
-            .extend(segments);
-        Ok(url)
+        endpoint(&self.base_url, segments)
     }
 
     fn lookup_url(&self, collection: &str, downstream_key: &str) -> Result<url::Url, ProviderError> {
@@ -210,88 +192,41 @@ impl HttpProvider {
     }
 }
 
-impl PaymentProvider for HttpProvider {
-    fn create_charge<'a>(
-        &'a self,
-        request: &'a ChargeRequest,
-    ) -> BoxFuture<'a, Result<Charge, ProviderError>> {
-        Box::pin(self.create(request))
-    }
+crate::provider::payment_provider_by_methods!(HttpProvider);
 
-    fn find_charge<'a>(
-        &'a self,
-        downstream_key: &'a str,
-        request_id: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Option<Charge>, ProviderError>> {
-        Box::pin(self.find(downstream_key, request_id))
-    }
+/// `Bearer <api_key>`, marked sensitive so that no debug output or log line shows it.
+pub(crate) fn bearer(api_key: &str) -> anyhow::Result<HeaderValue> {
+    let mut value = HeaderValue::from_str(&format!("Bearer {api_key}"))
+        .map_err(|_| anyhow::anyhow!("the provider API key has characters a header cannot hold"))?;
+    value.set_sensitive(true);
+    Ok(value)
+}
 
-    fn get_charge<'a>(
-        &'a self,
-        charge_id: &'a str,
-        request_id: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Option<Charge>, ProviderError>> {
-        Box::pin(self.get(charge_id, request_id))
-    }
+/// The HTTP client of a provider wire: every call bounded by `timeout` (connecting by 2 s at
+/// most), `headers` on every call.
+pub(crate) fn http_client(timeout: Duration, headers: HeaderMap) -> anyhow::Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout.min(Duration::from_secs(2)))
+        .pool_idle_timeout(Duration::from_secs(30))
+        .default_headers(headers)
+        .build()?)
+}
 
-    fn capture_charge<'a>(
-        &'a self,
-        request: &'a CaptureRequest,
-    ) -> BoxFuture<'a, Result<Charge, ProviderError>> {
-        Box::pin(self.capture(request))
-    }
+/// The provider's base URL, with a trailing slash so that [`endpoint`] keeps its path
+/// (`http://host/prefix/`).
+pub(crate) fn base_url_of(text: &str) -> anyhow::Result<url::Url> {
+    Ok(url::Url::parse(&format!("{}/", text.trim_end_matches('/')))?)
+}
 
-    fn cancel_charge<'a>(
-        &'a self,
-        request: &'a CancelRequest,
-    ) -> BoxFuture<'a, Result<Charge, ProviderError>> {
-        Box::pin(self.cancel(request))
-    }
-
-    fn create_refund<'a>(
-        &'a self,
-        request: &'a RefundRequest,
-    ) -> BoxFuture<'a, Result<Refund, ProviderError>> {
-        Box::pin(self.refund(request))
-    }
-
-    fn find_refund<'a>(
-        &'a self,
-        downstream_key: &'a str,
-        request_id: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Option<Refund>, ProviderError>> {
-        Box::pin(self.find_refund_by_key(downstream_key, request_id))
-    }
-
-    fn get_dispute<'a>(
-        &'a self,
-        dispute_id: &'a str,
-        request_id: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Option<Dispute>, ProviderError>> {
-        Box::pin(self.dispute(dispute_id, request_id))
-    }
-
-    fn list_disputes<'a>(
-        &'a self,
-        created_gte: chrono::DateTime<chrono::Utc>,
-        starting_after: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<DisputePage, ProviderError>> {
-        Box::pin(self.disputes(created_gte, starting_after))
-    }
-
-    fn list_balance_transactions<'a>(
-        &'a self,
-        query: &'a BalanceQuery,
-    ) -> BoxFuture<'a, Result<BalancePage, ProviderError>> {
-        Box::pin(self.balance_transactions(query))
-    }
-
-    fn respond_to_dispute<'a>(
-        &'a self,
-        request: &'a DisputeResponseRequest,
-    ) -> BoxFuture<'a, Result<Dispute, ProviderError>> {
-        Box::pin(self.respond(request))
-    }
+/// `base_url` + the path segments, each percent-encoded (ids come from the provider).
+pub(crate) fn endpoint(base_url: &url::Url, segments: &[&str]) -> Result<url::Url, ProviderError> {
+    let mut url = base_url.clone();
+    url.path_segments_mut()
+        .map_err(|()| ProviderError::Connection("the provider URL cannot have a path".to_owned()))?
+        .pop_if_empty()
+        .extend(segments);
+    Ok(url)
 }
 
 /// reqwest is built without a default TLS crypto provider (ring builds far faster than aws-lc);
@@ -301,7 +236,7 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-fn traced(request: RequestBuilder, request_id: Option<&str>) -> RequestBuilder {
+pub(crate) fn traced(request: RequestBuilder, request_id: Option<&str>) -> RequestBuilder {
     match request_id {
         Some(request_id) => request.header("X-Request-Id", request_id),
         None => request,
@@ -341,7 +276,7 @@ async fn lookup<T: DeserializeOwned>(request: RequestBuilder) -> Result<Option<T
     }
 }
 
-fn transport_error(error: reqwest::Error) -> ProviderError {
+pub(crate) fn transport_error(error: reqwest::Error) -> ProviderError {
     if error.is_timeout() {
         ProviderError::Timeout
     } else {

@@ -7,6 +7,132 @@
 //! The domain sees only the trait and these types, never HTTP. Every write names a downstream
 //! idempotency key, so a re-driven call is the same operation at the provider, never a second one.
 
+/// Makes `$provider` a [`PaymentProvider`] whose calls are its own async methods of the same
+/// arguments: `create`, `find`, `get`, `capture`, `cancel`, `refund`, `find_refund_by_key`,
+/// `dispute`, `disputes`, `balance_transactions` and `respond`. Each wire's client (the mock's,
+/// Stripe's) writes those; the boxing of their futures is written once, here.
+macro_rules! payment_provider_by_methods {
+    ($provider:ty) => {
+        impl $crate::provider::PaymentProvider for $provider {
+            fn create_charge<'a>(
+                &'a self,
+                request: &'a $crate::provider::ChargeRequest,
+            ) -> $crate::provider::BoxFuture<
+                'a,
+                Result<$crate::provider::Charge, $crate::provider::ProviderError>,
+            > {
+                Box::pin(self.create(request))
+            }
+
+            fn find_charge<'a>(
+                &'a self,
+                downstream_key: &'a str,
+                request_id: Option<&'a str>,
+            ) -> $crate::provider::BoxFuture<
+                'a,
+                Result<Option<$crate::provider::Charge>, $crate::provider::ProviderError>,
+            > {
+                Box::pin(self.find(downstream_key, request_id))
+            }
+
+            fn get_charge<'a>(
+                &'a self,
+                charge_id: &'a str,
+                request_id: Option<&'a str>,
+            ) -> $crate::provider::BoxFuture<
+                'a,
+                Result<Option<$crate::provider::Charge>, $crate::provider::ProviderError>,
+            > {
+                Box::pin(self.get(charge_id, request_id))
+            }
+
+            fn capture_charge<'a>(
+                &'a self,
+                request: &'a $crate::provider::CaptureRequest,
+            ) -> $crate::provider::BoxFuture<
+                'a,
+                Result<$crate::provider::Charge, $crate::provider::ProviderError>,
+            > {
+                Box::pin(self.capture(request))
+            }
+
+            fn cancel_charge<'a>(
+                &'a self,
+                request: &'a $crate::provider::CancelRequest,
+            ) -> $crate::provider::BoxFuture<
+                'a,
+                Result<$crate::provider::Charge, $crate::provider::ProviderError>,
+            > {
+                Box::pin(self.cancel(request))
+            }
+
+            fn create_refund<'a>(
+                &'a self,
+                request: &'a $crate::provider::RefundRequest,
+            ) -> $crate::provider::BoxFuture<
+                'a,
+                Result<$crate::provider::Refund, $crate::provider::ProviderError>,
+            > {
+                Box::pin(self.refund(request))
+            }
+
+            fn find_refund<'a>(
+                &'a self,
+                downstream_key: &'a str,
+                request_id: Option<&'a str>,
+            ) -> $crate::provider::BoxFuture<
+                'a,
+                Result<Option<$crate::provider::Refund>, $crate::provider::ProviderError>,
+            > {
+                Box::pin(self.find_refund_by_key(downstream_key, request_id))
+            }
+
+            fn get_dispute<'a>(
+                &'a self,
+                dispute_id: &'a str,
+                request_id: Option<&'a str>,
+            ) -> $crate::provider::BoxFuture<
+                'a,
+                Result<Option<$crate::provider::Dispute>, $crate::provider::ProviderError>,
+            > {
+                Box::pin(self.dispute(dispute_id, request_id))
+            }
+
+            fn list_disputes<'a>(
+                &'a self,
+                created_gte: chrono::DateTime<chrono::Utc>,
+                starting_after: Option<&'a str>,
+            ) -> $crate::provider::BoxFuture<
+                'a,
+                Result<$crate::provider::DisputePage, $crate::provider::ProviderError>,
+            > {
+                Box::pin(self.disputes(created_gte, starting_after))
+            }
+
+            fn list_balance_transactions<'a>(
+                &'a self,
+                query: &'a $crate::provider::BalanceQuery,
+            ) -> $crate::provider::BoxFuture<
+                'a,
+                Result<$crate::provider::BalancePage, $crate::provider::ProviderError>,
+            > {
+                Box::pin(self.balance_transactions(query))
+            }
+
+            fn respond_to_dispute<'a>(
+                &'a self,
+                request: &'a $crate::provider::DisputeResponseRequest,
+            ) -> $crate::provider::BoxFuture<
+                'a,
+                Result<$crate::provider::Dispute, $crate::provider::ProviderError>,
+            > {
+                Box::pin(self.respond(request))
+            }
+        }
+    };
+}
+pub(crate) use payment_provider_by_methods;
+
 pub mod client;
 pub mod coalesce;
 pub mod delegate;

@@ -60,8 +60,13 @@ const DOWNSTREAM_KEY_PREFIX: &str = "orderpay_refund_";
 impl Refund {
     /// The idempotency key of every provider call for this refund.
     pub fn downstream_key(&self) -> String {
-        format!("{DOWNSTREAM_KEY_PREFIX}{}", self.id)
+        downstream_key(self.id)
     }
+}
+
+/// The idempotency key of every provider call for the refund `refund_id`.
+pub fn downstream_key(refund_id: RefundId) -> String {
+    format!("{DOWNSTREAM_KEY_PREFIX}{refund_id}")
 }
 
 /// The refund a downstream key names, if it is one of ours (a provider's webhook carries the

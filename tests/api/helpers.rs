@@ -241,7 +241,11 @@ async fn spawn_app_on(
             batch_size: 1000,
             audit_retention: Duration::from_secs(30 * 86_400),
         },
-        provider: ProviderConfig { url: String::new(), timeout: Duration::from_secs(1), api_key: None },
+        provider: ProviderConfig {
+            url: String::new(),
+            timeout: Duration::from_secs(1),
+            wire: orderpay::config::Wire::Mock { api_key: None },
+        },
         timing: Timing { lease: Duration::from_secs(2), recheck_after: Duration::from_millis(50) },
         // Off unless a test turns it on: tests run passes themselves to control their timing.
         reconciler: ReconcilerConfig {

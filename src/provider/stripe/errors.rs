@@ -4,10 +4,14 @@
 //! `{"error": {"type", "code", "decline_code", "message"}}`.
 //!
 //! [`StripeFailure`] is this module's own: `ProviderError` has no variant for a misconfigured
-//! credential, and adding one would change every match on it across the engine, so the wiring
-//! into `ProviderError` waits for the adapter's calls.
+//! credential, and adding one would change every match on it across the engine, so
+//! [`StripeFailure::into_provider_error`] folds it into `Rejected` (our side to fix, never an
+//! answer about the money).
 
 use serde::Deserialize;
+
+use crate::payments::representation::AUTHORIZATION_EXPIRED;
+use crate::provider::ProviderError;
 
 /// What a Stripe error answer means for the call that got it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +81,56 @@ pub fn classify(status: u16, should_retry: Option<&str>, body: &[u8]) -> StripeF
         return StripeFailure::Unknown { status, message, retry: should_retry != Some(false) };
     }
     StripeFailure::Rejected { status, code: error.code, message }
+}
+
+/// The `code`s of an `invalid_request_error` that refuse a capture, cancel or refund for good:
+/// nothing moved, and re-sending will not change the answer.
+const REFUSAL_CODES: &[&str] = &[
+    "amount_too_large",
+    "amount_too_small",
+    "charge_already_captured",
+    "charge_already_refunded",
+    "charge_disputed",
+    "charge_expired_for_capture",
+    "charge_not_refundable",
+    "payment_intent_unexpected_state",
+];
+
+impl StripeFailure {
+    /// What the engine sees of a failed capture, cancel, refund or lookup. A decline or a known
+    /// refusal is `Refused` (Stripe's expired authorization under our `authorization_expired`); an
+    /// unknown outcome is `ServerError` (retried, or settled by a lookup); a misconfigured key,
+    /// a reused Idempotency-Key and any other refusal are `Rejected`.
+    pub fn into_provider_error(self) -> ProviderError {
+        match self {
+            StripeFailure::Declined { code, message } => ProviderError::Refused { code, message },
+            StripeFailure::Unknown { status, .. } => ProviderError::ServerError(status),
+            StripeFailure::Misconfigured { status, message } => ProviderError::Rejected {
+                status,
+                message: format!("Stripe refused the API key (check ORDERPAY_PROVIDER_API_KEY): {message}"),
+            },
+            StripeFailure::Bug { status, message } => {
+                ProviderError::Rejected { status, message: format!("idempotency_error: {message}") }
+            }
+            StripeFailure::Rejected { code: Some(code), message, .. }
+                if REFUSAL_CODES.contains(&code.as_str()) =>
+            {
+                let code = if code == "charge_expired_for_capture" {
+                    AUTHORIZATION_EXPIRED.to_owned()
+                } else {
+                    code
+                };
+                ProviderError::Refused { code, message }
+            }
+            StripeFailure::Rejected { status, code, message } => {
+                let message = match code {
+                    Some(code) => format!("{code}: {message}"),
+                    None => message,
+                };
+                ProviderError::Rejected { status, message }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -178,5 +232,36 @@ mod tests {
             classify(502, None, b"<html>bad gateway</html>"),
             StripeFailure::Unknown { status: 502, .. }
         ));
+    }
+
+    #[test]
+    fn failures_reach_the_engine_as_refusals_unknown_outcomes_or_rejections() {
+        let error =
+            |status, kind, code| classify(status, None, &body(kind, code, None)).into_provider_error();
+        assert_eq!(
+            error(402, "card_error", Some("card_declined")),
+            ProviderError::Refused { code: "card_declined".into(), message: "as Stripe says".into() }
+        );
+        assert_eq!(
+            error(400, "invalid_request_error", Some("charge_expired_for_capture")),
+            ProviderError::Refused { code: "authorization_expired".into(), message: "as Stripe says".into() }
+        );
+        assert!(matches!(
+            error(400, "invalid_request_error", Some("charge_already_refunded")),
+            ProviderError::Refused { code, .. } if code == "charge_already_refunded"
+        ));
+        assert_eq!(error(429, "rate_limit_error", None), ProviderError::ServerError(429));
+        assert_eq!(error(503, "api_error", None), ProviderError::ServerError(503));
+        let key = error(401, "authentication_error", None);
+        assert!(
+            matches!(&key, ProviderError::Rejected { status: 401, message } if message.contains("API key")),
+            "{key:?}"
+        );
+        assert!(matches!(error(400, "idempotency_error", None), ProviderError::Rejected { status: 400, .. }));
+        let unknown = error(400, "invalid_request_error", Some("parameter_unknown"));
+        assert_eq!(
+            unknown,
+            ProviderError::Rejected { status: 400, message: "parameter_unknown: as Stripe says".into() }
+        );
     }
 }

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::amount::{MinorUnitsError, to_minor_units};
 use crate::money::Amount;
-use crate::provider::{ChargeRequest, RefundRequest};
+use crate::provider::{CaptureRequest, ChargeRequest, RefundRequest};
 
 /// The API version every call names (`Stripe-Version`), so that an upgrade of the account's
 /// default version in Stripe's dashboard changes nothing here: the first version of the
@@ -44,6 +44,11 @@ impl Form {
         self.field(&format!("metadata[{key}]"), id.to_string())
     }
 
+    /// Asks Stripe to answer with the object at `path` expanded (`expand[]`).
+    pub fn expand(self, path: &str) -> Self {
+        self.field("expand[]", path)
+    }
+
     pub fn fields(&self) -> &[(String, String)] {
         &self.fields
     }
@@ -65,6 +70,21 @@ pub fn create_payment_intent(request: &ChargeRequest) -> Result<Form, MinorUnits
         .field("payment_method_types[]", "card")
         .field("capture_method", capture_method)
         .metadata(PAYMENT_ID_METADATA, request.reference))
+}
+
+/// `POST /v1/payment_intents/{id}/capture`: all of the authorization, or `amount_to_capture`
+/// of it (Stripe releases the rest).
+pub fn capture_payment_intent(request: &CaptureRequest) -> Result<Form, MinorUnitsError> {
+    match &request.amount {
+        None => Ok(Form::default()),
+        Some(amount) => Ok(Form::default().field("amount_to_capture", to_minor_units(amount)?.to_string())),
+    }
+}
+
+/// `POST /v1/disputes/{id}` with our text evidence, submitted at once (Stripe's disputes take
+/// evidence field by field; orderpay's is one text).
+pub fn submit_evidence(evidence: &str) -> Form {
+    Form::default().field("evidence[uncategorized_text]", evidence).field("submit", "true")
 }
 
 /// `POST /v1/refunds` of part or all of the PaymentIntent `request.charge_id` names.
@@ -158,6 +178,23 @@ mod tests {
                 ("amount", "500"),
                 ("metadata[orderpay_refund_id]", "01900000-0000-7000-8000-000000000001"),
             ]
+        );
+    }
+
+    #[test]
+    fn a_partial_capture_names_its_amount_in_minor_units_and_a_full_one_nothing() {
+        let capture = |amount: Option<&str>| CaptureRequest {
+            charge_id: "pi_1".into(),
+            downstream_key: "capture_key_1".into(),
+            amount: amount.map(|amount| Amount::parse(amount, Currency::parse("USD").unwrap()).unwrap()),
+            request_id: None,
+        };
+        assert_eq!(pairs(&capture_payment_intent(&capture(None)).unwrap()), []);
+        let partial = capture_payment_intent(&capture(Some("4.50"))).unwrap().expand("latest_charge");
+        assert_eq!(pairs(&partial), [("amount_to_capture", "450"), ("expand[]", "latest_charge")]);
+        assert_eq!(
+            submit_evidence("a receipt & a photo").encode(),
+            "evidence%5Buncategorized_text%5D=a+receipt+%26+a+photo&submit=true"
         );
     }
 

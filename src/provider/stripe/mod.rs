@@ -2,20 +2,25 @@
 //! (docs/providers.md). This module owns Stripe's spelling of our data and nothing else: the API
 //! key and its mode ([`ApiKey`]), and, in its submodules, amounts in Stripe's minor units
 //! (`amount`), the form bodies and headers of its writes with the pinned API version (`form`),
-//! what its error answers mean (`errors`) and webhook signatures (`signature`).
+//! what its error answers mean (`errors`), its objects and their translation into the
+//! provider trait's types (`objects`), webhook signatures (`signature`), and the
+//! `PaymentProvider` that makes the calls ([`StripeProvider`], in `client`).
 //!
-//! So far these are pure parts with no HTTP: the adapter does not make calls yet, and
-//! `ORDERPAY_PROVIDER=stripe` is refused where a provider would be called.
+//! Stripe's webhooks are not received yet: with `ORDERPAY_PROVIDER=stripe` the reconciler
+//! settles every operation whose outcome is unknown.
 
 pub mod amount;
+pub mod client;
 pub mod errors;
 pub mod form;
+pub mod objects;
 pub mod signature;
 
 use std::fmt;
 
 use secrecy::{ExposeSecret, SecretString};
 
+pub use client::StripeProvider;
 pub use form::STRIPE_VERSION;
 pub use signature::WebhookSecret;
 
