@@ -175,6 +175,10 @@ pub async fn create(
     let keyed = key.bind(account.id, &request, "/orders", Some(&body), settings.require_idempotency_key)?;
     let new_order = parse_new_order(body)?;
     let order = Order::place(account.id, new_order, Utc::now()).map_err(place_error)?;
+    // An order the provider could never charge is refused now, not at its payment.
+    if let Some(refusal) = state.engine.provider.amount_refusal(&order.total_amount) {
+        return Err(ApiError::Validation(vec![FieldError::new("items", refusal)]));
+    }
     let execution = service::create(&state.pool, &state.keys, &order, keyed.as_ref()).await?;
     Ok(respond(execution, keyed.is_some()))
 }

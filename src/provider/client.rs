@@ -192,6 +192,13 @@ impl HttpProvider {
     }
 }
 
+impl HttpProvider {
+    /// The mock's contract carries amounts as decimal strings: any amount orderpay holds.
+    fn refusal_of(&self, _amount: &crate::money::Amount) -> Option<String> {
+        None
+    }
+}
+
 crate::provider::payment_provider_by_methods!(HttpProvider);
 
 /// `Bearer <api_key>`, marked sensitive so that no debug output or log line shows it.

@@ -150,6 +150,10 @@ impl<P: PaymentProvider> PaymentProvider for Coalescing<P> {
     ) -> BoxFuture<'a, Result<Dispute, ProviderError>> {
         self.inner.respond_to_dispute(request)
     }
+
+    fn amount_refusal(&self, amount: &crate::money::Amount) -> Option<String> {
+        self.inner.amount_refusal(amount)
+    }
 }
 
 #[cfg(test)]

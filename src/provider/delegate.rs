@@ -4,6 +4,8 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::money::Amount;
+
 use super::{
     BalancePage, BalanceQuery, BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest, Dispute,
     DisputePage, DisputeResponseRequest, PaymentProvider, ProviderError, Refund, RefundRequest,
@@ -25,6 +27,10 @@ macro_rules! delegating {
                     self.inner().$call($($arg),*)
                 }
             )*
+
+            fn amount_refusal(&self, amount: &Amount) -> Option<String> {
+                self.inner().amount_refusal(amount)
+            }
         }
 
         impl<T: Delegating> PaymentProvider for T {
@@ -33,6 +39,10 @@ macro_rules! delegating {
                     Delegating::$call(self, $($arg),*)
                 }
             )*
+
+            fn amount_refusal(&self, amount: &Amount) -> Option<String> {
+                Delegating::amount_refusal(self, amount)
+            }
         }
     };
 }

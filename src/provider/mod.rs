@@ -128,6 +128,10 @@ macro_rules! payment_provider_by_methods {
             > {
                 Box::pin(self.respond(request))
             }
+
+            fn amount_refusal(&self, amount: &$crate::money::Amount) -> Option<String> {
+                self.refusal_of(amount)
+            }
         }
     };
 }
@@ -458,4 +462,9 @@ pub trait PaymentProvider: Send + Sync + 'static {
         &'a self,
         request: &'a DisputeResponseRequest,
     ) -> BoxFuture<'a, Result<Dispute, ProviderError>>;
+
+    /// Why this provider cannot take `amount` as it is (Stripe's integer minor units cannot hold
+    /// every amount a currency allows here: KWD 5.124); `None` when it can. Asked before anything
+    /// is stored, so that such an amount is a 422 on the request, never a call that cannot succeed.
+    fn amount_refusal(&self, amount: &Amount) -> Option<String>;
 }

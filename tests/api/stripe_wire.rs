@@ -17,7 +17,7 @@ use orderpay::provider::{
 use rust_decimal::Decimal;
 use serde_json::json;
 
-use crate::helpers::{json, new_key, spawn_app};
+use crate::helpers::{assert_problem, json, new_key, spawn_app};
 use crate::process::ServiceProcess;
 
 /// localstripe accepts any secret test key.
@@ -230,6 +230,25 @@ async fn a_payment_through_the_service_on_stripe_succeeds() {
     let charge =
         stripe().get_charge(&charge_id, None).await.unwrap().expect("the PaymentIntent at localstripe");
     assert_eq!((charge.status, charge.amount_captured), (ChargeStatus::Succeeded, decimal("48.48")));
+    // An order Stripe could never charge (KWD in steps of 0.010) is refused when it is placed,
+    // with nothing stored and no call; one it can is placed.
+    let orders_before = app.count("SELECT count(*) AS count FROM orders").await;
+    let place = |unit_price: &'static str| {
+        let body = json!({
+            "currency": "KWD",
+            "items": [{ "sku": "dates", "quantity": 1, "unit_price": unit_price }],
+        });
+        app.client
+            .post(format!("{}/orders", service.address))
+            .bearer_auth(&app.api_key)
+            .header("Idempotency-Key", new_key())
+            .json(&body)
+            .send()
+    };
+    let problem = assert_problem(place("5.124").await.unwrap(), 422, "validation-failed").await;
+    assert!(problem.to_string().contains("multiple of 0.01"), "{problem}");
+    assert_eq!(app.count("SELECT count(*) AS count FROM orders").await, orders_before, "nothing stored");
+    assert_eq!(place("5.120").await.unwrap().status(), 201);
     // `provider check` reads the balance with the key: accepted, in test mode.
     let with_url: Vec<(&str, &str)> =
         env.iter().copied().chain([("ORDERPAY_PROVIDER_URL", url.as_str())]).collect();

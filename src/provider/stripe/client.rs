@@ -402,6 +402,13 @@ fn declined_charge(request: &ChargeRequest, reply: &Reply, code: String, message
     }
 }
 
+impl StripeProvider {
+    /// Stripe's integer minor units, by its own exponent table (`amount`).
+    fn refusal_of(&self, amount: &crate::money::Amount) -> Option<String> {
+        super::amount::to_minor_units(amount).err().map(|error| error.to_string())
+    }
+}
+
 crate::provider::payment_provider_by_methods!(StripeProvider);
 
 #[cfg(test)]
