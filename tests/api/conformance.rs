@@ -22,13 +22,13 @@ use orderpay_model::action::{Action, Choice};
 use orderpay_model::config::{CaptureMethod, Faults, Intent};
 use orderpay_model::state::{
     ChargeStatus, Key, LateCharge, Op, OpStatus, OrderStatus, PaymentStatus, Pc, Proc, ProviderRefundStatus,
-    State, Target,
+    State, Target, Webhook,
 };
 use orderpay_model::{Config, Mutation, Protocol};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, json, new_key, spawn_app_with};
+use crate::helpers::{TestApp, json, new_key, provider_webhooks_on, spawn_app_with};
 
 /// Paths `make test` (and CI) drive, and how long they may take together
 /// (`CONFORMANCE_PATHS`, `CONFORMANCE_SECONDS`: `make model-conformance` drives more).
@@ -41,8 +41,9 @@ const STRETCHES: usize = 10;
 /// each key sent twice, one reconciler; the provider acts at once, acts with the
 /// answer lost, or acts later (once, after every sender stopped waiting, or after the give-up),
 /// or never; sends go quiet, so the reconciler gives up and the late-charge watch looks, and
-/// takes back a charge that landed late. No declines, no pending answers, no webhooks (listed in docs/model.md as not
-/// conformance-checked yet).
+/// takes back a charge that landed late. The provider's webhooks are delivered when the path
+/// says, in any order, one of them twice. No declines, no pending answers (listed in
+/// docs/model.md as not conformance-checked yet).
 /// With `max_attempts` 1 the reconciler's first check is its last (it only looks, and gives up
 /// when a quiet send was never received); with 2 it re-sends first.
 fn config(max_attempts: u8) -> Config {
@@ -56,8 +57,8 @@ fn config(max_attempts: u8) -> Config {
         max_attempts,
         system_refunds: 1,
         operator: false,
-        webhooks: false,
-        faults: Faults { late: 1, ..Faults::NONE },
+        webhooks: true,
+        faults: Faults { late: 1, duplicates: 1, ..Faults::NONE },
         mutation: None,
         defect: None,
     }
@@ -108,6 +109,13 @@ enum Driver {
         target: Target,
         acts: bool,
     },
+    /// The mock delivers one of its events (`again`: a copy, after the sweep took the first
+    /// delivery's row); `moves`: the model's step changed our books.
+    Deliver {
+        webhook: Webhook,
+        again: bool,
+        moves: bool,
+    },
 }
 
 /// One stretch taken in the model: its driver, its steps, and what the provider did with each
@@ -136,6 +144,10 @@ fn starts_stretch(state: &State, action: Action) -> bool {
             state.provider.requests[index as usize].from.is_none()
         }
         Action::ProviderDrops(_) => true,
+        // Disputes are not driven (the harness opens none), so neither are their events.
+        Action::Deliver { index, .. } => {
+            !matches!(state.provider.webhooks[index as usize], Webhook::Dispute(_))
+        }
         _ => false,
     }
 }
@@ -201,12 +213,44 @@ impl Source {
     }
 }
 
+/// The refund whose correction `webhook` reports (one we gave up on, carried out; a succeeded
+/// one, reversed). The service applies it on the provider's confirmed word, its own lookup
+/// inside the delivery (`webhooks::apply_refund`, `late_refund::correct`); the model coalesces
+/// that lookup with the late-refund watch's (a webhook only brings the watch's look forward), so
+/// the delivery stands for the model's `Deliver` and then the watch's look and act.
+fn corrected_on_confirmed_word(state: &State, webhook: Webhook) -> Option<u8> {
+    let Webhook::Refund(k, status) = webhook else { return None };
+    let corrects = matches!(
+        (state.refunds[k as usize].status, status),
+        (OpStatus::Failed, ProviderRefundStatus::Succeeded)
+            | (OpStatus::Succeeded, ProviderRefundStatus::Failed | ProviderRefundStatus::Reversed)
+    );
+    corrects.then_some(k)
+}
+
 /// Takes one stretch from a state where every driver is idle, or `None` when the source starts
 /// none.
 fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> Option<Stretch> {
     let starts: Vec<Action> =
         enabled(protocol, state).into_iter().filter(|a| starts_stretch(state, *a)).collect();
     let start = source.next(&starts)?;
+    if let Action::Deliver { index, again } = start {
+        let webhook = state.provider.webhooks[index as usize];
+        let mut steps = vec![start];
+        if let Some(k) = corrected_on_confirmed_word(state, webhook) {
+            steps.extend([Action::LateRefundLook(0, k), Action::LateRefundAct(0)]);
+        }
+        let mut after = state.clone();
+        for step in &steps {
+            assert!(enabled(protocol, &after).contains(step), "{step:?} is not enabled after {steps:?}");
+            after = protocol.apply(&after, *step);
+        }
+        let moves = Books { webhooks: Vec::new(), ..model_books(protocol, state) }
+            != Books { webhooks: Vec::new(), ..model_books(protocol, &after) };
+        *state = after;
+        let driver = Driver::Deliver { webhook, again, moves };
+        return Some(Stretch { driver, steps, sends: Vec::new(), windows_pass: false });
+    }
     let (driver, proc) = match start {
         Action::Request(i) => (Driver::Client(i), Some(Proc::Client(i))),
         Action::SendsGoQuiet(op) => (Driver::Time(op), None),
@@ -263,6 +307,9 @@ struct Books {
     charge: Option<(ChargeStatus, u8, u8)>,
     /// The provider's refund for each of ours: status, amount.
     provider_refunds: Vec<Option<(ProviderRefundStatus, u8)>>,
+    /// The provider's events not yet delivered (a copy delivered leaves its event in flight),
+    /// each as the object was when it happened, sorted.
+    webhooks: Vec<Webhook>,
 }
 
 /// A refunds row as the model holds it.
@@ -275,7 +322,8 @@ struct RefundRow {
     /// Reconciler checks, while in flight.
     attempts: u8,
     send_recent: bool,
-    /// Failed by a give-up.
+    /// Failed by a give-up, and still failed: the service's `failure_code` goes with a
+    /// correction to succeeded, the model's `gave_up` is the refund's history.
     gave_up: bool,
     /// The system's (no key).
     system: bool,
@@ -345,7 +393,7 @@ fn model_books(protocol: &Protocol, state: &State) -> Books {
                     leased: leased(r.row.lease),
                     attempts,
                     send_recent: r.row.send_recent,
-                    gave_up: r.gave_up,
+                    gave_up: r.gave_up && r.status == OpStatus::Failed,
                     system: r.system(),
                 }
             })
@@ -361,7 +409,78 @@ fn model_books(protocol: &Protocol, state: &State) -> Books {
             .iter()
             .map(|r| r.filter(|(status, _)| *status != ProviderRefundStatus::Refused))
             .collect(),
+        webhooks: state.provider.webhooks.clone(),
     }
+}
+
+/// A charge as the mock spells it (`/_admin/charges`, an event's object): status, captured,
+/// refunded.
+fn charge_of(c: &Value) -> (ChargeStatus, u8, u8) {
+    let status = match (c["status"].as_str().unwrap(), c["cancellation_reason"].as_str()) {
+        ("pending", _) => ChargeStatus::Pending,
+        ("succeeded", _) => ChargeStatus::Succeeded,
+        ("requires_capture", _) => ChargeStatus::RequiresCapture,
+        ("declined", _) => ChargeStatus::Declined,
+        ("canceled", Some("authorization_expired")) => ChargeStatus::Expired,
+        ("canceled", _) => ChargeStatus::Voided,
+        (other, _) => panic!("a charge status the model does not have: {other}"),
+    };
+    (status, decimal_units(&c["amount_captured"]), decimal_units(&c["amount_refunded"]))
+}
+
+/// A refund as the mock spells it (`/_admin/refunds`, an event's object): status, amount.
+fn refund_of(r: &Value) -> (ProviderRefundStatus, u8) {
+    let status = match (r["status"].as_str().unwrap(), r["failure_code"].as_str()) {
+        ("pending", _) => ProviderRefundStatus::Pending,
+        ("succeeded", _) => ProviderRefundStatus::Succeeded,
+        ("failed", Some("refund_reversed")) => ProviderRefundStatus::Reversed,
+        ("failed", _) => ProviderRefundStatus::Failed,
+        (other, _) => panic!("a refund status the model does not have: {other}"),
+    };
+    (status, decimal_units(&r["amount"]))
+}
+
+/// Whole units of one of the mock's decimal strings (`"2.00"`).
+fn decimal_units(value: &Value) -> u8 {
+    value.as_str().unwrap().parse::<f64>().unwrap().round() as u8
+}
+
+/// The downstream keys of the path's refunds, in creation order (the model's refund indices).
+async fn refund_keys(app: &TestApp, path: &Path) -> Vec<String> {
+    let sql = format!(
+        "SELECT coalesce(json_agg('orderpay_refund_' || id ORDER BY created_at, id), '[]')::text AS text \
+         FROM refunds WHERE order_id = '{}'",
+        path.order_id
+    );
+    serde_json::from_str(&app.text(&sql).await).unwrap()
+}
+
+/// The mock's events not yet delivered for good (by id), as the model's webhooks: the object
+/// the event carries, a refund named by our row's index.
+async fn events_in_flight(app: &TestApp, path: &Path) -> Vec<(String, Webhook)> {
+    let keys = refund_keys(app, path).await;
+    let events = app.provider.webhooks().await;
+    let in_flight = events.iter().filter(|e| !path.delivered.contains(e["id"].as_str().unwrap()));
+    in_flight
+        .map(|event| {
+            let object = &event["object"];
+            let webhook = match event["type"].as_str().unwrap() {
+                kind if kind.starts_with("charge.dispute.") => {
+                    panic!("the harness opens no disputes: {kind}")
+                }
+                kind if kind.starts_with("charge.") => {
+                    let (status, captured, _) = charge_of(object);
+                    Webhook::Charge(status, captured)
+                }
+                kind if kind.starts_with("refund.") => {
+                    let k = keys.iter().position(|key| object["idempotency_key"] == key.as_str());
+                    Webhook::Refund(k.expect("a refund of ours") as u8, refund_of(object).0)
+                }
+                other => panic!("an event the model does not have: {other}"),
+            };
+            (event["id"].as_str().unwrap().to_owned(), webhook)
+        })
+        .collect()
 }
 
 /// The service's rows and the mock's ledger, as [`Books`].
@@ -471,34 +590,13 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
         (all - before) as u8
     };
     let charges = app.provider.charges().await;
-    let charge = charges.first().map(|c| {
-        let status = match (c["status"].as_str().unwrap(), c["cancellation_reason"].as_str()) {
-            ("pending", _) => ChargeStatus::Pending,
-            ("succeeded", _) => ChargeStatus::Succeeded,
-            ("requires_capture", _) => ChargeStatus::RequiresCapture,
-            ("declined", _) => ChargeStatus::Declined,
-            ("canceled", Some("authorization_expired")) => ChargeStatus::Expired,
-            ("canceled", _) => ChargeStatus::Voided,
-            (other, _) => panic!("a charge status the model does not have: {other}"),
-        };
-        let amount = |name: &str| units(&Value::from(c[name].as_str().unwrap().parse::<f64>().unwrap()));
-        (status, amount("amount_captured"), amount("amount_refunded"))
-    });
+    let charge = charges.first().map(charge_of);
     let at_provider = app.provider.refunds().await;
     let provider_refunds = refund_rows
         .iter()
         .map(|ours| {
             let key = format!("orderpay_refund_{}", ours["id"].as_str().unwrap());
-            at_provider.iter().find(|r| r["idempotency_key"] == key.as_str()).map(|r| {
-                let status = match (r["status"].as_str().unwrap(), r["failure_code"].as_str()) {
-                    ("pending", _) => ProviderRefundStatus::Pending,
-                    ("succeeded", _) => ProviderRefundStatus::Succeeded,
-                    ("failed", Some("refund_reversed")) => ProviderRefundStatus::Reversed,
-                    ("failed", _) => ProviderRefundStatus::Failed,
-                    (other, _) => panic!("a refund status the model does not have: {other}"),
-                };
-                (status, units(&Value::from(r["amount"].as_str().unwrap().parse::<f64>().unwrap())))
-            })
+            at_provider.iter().find(|r| r["idempotency_key"] == key.as_str()).map(refund_of)
         })
         .collect();
     Books {
@@ -511,14 +609,23 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
         refund_events: count("refund."),
         charge,
         provider_refunds,
+        webhooks: {
+            let mut webhooks: Vec<Webhook> =
+                events_in_flight(app, path).await.into_iter().map(|(_, webhook)| webhook).collect();
+            webhooks.sort();
+            webhooks
+        },
     }
 }
 
-/// One path's fixtures in the service: its order, its keys, the events written before it.
+/// One path's fixtures in the service: its order, its keys, the events written before it, and
+/// the mock's events delivered for good (a copy's delivery leaves its event in flight, as in
+/// the model).
 struct Path {
     order_id: String,
     keys: Vec<String>,
     events_before: Vec<String>,
+    delivered: std::collections::HashSet<String>,
 }
 
 async fn writes(app: &TestApp) -> u64 {
@@ -544,7 +651,7 @@ fn row_of(path: &Path, op: Op) -> (&'static str, String) {
 
 /// Drives `stretch` through the service: the provider's script, then the request or the pass.
 /// `Err`: the service cannot take the step as the model took it.
-async fn drive(app: &TestApp, protocol: &Protocol, path: &Path, stretch: &Stretch) -> Result<(), String> {
+async fn drive(app: &TestApp, protocol: &Protocol, path: &mut Path, stretch: &Stretch) -> Result<(), String> {
     app.provider.script(Value::Array(stretch.sends.iter().map(|send| send.json()).collect())).await;
     match stretch.driver {
         Driver::Client(i) => {
@@ -573,6 +680,17 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &Path, stretch: &Stretc
                 Action::LateRefundLook(_, k) => (Op::Refund(k), stretch.windows_pass),
                 other => panic!("a reconciler stretch does not start with {other:?}"),
             };
+            // A webhook may have brought a watch's look forward (`watch_late_now`, `look_again`),
+            // which the model takes as a look already possible, not as one that must come in
+            // this pass: every other row of the path waits.
+            for table in ["payments", "refunds"] {
+                app.execute(&format!(
+                    "UPDATE {table} SET next_check_at = now() + interval '1 hour' \
+                     WHERE order_id = '{}' AND next_check_at <= now()",
+                    path.order_id
+                ))
+                .await;
+            }
             let (table, row) = row_of(path, op);
             app.execute(&format!(
                 "UPDATE {table} SET next_check_at = now() - interval '1 second' WHERE {row}"
@@ -610,6 +728,31 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &Path, stretch: &Stretc
                 return Err(format!("no write parked under {key} for the provider to {what}"));
             }
         }
+        Driver::Deliver { webhook, again, moves } => {
+            let events = events_in_flight(app, path).await;
+            let Some((id, _)) = events.into_iter().find(|(_, event)| *event == webhook) else {
+                return Err(format!("no event {webhook:?} in flight at the mock"));
+            };
+            // A copy comes after the sweep took the first delivery's row (the model's `again`);
+            // a first delivery finds no row to take.
+            app.execute(&format!("DELETE FROM provider_webhooks WHERE id = '{id}'")).await;
+            let url = format!("{}/_admin/webhooks/{id}/deliver", app.provider.address);
+            let answer = json(app.client.post(url).send().await.unwrap()).await;
+            if answer["status"] != 200 {
+                return Err(format!("the service answered {} to the event {id}", answer["status"]));
+            }
+            if !again {
+                path.delivered.insert(id.clone());
+            }
+            // What the delivery did, as its row notes it: applied exactly when the model's step
+            // moved our books.
+            let result =
+                app.text(&format!("SELECT result AS text FROM provider_webhooks WHERE id = '{id}'")).await;
+            let expected = if moves { "applied" } else { "stale" };
+            if result != expected {
+                return Err(format!("the event {id} was {result}, the model's delivery {expected}"));
+            }
+        }
         Driver::Time(op) => {
             let (table, row) = row_of(path, op);
             // Past the quiet period (an hour in these apps), as the model's step says.
@@ -624,8 +767,13 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &Path, stretch: &Stretc
 /// Drives the path `source` gives in `protocol`'s configuration, checking it after every
 /// stretch (`name` says which path, in a disagreement's message); returns the steps checked.
 async fn check_path(protocol: &Protocol, mut source: Source, name: &str) -> Vec<Action> {
-    let max_attempts = protocol.config.max_attempts;
+    let (max_attempts, webhooks) = (protocol.config.max_attempts, protocol.config.webhooks);
     let app = spawn_app_with(|settings, mock| {
+        if webhooks {
+            // The mock's events leave only when the path delivers them.
+            provider_webhooks_on(settings);
+            mock.webhooks_by_hand = true;
+        }
         // A send goes quiet only when the path says so (`SendsGoQuiet` moves `last_send_at`).
         settings.reconciler.quiet_before_give_up = Duration::from_secs(3600);
         settings.reconciler.max_attempts = max_attempts.into();
@@ -642,10 +790,11 @@ async fn check_path(protocol: &Protocol, mut source: Source, name: &str) -> Vec<
     let body = json!({"currency": "USD", "items": [{"sku": "s", "quantity": 1, "unit_price": total}]});
     let order = json(app.post_order(&body, None).await).await;
     let events = app.text("SELECT coalesce(json_agg(type), '[]')::text AS text FROM events").await;
-    let path = Path {
+    let mut path = Path {
         order_id: order["id"].as_str().unwrap().to_owned(),
         keys: protocol.config.intents.iter().map(|_| new_key()).collect(),
         events_before: serde_json::from_str(&events).unwrap(),
+        delivered: Default::default(),
     };
     let mut state = protocol.initial();
     let mut lines = Vec::new();
@@ -653,7 +802,7 @@ async fn check_path(protocol: &Protocol, mut source: Source, name: &str) -> Vec<
     for _ in 0..STRETCHES {
         let Some(stretch) = take_stretch(protocol, &mut state, &mut source) else { break };
         let before = writes(&app).await;
-        let driven = drive(&app, protocol, &path, &stretch).await;
+        let driven = drive(&app, protocol, &mut path, &stretch).await;
         lines.push(format!("{:?}: {:?} (provider: {:?})", stretch.driver, stretch.steps, stretch.sends));
         let trace = lines.join("\n");
         if let Err(refused) = driven {
@@ -676,7 +825,7 @@ type StepKind = (&'static str, fn(&Action) -> bool);
 
 /// How many of `steps` are of each kind worth counting (the paths' reach).
 fn reach(steps: &[Action]) -> String {
-    let kinds: [StepKind; 9] = [
+    let kinds: [StepKind; 11] = [
         ("requests", |a| matches!(a, Action::Request(_))),
         ("claims", |a| matches!(a, Action::Claim(..))),
         ("settles", |a| matches!(a, Action::Settle(_))),
@@ -686,6 +835,8 @@ fn reach(steps: &[Action]) -> String {
         ("late-charge looks", |a| matches!(a, Action::LateChargeLook(_))),
         ("late-charge acts", |a| matches!(a, Action::LateChargeAct(_))),
         ("provider acts or drops", |a| matches!(a, Action::ProviderActs { .. } | Action::ProviderDrops(_))),
+        ("webhooks delivered", |a| matches!(a, Action::Deliver { again: false, .. })),
+        ("copies delivered", |a| matches!(a, Action::Deliver { again: true, .. })),
     ];
     let counts: Vec<String> =
         kinds.iter().map(|(name, is)| format!("{} {name}", steps.iter().filter(|a| is(a)).count())).collect();
