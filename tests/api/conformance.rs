@@ -4,15 +4,18 @@
 //! to the model's abstract state, must equal the model's state.
 //!
 //! What is driven (docs/model.md, "Conformance", lists what is not): a client's request and its
-//! retries with the same key (`POST /payments`, `POST /refunds`), a reconciler pass (`orderpay
-//! reconcile --once`'s `run_pass`), and the provider's behaviour on each send, scripted on the
-//! mock (`POST /_admin/script`): acting and answering, acting with the answer lost, never acting.
-//! Nothing runs in the background: the app's reconciler and relays and the mock's webhooks are
-//! off, so each step is the harness's.
+//! retries with the same key (`POST /payments`, automatic or manual, `POST /refunds`,
+//! `POST /payments/{id}/capture`, `/void`), a reconciler pass (`orderpay reconcile --once`'s
+//! `run_pass`), the provider's behaviour on each send, scripted on the mock
+//! (`POST /_admin/script`): acting and answering, acting with the answer lost, never acting; and
+//! the delivery of the provider's webhooks, each event sent by hand
+//! (`POST /_admin/webhooks/{id}/deliver`), in the path's order, a copy after the sweep.
+//! Nothing runs in the background: the app's reconciler and relays are off and the mock's
+//! webhooks leave only when delivered, so each step is the harness's.
 //!
 //! A path is a random walk of the model (fixed seeds) in which one driver at a time runs from
 //! idle to idle (a *stretch*: the request, or the pass, with every step of the provider's on its
-//! sends); each stretch's steps are model steps, taken in the model as the checker takes them.
+//! sends; or one delivery); each stretch's steps are model steps, taken in the model as the checker takes them.
 //! The service is compared with the model after every stretch, and the number of sends it made
 //! with the number the model made.
 
@@ -21,8 +24,8 @@ use std::time::{Duration, Instant};
 use orderpay_model::action::{Action, Choice};
 use orderpay_model::config::{CaptureMethod, Faults, Intent};
 use orderpay_model::state::{
-    ChargeStatus, Key, LateCharge, Op, OpStatus, OrderStatus, PaymentStatus, Pc, Proc, ProviderRefundStatus,
-    State, Target, Webhook,
+    ActionKind, ChargeStatus, Key, LateCharge, Op, OpStatus, OrderStatus, PaymentStatus, Pc, Proc,
+    ProviderRefundStatus, State, Target, Webhook,
 };
 use orderpay_model::{Config, Mutation, Protocol};
 use reqwest::Method;
@@ -61,6 +64,18 @@ fn config(max_attempts: u8) -> Config {
         faults: Faults { late: 1, duplicates: 1, ..Faults::NONE },
         mutation: None,
         defect: None,
+    }
+}
+
+/// The manual configuration: the payment of 2 units authorized, then a capture of 1 and a void
+/// racing for the authorization (`POST /payments/{id}/capture`, `/void`), each key sent twice;
+/// the rest as [`config`]: a late authorization is voided by the late-charge watch.
+fn manual_config(max_attempts: u8) -> Config {
+    Config {
+        name: "conformance: an authorization, a capture and a void, answers lost, the provider late",
+        capture_method: CaptureMethod::Manual,
+        intents: vec![Intent::Pay, Intent::Capture(1), Intent::Void],
+        ..config(max_attempts)
     }
 }
 
@@ -145,9 +160,11 @@ fn starts_stretch(state: &State, action: Action) -> bool {
         }
         Action::ProviderDrops(_) => true,
         // Disputes are not driven (the harness opens none), so neither are their events.
-        Action::Deliver { index, .. } => {
-            !matches!(state.provider.webhooks[index as usize], Webhook::Dispute(_))
-        }
+        Action::Deliver { index, .. } => match state.provider.webhooks[index as usize] {
+            Webhook::Dispute(_) => false,
+            Webhook::Charge(status, _) => !settled_on_own_lookup(state, status),
+            Webhook::Refund(..) => true,
+        },
         _ => false,
     }
 }
@@ -211,6 +228,18 @@ impl Source {
             },
         }
     }
+}
+
+/// Whether the service settles a capture or void in flight, or ends an authorization, on a
+/// charge event saying `status` (`webhooks::apply_charge`, on its own lookup), where the model
+/// leaves it to the reconciler's claim (which counts a check) or the authorization watch. Such
+/// deliveries are not driven (docs/model.md, "Conformance").
+fn settled_on_own_lookup(state: &State, status: ChargeStatus) -> bool {
+    let Some(payment) = &state.payment else { return false };
+    let action_in_flight = state.actions.iter().any(|a| a.status == OpStatus::Processing);
+    let waits =
+        !payment.charge_in_flight() && (action_in_flight || payment.status == PaymentStatus::RequiresCapture);
+    waits && matches!(status, ChargeStatus::Succeeded | ChargeStatus::Voided | ChargeStatus::Expired)
 }
 
 /// The refund whose correction `webhook` reports (one we gave up on, carried out; a succeeded
@@ -298,6 +327,8 @@ struct Books {
     order: OrderStatus,
     payment: Option<PaymentRow>,
     refunds: Vec<RefundRow>,
+    /// Captures and voids, in creation order.
+    actions: Vec<ActionRow>,
     /// Each intent's key: free, naming its operation, or holding a stored answer.
     keys: Vec<&'static str>,
     order_events: u8,
@@ -312,16 +343,58 @@ struct Books {
     webhooks: Vec<Webhook>,
 }
 
-/// A refunds row as the model holds it.
+/// What a refund's and a capture's or void's row share, as the model holds it.
 #[derive(Debug, PartialEq, Eq)]
-struct RefundRow {
+struct OpRow {
     status: OpStatus,
+    /// A refund's or a capture's amount; none for a void.
     amount: u8,
     answered: bool,
     leased: bool,
-    /// Reconciler checks, while in flight.
+    /// Reconciler checks, while in flight (the model counts up to `max_attempts`).
     attempts: u8,
     send_recent: bool,
+}
+
+impl OpRow {
+    fn of_model(status: OpStatus, amount: u8, row: &orderpay_model::state::Row, max: u8) -> OpRow {
+        OpRow {
+            status,
+            amount,
+            answered: row.answer.is_some(),
+            leased: row.lease != orderpay_model::state::Lease::Free,
+            attempts: if status == OpStatus::Processing { row.attempts.min(max) } else { 0 },
+            send_recent: row.send_recent,
+        }
+    }
+
+    /// From a row selected with `status`, `amount`, `answered`, `leased`, `attempts`,
+    /// `send_recent`.
+    fn of_service(row: &Value, max: u8) -> OpRow {
+        let status = op_status(row["status"].as_str().unwrap());
+        let units = |name: &str| row[name].as_f64().map_or(0, |v| v.round() as u8);
+        OpRow {
+            status,
+            amount: units("amount"),
+            answered: row["answered"].as_bool().unwrap(),
+            leased: row["leased"].as_bool().unwrap(),
+            attempts: if status == OpStatus::Processing { units("attempts").min(max) } else { 0 },
+            send_recent: row["send_recent"].as_bool().unwrap(),
+        }
+    }
+}
+
+/// A `payment_operations` row (a capture or a void) as the model holds it.
+#[derive(Debug, PartialEq, Eq)]
+struct ActionRow {
+    void: bool,
+    op: OpRow,
+}
+
+/// A refunds row as the model holds it.
+#[derive(Debug, PartialEq, Eq)]
+struct RefundRow {
+    op: OpRow,
     /// Failed by a give-up, and still failed: the service's `failure_code` goes with a
     /// correction to succeeded, the model's `gave_up` is the refund's history.
     gave_up: bool,
@@ -381,21 +454,24 @@ fn model_books(protocol: &Protocol, state: &State) -> Books {
                 },
             }
         }),
+        actions: state
+            .actions
+            .iter()
+            .map(|a| {
+                let void = a.kind == ActionKind::Void;
+                ActionRow {
+                    void,
+                    op: OpRow::of_model(a.status, if void { 0 } else { a.amount }, &a.row, max),
+                }
+            })
+            .collect(),
         refunds: state
             .refunds
             .iter()
-            .map(|r| {
-                let attempts = if r.status == OpStatus::Processing { r.row.attempts.min(max) } else { 0 };
-                RefundRow {
-                    status: r.status,
-                    amount: r.amount,
-                    answered: r.row.answer.is_some(),
-                    leased: leased(r.row.lease),
-                    attempts,
-                    send_recent: r.row.send_recent,
-                    gave_up: r.gave_up && r.status == OpStatus::Failed,
-                    system: r.system(),
-                }
+            .map(|r| RefundRow {
+                op: OpRow::of_model(r.status, r.amount, &r.row, max),
+                gave_up: r.gave_up && r.status == OpStatus::Failed,
+                system: r.system(),
             })
             .collect(),
         keys: state.keys.iter().map(|key| key_kind(*key)).collect(),
@@ -438,6 +514,16 @@ fn refund_of(r: &Value) -> (ProviderRefundStatus, u8) {
         (other, _) => panic!("a refund status the model does not have: {other}"),
     };
     (status, decimal_units(&r["amount"]))
+}
+
+/// A refund's or a capture's or void's status.
+fn op_status(status: &str) -> OpStatus {
+    match status {
+        "processing" => OpStatus::Processing,
+        "succeeded" => OpStatus::Succeeded,
+        "failed" => OpStatus::Failed,
+        other => panic!("an operation status the model does not have: {other}"),
+    }
 }
 
 /// Whole units of one of the mock's decimal strings (`"2.00"`).
@@ -553,26 +639,22 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
     .await;
     let refunds = refund_rows
         .iter()
-        .map(|r| {
-            let status = match r["status"].as_str().unwrap() {
-                "processing" => OpStatus::Processing,
-                "succeeded" => OpStatus::Succeeded,
-                "failed" => OpStatus::Failed,
-                other => panic!("a refund status the model does not have: {other}"),
-            };
-            let attempts = if status == OpStatus::Processing { units(&r["attempts"]).min(max) } else { 0 };
-            let flag = |name: &str| r[name].as_bool().unwrap();
-            RefundRow {
-                status,
-                amount: units(&r["amount"]),
-                answered: flag("answered"),
-                leased: flag("leased"),
-                attempts,
-                send_recent: flag("send_recent"),
-                gave_up: flag("gave_up"),
-                system: flag("system"),
-            }
+        .map(|r| RefundRow {
+            op: OpRow::of_service(r, max),
+            gave_up: r["gave_up"].as_bool().unwrap(),
+            system: r["system"].as_bool().unwrap(),
         })
+        .collect();
+    let action_rows = rows(format!(
+        "SELECT kind, status, amount, answer_status IS NOT NULL AS answered, {leased}, attempts \
+         FROM payment_operations WHERE payment_id = (SELECT id FROM payments WHERE order_id = '{}') \
+         ORDER BY created_at, id",
+        path.order_id
+    ))
+    .await;
+    let actions = action_rows
+        .iter()
+        .map(|a| ActionRow { void: a["kind"] == "void", op: OpRow::of_service(a, max) })
         .collect();
     let mut keys = Vec::new();
     for key in &path.keys {
@@ -603,6 +685,7 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
         order,
         payment,
         refunds,
+        actions,
         keys,
         order_events: count("order."),
         payment_events: count("payment."),
@@ -644,7 +727,14 @@ fn row_of(path: &Path, op: Op) -> (&'static str, String) {
                 path.order_id
             ),
         ),
-        Op::Action(_) => panic!("the harness drives no captures or voids"),
+        Op::Action(k) => (
+            "payment_operations",
+            format!(
+                "id = (SELECT id FROM payment_operations WHERE payment_id = (SELECT id FROM payments \
+                 WHERE order_id = '{}') ORDER BY created_at, id OFFSET {k} LIMIT 1)",
+                path.order_id
+            ),
+        ),
         Op::Response(_) => panic!("the harness drives no dispute responses"),
     }
 }
@@ -656,19 +746,31 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &mut Path, stretch: &St
     match stretch.driver {
         Driver::Client(i) => {
             let key = &path.keys[i as usize];
+            let capture_method = if protocol.config.manual() { "manual" } else { "automatic" };
+            let payment_id = || async {
+                app.text(&format!(
+                    "SELECT id::text AS text FROM payments WHERE order_id = '{}'",
+                    path.order_id
+                ))
+                .await
+            };
             let (route, body) = match protocol.config.intents[i as usize] {
-                Intent::Pay => {
-                    ("/payments", json!({"order_id": path.order_id, "payment_method": "pm_card_ok"}))
-                }
-                Intent::Refund(amount) => {
-                    let sql =
-                        format!("SELECT id::text AS text FROM payments WHERE order_id = '{}'", path.order_id);
-                    let payment_id = app.text(&sql).await;
-                    ("/refunds", json!({"payment_id": payment_id, "amount": format!("{amount}.00")}))
-                }
+                Intent::Pay => (
+                    "/payments".to_owned(),
+                    json!({"order_id": path.order_id, "payment_method": "pm_card_ok", "capture_method": capture_method}),
+                ),
+                Intent::Refund(amount) => (
+                    "/refunds".to_owned(),
+                    json!({"payment_id": payment_id().await, "amount": format!("{amount}.00")}),
+                ),
+                Intent::Capture(amount) => (
+                    format!("/payments/{}/capture", payment_id().await),
+                    json!({"amount": format!("{amount}.00")}),
+                ),
+                Intent::Void => (format!("/payments/{}/void", payment_id().await), json!({})),
                 other => panic!("the harness does not drive {other:?}"),
             };
-            let sent = app.request(Method::POST, route).header("Idempotency-Key", key).json(&body).send();
+            let sent = app.request(Method::POST, &route).header("Idempotency-Key", key).json(&body).send();
             sent.await.expect("the request is answered");
         }
         Driver::Reconciler => {
@@ -718,7 +820,12 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &mut Path, stretch: &St
                 Target::Op(Op::Charge) => format!("orderpay_pay_{}", id("payments", 0).await),
                 Target::Op(Op::Refund(k)) => format!("orderpay_refund_{}", id("refunds", k.into()).await),
                 Target::LateVoid => format!("orderpay_late_void_{}", id("payments", 0).await),
-                Target::Op(Op::Action(_)) => panic!("the harness drives no captures or voids"),
+                Target::Op(op @ Op::Action(_)) => {
+                    let (table, row) = row_of(path, op);
+                    let sql =
+                        format!("SELECT 'orderpay_' || kind || '_' || id AS text FROM {table} WHERE {row}");
+                    app.text(&sql).await
+                }
                 Target::Op(Op::Response(_)) => panic!("the harness drives no dispute responses"),
             };
             let what = if acts { "act" } else { "drop" };
@@ -849,20 +956,31 @@ async fn the_service_follows_the_models_paths() {
     let setting = |name: &str| std::env::var(name).ok().and_then(|n| n.parse::<u64>().ok());
     let paths = setting("CONFORMANCE_PATHS").unwrap_or(PATHS);
     let cap = setting("CONFORMANCE_SECONDS").map_or(WALL_CLOCK_CAP, Duration::from_secs);
-    let (mut run, mut steps) = (0, Vec::new());
+    let (mut run, mut steps, mut actions) = (0, Vec::new(), 0);
     for seed in 1..=paths {
         if started.elapsed() > cap {
             break;
         }
         // Odd seeds give up at the first check, even ones re-send first; every third path leans
-        // towards the provider's silence (give-ups, late charges).
-        let protocol = Protocol::new(config(if seed % 2 == 1 { 1 } else { 2 }));
+        // towards the provider's silence (give-ups, late charges); every fourth authorizes, and
+        // captures or voids.
+        let max_attempts = if seed % 2 == 1 { 1 } else { 2 };
+        let protocol =
+            Protocol::new(if seed % 4 == 0 { manual_config(max_attempts) } else { config(max_attempts) });
         let source = if seed % 3 == 0 { Source::Leaning(Rng(seed)) } else { Source::Walk(Rng(seed)) };
-        steps.extend(check_path(&protocol, source, &format!("seed {seed}")).await);
+        let path = check_path(&protocol, source, &format!("seed {seed}")).await;
+        let intents = &protocol.config.intents;
+        actions += path
+            .iter()
+            .filter(|a| {
+                matches!(a, Action::Request(i) if matches!(intents[*i as usize], Intent::Capture(_) | Intent::Void))
+            })
+            .count();
+        steps.extend(path);
         run += 1;
     }
     println!(
-        "conformance: {run} random paths, {} model steps checked ({}), {:.1} s",
+        "conformance: {run} random paths, {} model steps checked ({}; {actions} of the requests captures or voids), {:.1} s",
         steps.len(),
         reach(&steps),
         started.elapsed().as_secs_f64()
