@@ -15,7 +15,8 @@
 //!
 //! A path is a random walk of the model (fixed seeds) in which one driver at a time runs from
 //! idle to idle (a *stretch*: the request, or the pass, with every step of the provider's on its
-//! sends; or one delivery); each stretch's steps are model steps, taken in the model as the checker takes them.
+//! sends; or one delivery); each stretch's steps are model steps, taken in the model as the
+//! checker takes them.
 //! The service is compared with the model after every stretch, and the number of sends it made
 //! with the number the model made.
 
