@@ -224,7 +224,8 @@ pub struct Refund {
     pub amount: u8,
     pub status: OpStatus,
     pub row: Row,
-    /// Failed by a give-up (`failure_code = reconciliation_gave_up`).
+    /// Given up on, once: failed by a give-up (`failure_code = reconciliation_gave_up` while it
+    /// stays failed; a correction to succeeded clears the code, not this history).
     pub gave_up: bool,
     pub watch: RefundWatch,
     /// A provider webhook said this succeeded refund failed: the watch looks it up (the

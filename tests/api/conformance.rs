@@ -4,15 +4,19 @@
 //! to the model's abstract state, must equal the model's state.
 //!
 //! What is driven (docs/model.md, "Conformance", lists what is not): a client's request and its
-//! retries with the same key (`POST /payments`, `POST /refunds`), a reconciler pass (`orderpay
-//! reconcile --once`'s `run_pass`), and the provider's behaviour on each send, scripted on the
-//! mock (`POST /_admin/script`): acting and answering, acting with the answer lost, never acting.
-//! Nothing runs in the background: the app's reconciler and relays and the mock's webhooks are
-//! off, so each step is the harness's.
+//! retries with the same key (`POST /payments`, automatic or manual, `POST /refunds`,
+//! `POST /payments/{id}/capture`, `/void`), a reconciler pass (`orderpay reconcile --once`'s
+//! `run_pass`), the provider's behaviour on each send, scripted on the mock
+//! (`POST /_admin/script`): acting and answering, acting with the answer lost, never acting; and
+//! the delivery of the provider's webhooks, each event sent by hand
+//! (`POST /_admin/webhooks/{id}/deliver`), in the path's order, a copy after the sweep.
+//! Nothing runs in the background: the app's reconciler and relays are off and the mock's
+//! webhooks leave only when delivered, so each step is the harness's.
 //!
 //! A path is a random walk of the model (fixed seeds) in which one driver at a time runs from
 //! idle to idle (a *stretch*: the request, or the pass, with every step of the provider's on its
-//! sends); each stretch's steps are model steps, taken in the model as the checker takes them.
+//! sends; or one delivery); each stretch's steps are model steps, taken in the model as the
+//! checker takes them.
 //! The service is compared with the model after every stretch, and the number of sends it made
 //! with the number the model made.
 
@@ -21,14 +25,14 @@ use std::time::{Duration, Instant};
 use orderpay_model::action::{Action, Choice};
 use orderpay_model::config::{CaptureMethod, Faults, Intent};
 use orderpay_model::state::{
-    ChargeStatus, Key, LateCharge, Op, OpStatus, OrderStatus, PaymentStatus, Pc, Proc, ProviderRefundStatus,
-    State, Target,
+    ActionKind, ChargeStatus, Key, LateCharge, Op, OpStatus, OrderStatus, PaymentStatus, Pc, Proc,
+    ProviderRefundStatus, State, Target, Webhook,
 };
 use orderpay_model::{Config, Mutation, Protocol};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, json, new_key, spawn_app_with};
+use crate::helpers::{TestApp, json, new_key, provider_webhooks_on, spawn_app_with};
 
 /// Paths `make test` (and CI) drive, and how long they may take together
 /// (`CONFORMANCE_PATHS`, `CONFORMANCE_SECONDS`: `make model-conformance` drives more).
@@ -41,8 +45,9 @@ const STRETCHES: usize = 10;
 /// each key sent twice, one reconciler; the provider acts at once, acts with the
 /// answer lost, or acts later (once, after every sender stopped waiting, or after the give-up),
 /// or never; sends go quiet, so the reconciler gives up and the late-charge watch looks, and
-/// takes back a charge that landed late. No declines, no pending answers, no webhooks (listed in docs/model.md as not
-/// conformance-checked yet).
+/// takes back a charge that landed late. The provider's webhooks are delivered when the path
+/// says, in any order, one of them twice. No declines, no pending answers (listed in
+/// docs/model.md as not conformance-checked yet).
 /// With `max_attempts` 1 the reconciler's first check is its last (it only looks, and gives up
 /// when a quiet send was never received); with 2 it re-sends first.
 fn config(max_attempts: u8) -> Config {
@@ -56,10 +61,22 @@ fn config(max_attempts: u8) -> Config {
         max_attempts,
         system_refunds: 1,
         operator: false,
-        webhooks: false,
-        faults: Faults { late: 1, ..Faults::NONE },
+        webhooks: true,
+        faults: Faults { late: 1, duplicates: 1, ..Faults::NONE },
         mutation: None,
         defect: None,
+    }
+}
+
+/// The manual configuration: the payment of 2 units authorized, then a capture of 1 and a void
+/// racing for the authorization (`POST /payments/{id}/capture`, `/void`), each key sent twice;
+/// the rest as [`config`]: a late authorization is voided by the late-charge watch.
+fn manual_config(max_attempts: u8) -> Config {
+    Config {
+        name: "conformance: an authorization, a capture and a void, answers lost, the provider late",
+        capture_method: CaptureMethod::Manual,
+        intents: vec![Intent::Pay, Intent::Capture(1), Intent::Void],
+        ..config(max_attempts)
     }
 }
 
@@ -108,6 +125,13 @@ enum Driver {
         target: Target,
         acts: bool,
     },
+    /// The mock delivers one of its events (`again`: a copy, after the sweep took the first
+    /// delivery's row); `moves`: the model's step changed our books.
+    Deliver {
+        webhook: Webhook,
+        again: bool,
+        moves: bool,
+    },
 }
 
 /// One stretch taken in the model: its driver, its steps, and what the provider did with each
@@ -136,6 +160,12 @@ fn starts_stretch(state: &State, action: Action) -> bool {
             state.provider.requests[index as usize].from.is_none()
         }
         Action::ProviderDrops(_) => true,
+        // Disputes are not driven (the harness opens none), so neither are their events.
+        Action::Deliver { index, .. } => match state.provider.webhooks[index as usize] {
+            Webhook::Dispute(_) => false,
+            Webhook::Charge(status, _) => !settled_on_own_lookup(state, status),
+            Webhook::Refund(..) => true,
+        },
         _ => false,
     }
 }
@@ -201,12 +231,56 @@ impl Source {
     }
 }
 
+/// Whether the service settles a capture or void in flight, or ends an authorization, on a
+/// charge event saying `status` (`webhooks::apply_charge`, on its own lookup), where the model
+/// leaves it to the reconciler's claim (which counts a check) or the authorization watch. Such
+/// deliveries are not driven (docs/model.md, "Conformance").
+fn settled_on_own_lookup(state: &State, status: ChargeStatus) -> bool {
+    let Some(payment) = &state.payment else { return false };
+    let action_in_flight = state.actions.iter().any(|a| a.status == OpStatus::Processing);
+    let waits =
+        !payment.charge_in_flight() && (action_in_flight || payment.status == PaymentStatus::RequiresCapture);
+    waits && matches!(status, ChargeStatus::Succeeded | ChargeStatus::Voided | ChargeStatus::Expired)
+}
+
+/// The refund whose correction `webhook` reports (one we gave up on, carried out; a succeeded
+/// one, reversed). The service applies it on the provider's confirmed word, its own lookup
+/// inside the delivery (`webhooks::apply_refund`, `late_refund::correct`); the model coalesces
+/// that lookup with the late-refund watch's (a webhook only brings the watch's look forward), so
+/// the delivery stands for the model's `Deliver` and then the watch's look and act.
+fn corrected_on_confirmed_word(state: &State, webhook: Webhook) -> Option<u8> {
+    let Webhook::Refund(k, status) = webhook else { return None };
+    let corrects = matches!(
+        (state.refunds[k as usize].status, status),
+        (OpStatus::Failed, ProviderRefundStatus::Succeeded)
+            | (OpStatus::Succeeded, ProviderRefundStatus::Failed | ProviderRefundStatus::Reversed)
+    );
+    corrects.then_some(k)
+}
+
 /// Takes one stretch from a state where every driver is idle, or `None` when the source starts
 /// none.
 fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> Option<Stretch> {
     let starts: Vec<Action> =
         enabled(protocol, state).into_iter().filter(|a| starts_stretch(state, *a)).collect();
     let start = source.next(&starts)?;
+    if let Action::Deliver { index, again } = start {
+        let webhook = state.provider.webhooks[index as usize];
+        let mut steps = vec![start];
+        if let Some(k) = corrected_on_confirmed_word(state, webhook) {
+            steps.extend([Action::LateRefundLook(0, k), Action::LateRefundAct(0)]);
+        }
+        let mut after = state.clone();
+        for step in &steps {
+            assert!(enabled(protocol, &after).contains(step), "{step:?} is not enabled after {steps:?}");
+            after = protocol.apply(&after, *step);
+        }
+        let moves = Books { webhooks: Vec::new(), ..model_books(protocol, state) }
+            != Books { webhooks: Vec::new(), ..model_books(protocol, &after) };
+        *state = after;
+        let driver = Driver::Deliver { webhook, again, moves };
+        return Some(Stretch { driver, steps, sends: Vec::new(), windows_pass: false });
+    }
     let (driver, proc) = match start {
         Action::Request(i) => (Driver::Client(i), Some(Proc::Client(i))),
         Action::SendsGoQuiet(op) => (Driver::Time(op), None),
@@ -254,6 +328,8 @@ struct Books {
     order: OrderStatus,
     payment: Option<PaymentRow>,
     refunds: Vec<RefundRow>,
+    /// Captures and voids, in creation order.
+    actions: Vec<ActionRow>,
     /// Each intent's key: free, naming its operation, or holding a stored answer.
     keys: Vec<&'static str>,
     order_events: u8,
@@ -263,19 +339,65 @@ struct Books {
     charge: Option<(ChargeStatus, u8, u8)>,
     /// The provider's refund for each of ours: status, amount.
     provider_refunds: Vec<Option<(ProviderRefundStatus, u8)>>,
+    /// The provider's events not yet delivered (a copy delivered leaves its event in flight),
+    /// each as the object was when it happened, sorted.
+    webhooks: Vec<Webhook>,
+}
+
+/// What a refund's and a capture's or void's row share, as the model holds it.
+#[derive(Debug, PartialEq, Eq)]
+struct OpRow {
+    status: OpStatus,
+    /// A refund's or a capture's amount; none for a void.
+    amount: u8,
+    answered: bool,
+    leased: bool,
+    /// Reconciler checks, while in flight (the model counts up to `max_attempts`).
+    attempts: u8,
+    send_recent: bool,
+}
+
+impl OpRow {
+    fn of_model(status: OpStatus, amount: u8, row: &orderpay_model::state::Row, max: u8) -> OpRow {
+        OpRow {
+            status,
+            amount,
+            answered: row.answer.is_some(),
+            leased: row.lease != orderpay_model::state::Lease::Free,
+            attempts: if status == OpStatus::Processing { row.attempts.min(max) } else { 0 },
+            send_recent: row.send_recent,
+        }
+    }
+
+    /// From a row selected with `status`, `amount`, `answered`, `leased`, `attempts`,
+    /// `send_recent`.
+    fn of_service(row: &Value, max: u8) -> OpRow {
+        let status = op_status(row["status"].as_str().unwrap());
+        let units = |name: &str| row[name].as_f64().map_or(0, |v| v.round() as u8);
+        OpRow {
+            status,
+            amount: units("amount"),
+            answered: row["answered"].as_bool().unwrap(),
+            leased: row["leased"].as_bool().unwrap(),
+            attempts: if status == OpStatus::Processing { units("attempts").min(max) } else { 0 },
+            send_recent: row["send_recent"].as_bool().unwrap(),
+        }
+    }
+}
+
+/// A `payment_operations` row (a capture or a void) as the model holds it.
+#[derive(Debug, PartialEq, Eq)]
+struct ActionRow {
+    void: bool,
+    op: OpRow,
 }
 
 /// A refunds row as the model holds it.
 #[derive(Debug, PartialEq, Eq)]
 struct RefundRow {
-    status: OpStatus,
-    amount: u8,
-    answered: bool,
-    leased: bool,
-    /// Reconciler checks, while in flight.
-    attempts: u8,
-    send_recent: bool,
-    /// Failed by a give-up.
+    op: OpRow,
+    /// Failed by a give-up, and still failed: the service's `failure_code` goes with a
+    /// correction to succeeded, the model's `gave_up` is the refund's history.
     gave_up: bool,
     /// The system's (no key).
     system: bool,
@@ -333,21 +455,24 @@ fn model_books(protocol: &Protocol, state: &State) -> Books {
                 },
             }
         }),
+        actions: state
+            .actions
+            .iter()
+            .map(|a| {
+                let void = a.kind == ActionKind::Void;
+                ActionRow {
+                    void,
+                    op: OpRow::of_model(a.status, if void { 0 } else { a.amount }, &a.row, max),
+                }
+            })
+            .collect(),
         refunds: state
             .refunds
             .iter()
-            .map(|r| {
-                let attempts = if r.status == OpStatus::Processing { r.row.attempts.min(max) } else { 0 };
-                RefundRow {
-                    status: r.status,
-                    amount: r.amount,
-                    answered: r.row.answer.is_some(),
-                    leased: leased(r.row.lease),
-                    attempts,
-                    send_recent: r.row.send_recent,
-                    gave_up: r.gave_up,
-                    system: r.system(),
-                }
+            .map(|r| RefundRow {
+                op: OpRow::of_model(r.status, r.amount, &r.row, max),
+                gave_up: r.gave_up && r.status == OpStatus::Failed,
+                system: r.system(),
             })
             .collect(),
         keys: state.keys.iter().map(|key| key_kind(*key)).collect(),
@@ -361,7 +486,88 @@ fn model_books(protocol: &Protocol, state: &State) -> Books {
             .iter()
             .map(|r| r.filter(|(status, _)| *status != ProviderRefundStatus::Refused))
             .collect(),
+        webhooks: state.provider.webhooks.clone(),
     }
+}
+
+/// A charge as the mock spells it (`/_admin/charges`, an event's object): status, captured,
+/// refunded.
+fn charge_of(c: &Value) -> (ChargeStatus, u8, u8) {
+    let status = match (c["status"].as_str().unwrap(), c["cancellation_reason"].as_str()) {
+        ("pending", _) => ChargeStatus::Pending,
+        ("succeeded", _) => ChargeStatus::Succeeded,
+        ("requires_capture", _) => ChargeStatus::RequiresCapture,
+        ("declined", _) => ChargeStatus::Declined,
+        ("canceled", Some("authorization_expired")) => ChargeStatus::Expired,
+        ("canceled", _) => ChargeStatus::Voided,
+        (other, _) => panic!("a charge status the model does not have: {other}"),
+    };
+    (status, decimal_units(&c["amount_captured"]), decimal_units(&c["amount_refunded"]))
+}
+
+/// A refund as the mock spells it (`/_admin/refunds`, an event's object): status, amount.
+fn refund_of(r: &Value) -> (ProviderRefundStatus, u8) {
+    let status = match (r["status"].as_str().unwrap(), r["failure_code"].as_str()) {
+        ("pending", _) => ProviderRefundStatus::Pending,
+        ("succeeded", _) => ProviderRefundStatus::Succeeded,
+        ("failed", Some("refund_reversed")) => ProviderRefundStatus::Reversed,
+        ("failed", _) => ProviderRefundStatus::Failed,
+        (other, _) => panic!("a refund status the model does not have: {other}"),
+    };
+    (status, decimal_units(&r["amount"]))
+}
+
+/// A refund's or a capture's or void's status.
+fn op_status(status: &str) -> OpStatus {
+    match status {
+        "processing" => OpStatus::Processing,
+        "succeeded" => OpStatus::Succeeded,
+        "failed" => OpStatus::Failed,
+        other => panic!("an operation status the model does not have: {other}"),
+    }
+}
+
+/// Whole units of one of the mock's decimal strings (`"2.00"`).
+fn decimal_units(value: &Value) -> u8 {
+    value.as_str().unwrap().parse::<f64>().unwrap().round() as u8
+}
+
+/// The downstream keys of the path's refunds, in creation order (the model's refund indices).
+async fn refund_keys(app: &TestApp, path: &Path) -> Vec<String> {
+    let sql = format!(
+        "SELECT coalesce(json_agg('orderpay_refund_' || id ORDER BY created_at, id), '[]')::text AS text \
+         FROM refunds WHERE order_id = '{}'",
+        path.order_id
+    );
+    serde_json::from_str(&app.text(&sql).await).unwrap()
+}
+
+/// The mock's events not yet delivered for good (by id), as the model's webhooks: the object
+/// the event carries, a refund named by our row's index.
+async fn events_in_flight(app: &TestApp, path: &Path) -> Vec<(String, Webhook)> {
+    let keys = refund_keys(app, path).await;
+    let events = app.provider.webhooks().await;
+    let in_flight = events.iter().filter(|e| !path.delivered.contains(e["id"].as_str().unwrap()));
+    in_flight
+        .map(|event| {
+            let object = &event["object"];
+            let webhook = match event["type"].as_str().unwrap() {
+                kind if kind.starts_with("charge.dispute.") => {
+                    panic!("the harness opens no disputes: {kind}")
+                }
+                kind if kind.starts_with("charge.") => {
+                    let (status, captured, _) = charge_of(object);
+                    Webhook::Charge(status, captured)
+                }
+                kind if kind.starts_with("refund.") => {
+                    let k = keys.iter().position(|key| object["idempotency_key"] == key.as_str());
+                    Webhook::Refund(k.expect("a refund of ours") as u8, refund_of(object).0)
+                }
+                other => panic!("an event the model does not have: {other}"),
+            };
+            (event["id"].as_str().unwrap().to_owned(), webhook)
+        })
+        .collect()
 }
 
 /// The service's rows and the mock's ledger, as [`Books`].
@@ -434,26 +640,22 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
     .await;
     let refunds = refund_rows
         .iter()
-        .map(|r| {
-            let status = match r["status"].as_str().unwrap() {
-                "processing" => OpStatus::Processing,
-                "succeeded" => OpStatus::Succeeded,
-                "failed" => OpStatus::Failed,
-                other => panic!("a refund status the model does not have: {other}"),
-            };
-            let attempts = if status == OpStatus::Processing { units(&r["attempts"]).min(max) } else { 0 };
-            let flag = |name: &str| r[name].as_bool().unwrap();
-            RefundRow {
-                status,
-                amount: units(&r["amount"]),
-                answered: flag("answered"),
-                leased: flag("leased"),
-                attempts,
-                send_recent: flag("send_recent"),
-                gave_up: flag("gave_up"),
-                system: flag("system"),
-            }
+        .map(|r| RefundRow {
+            op: OpRow::of_service(r, max),
+            gave_up: r["gave_up"].as_bool().unwrap(),
+            system: r["system"].as_bool().unwrap(),
         })
+        .collect();
+    let action_rows = rows(format!(
+        "SELECT kind, status, amount, answer_status IS NOT NULL AS answered, {leased}, attempts \
+         FROM payment_operations WHERE payment_id = (SELECT id FROM payments WHERE order_id = '{}') \
+         ORDER BY created_at, id",
+        path.order_id
+    ))
+    .await;
+    let actions = action_rows
+        .iter()
+        .map(|a| ActionRow { void: a["kind"] == "void", op: OpRow::of_service(a, max) })
         .collect();
     let mut keys = Vec::new();
     for key in &path.keys {
@@ -471,54 +673,43 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
         (all - before) as u8
     };
     let charges = app.provider.charges().await;
-    let charge = charges.first().map(|c| {
-        let status = match (c["status"].as_str().unwrap(), c["cancellation_reason"].as_str()) {
-            ("pending", _) => ChargeStatus::Pending,
-            ("succeeded", _) => ChargeStatus::Succeeded,
-            ("requires_capture", _) => ChargeStatus::RequiresCapture,
-            ("declined", _) => ChargeStatus::Declined,
-            ("canceled", Some("authorization_expired")) => ChargeStatus::Expired,
-            ("canceled", _) => ChargeStatus::Voided,
-            (other, _) => panic!("a charge status the model does not have: {other}"),
-        };
-        let amount = |name: &str| units(&Value::from(c[name].as_str().unwrap().parse::<f64>().unwrap()));
-        (status, amount("amount_captured"), amount("amount_refunded"))
-    });
+    let charge = charges.first().map(charge_of);
     let at_provider = app.provider.refunds().await;
     let provider_refunds = refund_rows
         .iter()
         .map(|ours| {
             let key = format!("orderpay_refund_{}", ours["id"].as_str().unwrap());
-            at_provider.iter().find(|r| r["idempotency_key"] == key.as_str()).map(|r| {
-                let status = match (r["status"].as_str().unwrap(), r["failure_code"].as_str()) {
-                    ("pending", _) => ProviderRefundStatus::Pending,
-                    ("succeeded", _) => ProviderRefundStatus::Succeeded,
-                    ("failed", Some("refund_reversed")) => ProviderRefundStatus::Reversed,
-                    ("failed", _) => ProviderRefundStatus::Failed,
-                    (other, _) => panic!("a refund status the model does not have: {other}"),
-                };
-                (status, units(&Value::from(r["amount"].as_str().unwrap().parse::<f64>().unwrap())))
-            })
+            at_provider.iter().find(|r| r["idempotency_key"] == key.as_str()).map(refund_of)
         })
         .collect();
     Books {
         order,
         payment,
         refunds,
+        actions,
         keys,
         order_events: count("order."),
         payment_events: count("payment."),
         refund_events: count("refund."),
         charge,
         provider_refunds,
+        webhooks: {
+            let mut webhooks: Vec<Webhook> =
+                events_in_flight(app, path).await.into_iter().map(|(_, webhook)| webhook).collect();
+            webhooks.sort();
+            webhooks
+        },
     }
 }
 
-/// One path's fixtures in the service: its order, its keys, the events written before it.
+/// One path's fixtures in the service: its order, its keys, the events written before it, and
+/// the mock's events delivered for good (a copy's delivery leaves its event in flight, as in
+/// the model).
 struct Path {
     order_id: String,
     keys: Vec<String>,
     events_before: Vec<String>,
+    delivered: std::collections::HashSet<String>,
 }
 
 async fn writes(app: &TestApp) -> u64 {
@@ -537,31 +728,50 @@ fn row_of(path: &Path, op: Op) -> (&'static str, String) {
                 path.order_id
             ),
         ),
-        Op::Action(_) => panic!("the harness drives no captures or voids"),
+        Op::Action(k) => (
+            "payment_operations",
+            format!(
+                "id = (SELECT id FROM payment_operations WHERE payment_id = (SELECT id FROM payments \
+                 WHERE order_id = '{}') ORDER BY created_at, id OFFSET {k} LIMIT 1)",
+                path.order_id
+            ),
+        ),
         Op::Response(_) => panic!("the harness drives no dispute responses"),
     }
 }
 
 /// Drives `stretch` through the service: the provider's script, then the request or the pass.
 /// `Err`: the service cannot take the step as the model took it.
-async fn drive(app: &TestApp, protocol: &Protocol, path: &Path, stretch: &Stretch) -> Result<(), String> {
+async fn drive(app: &TestApp, protocol: &Protocol, path: &mut Path, stretch: &Stretch) -> Result<(), String> {
     app.provider.script(Value::Array(stretch.sends.iter().map(|send| send.json()).collect())).await;
     match stretch.driver {
         Driver::Client(i) => {
             let key = &path.keys[i as usize];
+            let capture_method = if protocol.config.manual() { "manual" } else { "automatic" };
+            let payment_id = || async {
+                app.text(&format!(
+                    "SELECT id::text AS text FROM payments WHERE order_id = '{}'",
+                    path.order_id
+                ))
+                .await
+            };
             let (route, body) = match protocol.config.intents[i as usize] {
-                Intent::Pay => {
-                    ("/payments", json!({"order_id": path.order_id, "payment_method": "pm_card_ok"}))
-                }
-                Intent::Refund(amount) => {
-                    let sql =
-                        format!("SELECT id::text AS text FROM payments WHERE order_id = '{}'", path.order_id);
-                    let payment_id = app.text(&sql).await;
-                    ("/refunds", json!({"payment_id": payment_id, "amount": format!("{amount}.00")}))
-                }
+                Intent::Pay => (
+                    "/payments".to_owned(),
+                    json!({"order_id": path.order_id, "payment_method": "pm_card_ok", "capture_method": capture_method}),
+                ),
+                Intent::Refund(amount) => (
+                    "/refunds".to_owned(),
+                    json!({"payment_id": payment_id().await, "amount": format!("{amount}.00")}),
+                ),
+                Intent::Capture(amount) => (
+                    format!("/payments/{}/capture", payment_id().await),
+                    json!({"amount": format!("{amount}.00")}),
+                ),
+                Intent::Void => (format!("/payments/{}/void", payment_id().await), json!({})),
                 other => panic!("the harness does not drive {other:?}"),
             };
-            let sent = app.request(Method::POST, route).header("Idempotency-Key", key).json(&body).send();
+            let sent = app.request(Method::POST, &route).header("Idempotency-Key", key).json(&body).send();
             sent.await.expect("the request is answered");
         }
         Driver::Reconciler => {
@@ -573,6 +783,17 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &Path, stretch: &Stretc
                 Action::LateRefundLook(_, k) => (Op::Refund(k), stretch.windows_pass),
                 other => panic!("a reconciler stretch does not start with {other:?}"),
             };
+            // A webhook may have brought a watch's look forward (`watch_late_now`, `look_again`),
+            // which the model takes as a look already possible, not as one that must come in
+            // this pass: every other row of the path waits.
+            for table in ["payments", "refunds"] {
+                app.execute(&format!(
+                    "UPDATE {table} SET next_check_at = now() + interval '1 hour' \
+                     WHERE order_id = '{}' AND next_check_at <= now()",
+                    path.order_id
+                ))
+                .await;
+            }
             let (table, row) = row_of(path, op);
             app.execute(&format!(
                 "UPDATE {table} SET next_check_at = now() - interval '1 second' WHERE {row}"
@@ -600,7 +821,12 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &Path, stretch: &Stretc
                 Target::Op(Op::Charge) => format!("orderpay_pay_{}", id("payments", 0).await),
                 Target::Op(Op::Refund(k)) => format!("orderpay_refund_{}", id("refunds", k.into()).await),
                 Target::LateVoid => format!("orderpay_late_void_{}", id("payments", 0).await),
-                Target::Op(Op::Action(_)) => panic!("the harness drives no captures or voids"),
+                Target::Op(op @ Op::Action(_)) => {
+                    let (table, row) = row_of(path, op);
+                    let sql =
+                        format!("SELECT 'orderpay_' || kind || '_' || id AS text FROM {table} WHERE {row}");
+                    app.text(&sql).await
+                }
                 Target::Op(Op::Response(_)) => panic!("the harness drives no dispute responses"),
             };
             let what = if acts { "act" } else { "drop" };
@@ -608,6 +834,31 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &Path, stretch: &Stretc
             let answer = json(app.client.post(url).send().await.unwrap()).await;
             if answer[what] != 1 {
                 return Err(format!("no write parked under {key} for the provider to {what}"));
+            }
+        }
+        Driver::Deliver { webhook, again, moves } => {
+            let events = events_in_flight(app, path).await;
+            let Some((id, _)) = events.into_iter().find(|(_, event)| *event == webhook) else {
+                return Err(format!("no event {webhook:?} in flight at the mock"));
+            };
+            // A copy comes after the sweep took the first delivery's row (the model's `again`);
+            // a first delivery finds no row to take.
+            app.execute(&format!("DELETE FROM provider_webhooks WHERE id = '{id}'")).await;
+            let url = format!("{}/_admin/webhooks/{id}/deliver", app.provider.address);
+            let answer = json(app.client.post(url).send().await.unwrap()).await;
+            if answer["status"] != 200 {
+                return Err(format!("the service answered {} to the event {id}", answer["status"]));
+            }
+            if !again {
+                path.delivered.insert(id.clone());
+            }
+            // What the delivery did, as its row notes it: applied exactly when the model's step
+            // moved our books.
+            let result =
+                app.text(&format!("SELECT result AS text FROM provider_webhooks WHERE id = '{id}'")).await;
+            let expected = if moves { "applied" } else { "stale" };
+            if result != expected {
+                return Err(format!("the event {id} was {result}, the model's delivery {expected}"));
             }
         }
         Driver::Time(op) => {
@@ -624,8 +875,13 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &Path, stretch: &Stretc
 /// Drives the path `source` gives in `protocol`'s configuration, checking it after every
 /// stretch (`name` says which path, in a disagreement's message); returns the steps checked.
 async fn check_path(protocol: &Protocol, mut source: Source, name: &str) -> Vec<Action> {
-    let max_attempts = protocol.config.max_attempts;
+    let (max_attempts, webhooks) = (protocol.config.max_attempts, protocol.config.webhooks);
     let app = spawn_app_with(|settings, mock| {
+        if webhooks {
+            // The mock's events leave only when the path delivers them.
+            provider_webhooks_on(settings);
+            mock.webhooks_by_hand = true;
+        }
         // A send goes quiet only when the path says so (`SendsGoQuiet` moves `last_send_at`).
         settings.reconciler.quiet_before_give_up = Duration::from_secs(3600);
         settings.reconciler.max_attempts = max_attempts.into();
@@ -642,10 +898,11 @@ async fn check_path(protocol: &Protocol, mut source: Source, name: &str) -> Vec<
     let body = json!({"currency": "USD", "items": [{"sku": "s", "quantity": 1, "unit_price": total}]});
     let order = json(app.post_order(&body, None).await).await;
     let events = app.text("SELECT coalesce(json_agg(type), '[]')::text AS text FROM events").await;
-    let path = Path {
+    let mut path = Path {
         order_id: order["id"].as_str().unwrap().to_owned(),
         keys: protocol.config.intents.iter().map(|_| new_key()).collect(),
         events_before: serde_json::from_str(&events).unwrap(),
+        delivered: Default::default(),
     };
     let mut state = protocol.initial();
     let mut lines = Vec::new();
@@ -653,7 +910,7 @@ async fn check_path(protocol: &Protocol, mut source: Source, name: &str) -> Vec<
     for _ in 0..STRETCHES {
         let Some(stretch) = take_stretch(protocol, &mut state, &mut source) else { break };
         let before = writes(&app).await;
-        let driven = drive(&app, protocol, &path, &stretch).await;
+        let driven = drive(&app, protocol, &mut path, &stretch).await;
         lines.push(format!("{:?}: {:?} (provider: {:?})", stretch.driver, stretch.steps, stretch.sends));
         let trace = lines.join("\n");
         if let Err(refused) = driven {
@@ -676,7 +933,7 @@ type StepKind = (&'static str, fn(&Action) -> bool);
 
 /// How many of `steps` are of each kind worth counting (the paths' reach).
 fn reach(steps: &[Action]) -> String {
-    let kinds: [StepKind; 9] = [
+    let kinds: [StepKind; 11] = [
         ("requests", |a| matches!(a, Action::Request(_))),
         ("claims", |a| matches!(a, Action::Claim(..))),
         ("settles", |a| matches!(a, Action::Settle(_))),
@@ -686,6 +943,8 @@ fn reach(steps: &[Action]) -> String {
         ("late-charge looks", |a| matches!(a, Action::LateChargeLook(_))),
         ("late-charge acts", |a| matches!(a, Action::LateChargeAct(_))),
         ("provider acts or drops", |a| matches!(a, Action::ProviderActs { .. } | Action::ProviderDrops(_))),
+        ("webhooks delivered", |a| matches!(a, Action::Deliver { again: false, .. })),
+        ("copies delivered", |a| matches!(a, Action::Deliver { again: true, .. })),
     ];
     let counts: Vec<String> =
         kinds.iter().map(|(name, is)| format!("{} {name}", steps.iter().filter(|a| is(a)).count())).collect();
@@ -698,20 +957,31 @@ async fn the_service_follows_the_models_paths() {
     let setting = |name: &str| std::env::var(name).ok().and_then(|n| n.parse::<u64>().ok());
     let paths = setting("CONFORMANCE_PATHS").unwrap_or(PATHS);
     let cap = setting("CONFORMANCE_SECONDS").map_or(WALL_CLOCK_CAP, Duration::from_secs);
-    let (mut run, mut steps) = (0, Vec::new());
+    let (mut run, mut steps, mut actions) = (0, Vec::new(), 0);
     for seed in 1..=paths {
         if started.elapsed() > cap {
             break;
         }
         // Odd seeds give up at the first check, even ones re-send first; every third path leans
-        // towards the provider's silence (give-ups, late charges).
-        let protocol = Protocol::new(config(if seed % 2 == 1 { 1 } else { 2 }));
+        // towards the provider's silence (give-ups, late charges); every fourth authorizes, and
+        // captures or voids.
+        let max_attempts = if seed % 2 == 1 { 1 } else { 2 };
+        let protocol =
+            Protocol::new(if seed % 4 == 0 { manual_config(max_attempts) } else { config(max_attempts) });
         let source = if seed % 3 == 0 { Source::Leaning(Rng(seed)) } else { Source::Walk(Rng(seed)) };
-        steps.extend(check_path(&protocol, source, &format!("seed {seed}")).await);
+        let path = check_path(&protocol, source, &format!("seed {seed}")).await;
+        let intents = &protocol.config.intents;
+        actions += path
+            .iter()
+            .filter(|a| {
+                matches!(a, Action::Request(i) if matches!(intents[*i as usize], Intent::Capture(_) | Intent::Void))
+            })
+            .count();
+        steps.extend(path);
         run += 1;
     }
     println!(
-        "conformance: {run} random paths, {} model steps checked ({}), {:.1} s",
+        "conformance: {run} random paths, {} model steps checked ({}; {actions} of the requests captures or voids), {:.1} s",
         steps.len(),
         reach(&steps),
         started.elapsed().as_secs_f64()

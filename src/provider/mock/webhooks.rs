@@ -44,6 +44,9 @@ struct EventRecord {
     #[serde(rename = "type")]
     kind: &'static str,
     object_id: String,
+    /// The object as it was when the event happened (what every delivery carries), so that a
+    /// test can tell which of two events about one object it holds.
+    object: serde_json::Value,
     created_at: DateTime<Utc>,
     /// Deliveries planned: 2 under the duplicate fault, 0 when dropped.
     copies: u8,
@@ -107,6 +110,7 @@ impl Webhooks {
             created: now.timestamp(),
             data: EventData { object: emitted.object },
         };
+        let object = serde_json::to_value(&event.data.object).unwrap_or_default();
         let body = match serde_json::to_vec(&event) {
             Ok(body) => body,
             Err(error) => {
@@ -127,6 +131,7 @@ impl Webhooks {
             id: id.clone(),
             kind: emitted.kind,
             object_id,
+            object,
             created_at: now,
             copies,
             delay_ms: faults.webhook_delay_ms,
