@@ -35,6 +35,7 @@ use crate::orders::service::rendered_after;
 use crate::payments::repository as payments;
 use crate::payments::representation::payment_json;
 use crate::payments::watches;
+use crate::provider::{Refund as ProviderRefund, RefundStatus as ProviderRefundStatus};
 use crate::refunds::repository::{self as refunds, CorrectRefund, Watched};
 use crate::refunds::representation::correction_json;
 use crate::refunds::{Refund, RefundStatus};
@@ -49,6 +50,20 @@ pub enum Correction {
 }
 
 impl Correction {
+    /// The correction that takes a settled refund of ours (`ours`) to what the provider holds
+    /// (`provider`): `None` when they agree, or when ours is not settled.
+    pub fn between(ours: RefundStatus, provider: &ProviderRefund) -> Option<Correction> {
+        match (ours, &provider.status) {
+            (RefundStatus::Failed, ProviderRefundStatus::Succeeded) => {
+                Some(Correction::CarriedOut { provider_refund_id: provider.id.clone() })
+            }
+            (RefundStatus::Succeeded, ProviderRefundStatus::Failed { code, message }) => {
+                Some(Correction::Reversed { code: code.clone(), message: message.clone() })
+            }
+            _ => None,
+        }
+    }
+
     fn statuses(&self) -> (RefundStatus, RefundStatus) {
         match self {
             Correction::CarriedOut { .. } => (RefundStatus::Failed, RefundStatus::Succeeded),

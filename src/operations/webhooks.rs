@@ -598,19 +598,16 @@ async fn apply_refund(
                 }
             };
         }
-        (RefundStatus::Failed, ProviderRefundStatus::Succeeded) => {
-            Correction::CarriedOut { provider_refund_id: refund.id.clone() }
-        }
-        (RefundStatus::Succeeded, ProviderRefundStatus::Failed { code, message }) => {
-            Correction::Reversed { code: code.clone(), message: message.clone() }
-        }
         // A refund we gave up on, reported failed: the late-refund watch's lookup on its way
         // (which may have seen it succeed before this) must not be applied; it looks again.
         (RefundStatus::Failed, ProviderRefundStatus::Failed { .. }) => {
             refunds::look_again(conn, &held.refund, Utc::now()).await?;
             return Ok(Step::Done(Received::Stale, Some(subject)));
         }
-        _ => return Ok(Step::Done(Received::Stale, Some(subject))),
+        (settled, _) => match Correction::between(settled, refund) {
+            Some(correction) => correction,
+            None => return Ok(Step::Done(Received::Stale, Some(subject))),
+        },
     };
     if !trusted {
         return Ok(ask);

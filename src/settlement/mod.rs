@@ -34,10 +34,7 @@ use crate::ledger::MovementType;
 use crate::operations::Actor;
 use crate::operations::late_refund::{self, Corrected, Correction};
 use crate::provider::wire::reporting_category;
-use crate::provider::{
-    BalanceQuery, BalanceTransaction, PaymentProvider, ProviderError, RefundStatus as ProviderRefundStatus,
-};
-use crate::refunds::RefundStatus;
+use crate::provider::{BalanceQuery, BalanceTransaction, PaymentProvider, ProviderError};
 use crate::refunds::repository as refunds;
 
 crate::text_enum! {
@@ -581,14 +578,8 @@ async fn confirm_refunds(
                 continue;
             }
         };
-        let correction = match (refund.status, found.map(|found| (found.id, found.status))) {
-            (RefundStatus::Succeeded, Some((_, ProviderRefundStatus::Failed { code, message }))) => {
-                Correction::Reversed { code, message }
-            }
-            (RefundStatus::Failed, Some((provider_refund_id, ProviderRefundStatus::Succeeded))) => {
-                Correction::CarriedOut { provider_refund_id }
-            }
-            _ => continue,
+        let Some(correction) = found.and_then(|found| Correction::between(refund.status, &found)) else {
+            continue;
         };
         match late_refund::correct(conn, &refund, correction, Actor::Reconciler, None).await {
             Ok(Corrected::Applied) => {
