@@ -9,8 +9,9 @@
 
 /// Makes `$provider` a [`PaymentProvider`] whose calls are its own async methods of the same
 /// arguments: `create`, `find`, `get`, `capture`, `cancel`, `refund`, `find_refund_by_key`,
-/// `dispute`, `disputes`, `balance_transactions` and `respond`. Each wire's client (the mock's,
-/// Stripe's) writes those; the boxing of their futures is written once, here.
+/// `dispute`, `disputes`, `balance_transactions` and `respond`, and `refusal_of` for
+/// [`PaymentProvider::amount_refusal`]. Each wire's client (the mock's, Stripe's) writes those;
+/// the boxing of their futures is written once, here.
 macro_rules! payment_provider_by_methods {
     ($provider:ty) => {
         impl $crate::provider::PaymentProvider for $provider {

@@ -83,9 +83,6 @@ async fn pay_until_final(address: Arc<String>, api_key: String, order_id: String
     Seen { outcome: Err(last), retries }
 }
 
-/// The mock's attempts per webhook delivery: the first and four retries.
-const MOCK_WEBHOOK_ATTEMPTS: usize = 5;
-
 /// Waits (up to 10 s) until every webhook the mock planned to send was delivered or ran out of
 /// attempts, so that a check of what was heard does not race a delivery still in flight.
 async fn settle_webhook_deliveries(app: &TestApp) {
@@ -93,7 +90,9 @@ async fn settle_webhook_deliveries(app: &TestApp) {
     while Instant::now() < deadline {
         let pending = app.provider.webhooks().await.iter().any(|event| {
             let attempts = event["attempts"].as_array().map_or(0, Vec::len);
-            event["copies"] != 0 && event["delivered"] != true && attempts < MOCK_WEBHOOK_ATTEMPTS
+            event["copies"] != 0
+                && event["delivered"] != true
+                && attempts < orderpay::provider::mock::WEBHOOK_ATTEMPTS as usize
         });
         if !pending {
             return;

@@ -24,6 +24,8 @@ mod ledger;
 mod script;
 mod webhooks;
 
+pub use webhooks::MAX_ATTEMPTS as WEBHOOK_ATTEMPTS;
+
 use std::fmt;
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};

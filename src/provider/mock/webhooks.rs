@@ -21,7 +21,7 @@ use crate::provider::wire::{EventBody, EventData, EventObject};
 use crate::webhook_signature::{Secret, sign};
 
 /// Attempts per delivery: the first and four retries (500 ms, 1 s, 2 s, 4 s at the default base).
-const MAX_ATTEMPTS: u32 = 5;
+pub const MAX_ATTEMPTS: u32 = 5;
 
 /// The spec's advice is 15-30 s for a receiver to answer; a mock need not wait as long.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
