@@ -140,7 +140,7 @@ impl Application {
     pub async fn build_on(settings: Settings, listener: TcpListener) -> anyhow::Result<Application> {
         db::prepare(&settings.database).await?;
         let port = listener.local_addr()?.port();
-        let webhooks = !settings.api.provider_webhook_secrets.is_empty();
+        let webhooks = !settings.api.provider_webhooks.is_off();
         let merchant_webhooks = settings.webhooks.clone().map(web::Data::new);
 
         let provider = provider(&settings.provider)?;

@@ -27,7 +27,7 @@ pub use provider::{
     claim_for,
 };
 pub use settlement::SettlementArgs;
-pub use webhooks::{MerchantWebhookArgs, WebhookArgs};
+pub use webhooks::{MerchantWebhookArgs, ProviderWebhookSecrets, WebhookArgs};
 
 use crate::db::DatabaseConfig;
 use crate::events::nats::NatsConfig;
@@ -36,7 +36,6 @@ use crate::merchant_webhooks::WebhookSettings;
 use crate::operations::Timing;
 use crate::operations::reconciler::ReconcilerConfig;
 use crate::rate_limit::RateLimit;
-use crate::webhook_signature::Secret;
 
 /// A secret that was set to something other than blanks (an empty variable counts as unset).
 fn non_empty(secret: &Option<SecretString>) -> Option<SecretString> {
@@ -185,9 +184,9 @@ pub struct ApiSettings {
     pub replay_cache_bytes: u64,
     /// Per-account request rate limit.
     pub rate_limit: RateLimit,
-    /// The secrets provider webhooks are signed with (any one verifies a message); empty: no
-    /// `POST /provider/webhooks`. `Secret`'s `Debug` hides the keys.
-    pub provider_webhook_secrets: Vec<Secret>,
+    /// The secrets provider webhooks are signed with, by the provider's wire; off: no
+    /// `POST /provider/webhooks`.
+    pub provider_webhooks: ProviderWebhookSecrets,
 }
 
 /// How the outbox's relays poll (`events::relay`).
@@ -263,9 +262,10 @@ impl ServeArgs {
                 revocation_poll: Duration::from_millis(self.revocation_poll_ms),
                 replay_cache_bytes: self.replay_cache_bytes,
                 rate_limit: RateLimit { per_second: self.rate_limit_per_sec, burst: self.rate_limit_burst },
-                // Stripe's webhooks (Stripe-Signature) are not received yet: with Stripe the
-                // route is not registered, and the reconciler settles every unknown outcome.
-                provider_webhook_secrets: if stripe { Vec::new() } else { self.webhooks.secrets()? },
+                provider_webhooks: match stripe {
+                    true => ProviderWebhookSecrets::Stripe(self.webhooks.stripe_secrets()?),
+                    false => ProviderWebhookSecrets::Standard(self.webhooks.secrets()?),
+                },
             },
             sweeper: SweeperConfig {
                 interval: Duration::from_millis(self.sweep_interval_ms),

@@ -223,7 +223,7 @@ mod tests {
     use clap::Parser;
 
     use super::*;
-    use crate::config::ServeArgs;
+    use crate::config::{ProviderWebhookSecrets, ServeArgs};
 
     /// The provider's and the webhooks' settings, as `orderpay provider check` reads them.
     #[derive(Parser)]
@@ -352,8 +352,12 @@ mod tests {
             ["--provider", "stripe", "--provider-api-key", KEY, "--provider-webhook-secret", SECRET];
         let settings = serve(&complete).unwrap();
         assert!(matches!(settings.provider.wire, Wire::Stripe { .. }));
-        // Stripe's webhooks are not received yet: no secret turns `POST /provider/webhooks` on.
-        assert!(settings.api.provider_webhook_secrets.is_empty());
+        // The endpoint's signing secret turns `POST /provider/webhooks` on, verifying Stripe-Signature.
+        assert!(
+            matches!(&settings.api.provider_webhooks, ProviderWebhookSecrets::Stripe(secrets) if secrets.len() == 1),
+            "{:?}",
+            settings.api.provider_webhooks
+        );
         let half = serve(&["--provider", "stripe", "--provider-api-key", KEY]).unwrap_err().to_string();
         assert!(half.contains("ORDERPAY_PROVIDER_WEBHOOK_SECRET"), "{half}");
     }

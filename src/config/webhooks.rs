@@ -11,14 +11,47 @@ use crate::merchant_webhooks::{DeliveryConfig, WebhookSettings};
 use crate::provider::stripe::WebhookSecret;
 use crate::webhook_signature::Secret;
 
+/// How `POST /provider/webhooks` verifies what arrives, by the provider's wire; `Debug` shows no
+/// secret.
+#[derive(Debug, Clone, Default)]
+pub enum ProviderWebhookSecrets {
+    /// No secret set: the route does not exist (404), and the reconciler settles every outcome
+    /// we did not see.
+    #[default]
+    Off,
+    /// The mock's Standard Webhooks signatures (`webhook-id`, `webhook-timestamp`,
+    /// `webhook-signature`); any one secret verifies.
+    Standard(Vec<Secret>),
+    /// Stripe's `Stripe-Signature`; any one endpoint secret verifies.
+    Stripe(Vec<WebhookSecret>),
+}
+
+impl ProviderWebhookSecrets {
+    pub fn is_off(&self) -> bool {
+        match self {
+            ProviderWebhookSecrets::Off => true,
+            ProviderWebhookSecrets::Standard(secrets) => secrets.is_empty(),
+            ProviderWebhookSecrets::Stripe(secrets) => secrets.is_empty(),
+        }
+    }
+
+    /// The Standard Webhooks secrets (the mock's), none on Stripe.
+    pub fn standard(&self) -> &[Secret] {
+        match self {
+            ProviderWebhookSecrets::Standard(secrets) => secrets,
+            _ => &[],
+        }
+    }
+}
+
 /// `Debug` shows no secret: the secrets are a [`SecretString`].
 #[derive(Debug, Clone, Args)]
 pub struct WebhookArgs {
     /// The secret(s) the payment provider signs its webhooks with (`whsec_...`: Standard
     /// Webhooks for the mock, the endpoint's signing secret for Stripe, where it is required);
     /// several, separated by spaces or commas, while a secret is rotated. Set, it enables
-    /// `POST /provider/webhooks` (with the mock; Stripe's webhooks are not received yet); unset,
-    /// that route does not exist (404). Every instance behind one load balancer needs the same.
+    /// `POST /provider/webhooks`; unset, that route does not exist (404). Every instance behind
+    /// one load balancer needs the same.
     #[arg(long, env = "ORDERPAY_PROVIDER_WEBHOOK_SECRET", hide_env_values = true)]
     pub provider_webhook_secret: Option<SecretString>,
 }

@@ -1,11 +1,14 @@
-//! `POST /provider/webhooks`: the payment provider's signed events (Standard Webhooks, see
-//! `webhook_signature`). The route exists only when `ORDERPAY_PROVIDER_WEBHOOK_SECRET` is set.
+//! `POST /provider/webhooks`: the payment provider's signed events. The route exists only when
+//! `ORDERPAY_PROVIDER_WEBHOOK_SECRET` is set; how a message is signed follows the provider's
+//! wire: Standard Webhooks for the mock (`webhook_signature`), `Stripe-Signature` for Stripe
+//! (`provider::stripe::signature`).
 //!
-//! The signature is the authentication (no API key): the three headers and the timestamp are
-//! checked before the body is read, the MAC over the body's raw bytes before they are parsed, and
-//! a message that fails any check is refused with 400 `webhook-signature-invalid`, having changed
-//! nothing. A verified event is applied by `operations::webhooks`; the answer is 2xx only once
-//! its effect committed, and 503 with `Retry-After` when the database failed, so that the
+//! The signature is the authentication (no API key): the headers (and, for Standard Webhooks,
+//! the timestamp) are checked before the body is read, the MAC over the body's raw bytes before
+//! they are parsed, and a message that fails any check is refused with 400
+//! `webhook-signature-invalid`, having changed nothing. The provider's wire reads a verified
+//! event into the engine's `Event`, which `operations::webhooks` applies; the answer is 2xx only
+//! once its effect committed, and 503 with `Retry-After` when the database failed, so that the
 //! provider retries.
 
 use std::time::Duration;
@@ -17,10 +20,13 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::body::UnreadBody;
+use crate::config::ProviderWebhookSecrets;
 use crate::error::{ApiError, FieldError};
 use crate::operations::webhooks::{self, Event};
+use crate::provider::stripe::{WebhookSecret, events as stripe_events, signature as stripe_signature};
+use crate::provider::wire;
 use crate::telemetry::metrics;
-use crate::webhook_signature::{self, SignatureError};
+use crate::webhook_signature::{self, Secret, SignatureError};
 
 /// How far a message's timestamp may be from our clock: the scheme's advice, and what bounds a
 /// replay of a captured message.
@@ -29,6 +35,7 @@ pub const TOLERANCE: Duration = Duration::from_secs(5 * 60);
 const WEBHOOK_ID: HeaderName = HeaderName::from_static("webhook-id");
 const WEBHOOK_TIMESTAMP: HeaderName = HeaderName::from_static("webhook-timestamp");
 const WEBHOOK_SIGNATURE: HeaderName = HeaderName::from_static("webhook-signature");
+const STRIPE_SIGNATURE: HeaderName = HeaderName::from_static("stripe-signature");
 
 /// The longest event id kept (the dedup row's key).
 const MAX_ID: usize = 255;
@@ -39,7 +46,11 @@ pub async fn receive(
     request: HttpRequest,
     body: UnreadBody,
 ) -> Result<HttpResponse, ApiError> {
-    let event = match verified_event(&state, &request, body).await {
+    let verified = match &state.settings.provider_webhooks {
+        ProviderWebhookSecrets::Stripe(secrets) => verified_stripe_event(secrets, &request, body).await,
+        other => verified_event(other.standard(), &request, body).await,
+    };
+    let event = match verified {
         Ok(event) => event,
         Err(refused) => {
             metrics::provider_webhook("rejected");
@@ -61,10 +72,10 @@ pub async fn receive(
     Ok(HttpResponse::Ok().json(json!({ "result": received.as_str() })))
 }
 
-/// The event, once its headers, timestamp and signature are checked (in that order, the body
-/// read only after the first two), and its body read.
+/// A Standard Webhooks event (the mock's), once its headers, timestamp and signature are
+/// checked (in that order, the body read only after the first two), and its body read.
 async fn verified_event(
-    state: &AppState,
+    secrets: &[Secret],
     request: &HttpRequest,
     body: UnreadBody,
 ) -> Result<Event, ApiError> {
@@ -78,11 +89,30 @@ async fn verified_event(
     let now = Utc::now();
     webhook_signature::check_timestamp(timestamp, now, TOLERANCE).map_err(invalid)?;
     let bytes = body.read().await?;
-    let secrets = &state.settings.provider_webhook_secrets;
     webhook_signature::verify(secrets, id, timestamp, signature, &bytes, now, TOLERANCE).map_err(invalid)?;
     let value: Value = super::body::parse_json(&bytes)?;
-    Event::parse(id.to_owned(), value)
-        .map_err(|message| ApiError::Validation(vec![FieldError::new("body", message)]))
+    wire::read_event(id.to_owned(), value).map_err(unreadable)
+}
+
+/// A Stripe event, once its `Stripe-Signature` is checked over the body's raw bytes (timestamp
+/// within the tolerance, one `v1` matching one of our endpoint secrets), then read. The event's
+/// id is in its body (`evt_...`): the same on every delivery of it.
+async fn verified_stripe_event(
+    secrets: &[WebhookSecret],
+    request: &HttpRequest,
+    body: UnreadBody,
+) -> Result<Event, ApiError> {
+    let signature = header(request, &STRIPE_SIGNATURE)?;
+    let bytes = body.read().await?;
+    stripe_signature::verify(secrets, Some(signature), &bytes, Utc::now(), TOLERANCE)
+        .map_err(|error| ApiError::WebhookSignatureInvalid(error.to_string()))?;
+    let value: Value = super::body::parse_json(&bytes)?;
+    stripe_events::read_event(value).map_err(unreadable)
+}
+
+/// A verified event the wire cannot read: 422, so that a person looks (its retries change nothing).
+fn unreadable(message: String) -> ApiError {
+    ApiError::Validation(vec![FieldError::new("body", message)])
 }
 
 /// A signature header, present once, as text.

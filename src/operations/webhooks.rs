@@ -3,17 +3,19 @@
 //! final state, and the operation in flight settles through the same statement the other drivers
 //! use. The reconciler stays the safety net for every event that never arrives.
 //!
-//! The HTTP layer (`http::webhooks`) verifies the signature over the raw bytes and reads the
-//! event ([`Event::parse`]); [`receive`] applies it in one transaction:
+//! The HTTP layer (`http::webhooks`) verifies the signature over the raw bytes and has the
+//! provider's wire read the event into an [`Event`] (`provider::wire::read_event` for the mock,
+//! `provider::stripe::events::read_event` for Stripe); [`receive`] applies it in one transaction:
 //!
-//! 1. the event's row goes in first (`provider_webhooks`, keyed by the provider's event id, the
-//!    `webhook-id`). It is a brand-new row, first in the lock order (docs/architecture.md), and
+//! 1. the event's row goes in first (`provider_webhooks`, keyed by the provider's event id: the
+//!    mock's `webhook-id`, Stripe's `evt_...`). It is a brand-new row, first in the lock order (docs/architecture.md), and
 //!    conflicts only with another delivery of the same event, which waits for this transaction
 //!    and then finds it: a second delivery changes nothing ([`Received::Duplicate`]);
-//! 2. the operation is found from the downstream key the object carries (no scan): a charge's
-//!    key names the payment (`orderpay_pay_<id>`; captures and voids arrive as the charge too),
-//!    a refund's key the refund; the account comes from an index on the id; a dispute names
-//!    the provider's charge, whose payment is found by an index on it;
+//! 2. the operation is found from what the object carries of ours (no scan): on the mock a
+//!    charge's downstream key names the payment (`orderpay_pay_<id>`; captures and voids arrive
+//!    as the charge too) and a refund's key the refund, on Stripe the metadata orderpay put on
+//!    the PaymentIntent and the Refund; the account comes from an index on the id; a dispute
+//!    names the provider's charge, whose payment is found by an index on it;
 //! 3. the kind's settle runs on the same connection (`Kind::settle_on`, actor `webhook`),
 //!    guarded like every settle: final states absorb, so an event for an operation that another
 //!    driver settled first (or an older event arriving late) changes nothing
@@ -32,8 +34,6 @@
 use chrono::{DateTime, SubsecRound, Utc};
 use diesel::prelude::*;
 use diesel_async::{AsyncConnection, AsyncPgConnection, RunQueryDsl};
-use serde::Deserialize;
-use serde_json::Value;
 use uuid::Uuid;
 
 use super::authorization::{self, Actions, Held as HeldAction, charge_state};
@@ -46,115 +46,18 @@ use crate::db::schema::provider_webhooks;
 use crate::disputes::record::{self as disputes, Recorded as DisputeRecorded};
 use crate::disputes::repository::{RecordOutcome, find_by_provider_id};
 use crate::ids::AccountId;
+use crate::ids::{PaymentId, RefundId};
 use crate::payments::authorization as actions;
 use crate::payments::repository as payments;
 use crate::payments::watches;
-use crate::payments::{CaptureMethod, Payment, PaymentStatus, payment_of_downstream_key};
-use crate::provider::wire::{ChargeBody, DisputeBody, RefundBody, event_type};
+use crate::payments::{CaptureMethod, Payment, PaymentStatus};
+pub use crate::provider::event::{Event, Object};
 use crate::provider::{
     Charge, ChargeStatus, Dispute as ProviderDispute, Refund as ProviderRefund,
     RefundStatus as ProviderRefundStatus,
 };
+use crate::refunds::RefundStatus;
 use crate::refunds::repository as refunds;
-use crate::refunds::{RefundStatus, refund_of_downstream_key};
-
-/// The longest text kept in a row's `id`, `event_type` and `object_id`.
-const MAX_TEXT: usize = 255;
-
-/// A verified event, read.
-#[derive(Debug, Clone)]
-pub struct Event {
-    /// The provider's event id (`webhook-id`): the same on every delivery of one event.
-    pub id: String,
-    /// Its type as sent (`charge.succeeded`, ...).
-    pub kind: String,
-    pub object: Object,
-}
-
-/// What an event is about.
-#[derive(Debug, Clone)]
-pub enum Object {
-    /// A charge, as the provider's `GET /v1/charges/{id}` returns it, and what it says.
-    Charge { body: Box<ChargeBody>, charge: Charge },
-    /// A refund, as `GET /v1/refunds/{id}` returns it, and what it says.
-    Refund { body: Box<RefundBody>, refund: ProviderRefund },
-    /// A dispute, as `GET /v1/disputes/{id}` returns it, and what it says.
-    Dispute { body: Box<DisputeBody>, dispute: Box<ProviderDispute> },
-    /// An event type we do not act on (a receiver must tolerate new ones): its object's id.
-    Other { id: String },
-}
-
-#[derive(Deserialize)]
-struct Envelope {
-    #[serde(rename = "type")]
-    kind: String,
-    data: EnvelopeData,
-}
-
-#[derive(Deserialize)]
-struct EnvelopeData {
-    object: Value,
-}
-
-impl Event {
-    /// Reads a verified event body, `{id, type, created, data: {object}}`: the object of a type
-    /// we act on must be a charge or a refund as the provider reports them. `Err` says what is
-    /// wrong (the provider's format changed: a person must look; its retries change nothing).
-    pub fn parse(id: String, body: Value) -> Result<Event, String> {
-        let envelope: Envelope =
-            serde_json::from_value(body).map_err(|error| format!("not a webhook event: {error}"))?;
-        if envelope.kind.is_empty()
-            || envelope.kind.len() > MAX_TEXT
-            || !envelope.kind.bytes().all(|b| b.is_ascii_graphic())
-        {
-            return Err("type must be 1 to 255 visible ASCII characters".to_owned());
-        }
-        let object = match envelope.kind.as_str() {
-            event_type::CHARGE_SUCCEEDED
-            | event_type::CHARGE_FAILED
-            | event_type::CHARGE_CAPTURED
-            | event_type::CHARGE_CANCELED => {
-                let body: ChargeBody = serde_json::from_value(envelope.data.object)
-                    .map_err(|error| format!("data.object is not a charge: {error}"))?;
-                let charge = body.to_charge().map_err(|error| format!("data.object: {error}"))?;
-                Object::Charge { body: Box::new(body), charge }
-            }
-            event_type::REFUND_SUCCEEDED | event_type::REFUND_FAILED => {
-                let body: RefundBody = serde_json::from_value(envelope.data.object)
-                    .map_err(|error| format!("data.object is not a refund: {error}"))?;
-                let refund = body.to_refund().map_err(|error| format!("data.object: {error}"))?;
-                Object::Refund { body: Box::new(body), refund }
-            }
-            event_type::DISPUTE_CREATED
-            | event_type::DISPUTE_UPDATED
-            | event_type::DISPUTE_FUNDS_WITHDRAWN
-            | event_type::DISPUTE_FUNDS_REINSTATED
-            | event_type::DISPUTE_CLOSED => {
-                let body: DisputeBody = serde_json::from_value(envelope.data.object)
-                    .map_err(|error| format!("data.object is not a dispute: {error}"))?;
-                let dispute = body.to_dispute().map_err(|error| format!("data.object: {error}"))?;
-                Object::Dispute { body: Box::new(body), dispute: Box::new(dispute) }
-            }
-            _ => {
-                let id = envelope.data.object.get("id").and_then(Value::as_str).unwrap_or_default();
-                Object::Other { id: id.to_owned() }
-            }
-        };
-        Ok(Event { id, kind: envelope.kind, object })
-    }
-
-    /// The provider's id of the object, as kept on the event's row (empty when it is not a
-    /// short visible ASCII text, which no id of the provider's is).
-    fn object_id(&self) -> &str {
-        let id = match &self.object {
-            Object::Charge { body, .. } => body.id.as_str(),
-            Object::Refund { body, .. } => body.id.as_str(),
-            Object::Dispute { body, .. } => body.id.as_str(),
-            Object::Other { id } => id.as_str(),
-        };
-        if id.len() <= MAX_TEXT && id.bytes().all(|b| b.is_ascii_graphic()) { id } else { "" }
-    }
-}
 
 /// What one delivery did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -411,9 +314,13 @@ async fn apply(
     verified: Option<&Verified>,
 ) -> Result<Step, EngineError> {
     match &event.object {
-        Object::Charge { body, charge } => apply_charge(conn, engine, body, charge, verified).await,
-        Object::Refund { body, refund } => apply_refund(conn, body, refund, verified).await,
-        Object::Dispute { dispute, .. } => apply_dispute(conn, dispute, verified).await,
+        Object::Charge { payment, charge, .. } => {
+            apply_charge(conn, engine, *payment, charge, verified).await
+        }
+        Object::Refund { refund, provider_refund, .. } => {
+            apply_refund(conn, *refund, provider_refund, verified).await
+        }
+        Object::Dispute { dispute } => apply_dispute(conn, dispute, verified).await,
         Object::Other { .. } => Ok(Step::Done(Received::Unknown, None)),
     }
 }
@@ -448,11 +355,11 @@ fn charge_disagreement(payment: &Payment, charge: &Charge) -> Option<String> {
 async fn apply_charge(
     conn: &mut AsyncPgConnection,
     engine: &Engine,
-    body: &ChargeBody,
+    payment: Option<PaymentId>,
     event_charge: &Charge,
     verified: Option<&Verified>,
 ) -> Result<Step, EngineError> {
-    let Some(payment_id) = payment_of_downstream_key(&body.idempotency_key) else {
+    let Some(payment_id) = payment else {
         return Ok(Step::Done(Received::Unknown, None));
     };
     let Some(account_id) = payments::account_of(conn, payment_id).await? else {
@@ -552,11 +459,11 @@ async fn apply_charge(
 /// provider's lookup says.
 async fn apply_refund(
     conn: &mut AsyncPgConnection,
-    body: &RefundBody,
+    refund: Option<RefundId>,
     event_refund: &ProviderRefund,
     verified: Option<&Verified>,
 ) -> Result<Step, EngineError> {
-    let Some(refund_id) = refund_of_downstream_key(&body.idempotency_key) else {
+    let Some(refund_id) = refund else {
         return Ok(Step::Done(Received::Unknown, None));
     };
     let Some(account_id) = refunds::account_of(conn, refund_id).await? else {
@@ -675,49 +582,4 @@ fn refund_disagreement(held: &Held, refund: &ProviderRefund) -> Option<String> {
         return Some(format!("is of {}, ours of {}", refund.amount, ours.amount));
     }
     None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn charge_object() -> Value {
-        json!({
-            "id": "ch_1", "object": "charge", "idempotency_key": "orderpay_pay_x", "amount": "10.00",
-            "currency": "USD", "status": "succeeded", "captured": true, "amount_captured": "10.00",
-            "amount_refunded": "0.00", "payment_method": "pm_card_ok", "reference": "r",
-            "decline_code": null, "failure_message": null, "cancellation_reason": null,
-            "authorization_expires_at": null, "created_at": "2030-01-01T00:00:00Z"
-        })
-    }
-
-    fn event(kind: &str, object: Value) -> Value {
-        json!({ "id": "evt_1", "type": kind, "created": 1, "data": { "object": object } })
-    }
-
-    #[test]
-    fn known_types_need_their_object_and_others_are_tolerated() {
-        let parsed = Event::parse("evt_1".into(), event("charge.succeeded", charge_object())).unwrap();
-        assert!(
-            matches!(parsed.object, Object::Charge { ref charge, .. } if charge.status == ChargeStatus::Succeeded)
-        );
-        assert_eq!(parsed.object_id(), "ch_1");
-
-        // A charge event whose object is no charge, or whose status we cannot read.
-        assert!(Event::parse("evt_1".into(), event("charge.failed", json!({"id": "re_1"}))).is_err());
-        let mut unknown_status = charge_object();
-        unknown_status["status"] = json!("authorized");
-        assert!(Event::parse("evt_1".into(), event("charge.succeeded", unknown_status)).is_err());
-        assert!(Event::parse("evt_1".into(), event("refund.succeeded", charge_object())).is_err());
-        // Not an event at all, or a type that cannot be stored.
-        assert!(Event::parse("evt_1".into(), json!({"hello": "world"})).is_err());
-        assert!(Event::parse("evt_1".into(), event("", charge_object())).is_err());
-        assert!(Event::parse("evt_1".into(), event("has space", charge_object())).is_err());
-
-        let other = Event::parse("evt_2".into(), event("customer.created", json!({"id": "cus_1"}))).unwrap();
-        assert!(matches!(other.object, Object::Other { ref id } if id == "cus_1"));
-        let odd_id = Event::parse("evt_3".into(), event("payout.paid", json!({"id": "a\u{0}b"}))).unwrap();
-        assert_eq!(odd_id.object_id(), "", "an id that cannot be stored as text is left out");
-    }
 }

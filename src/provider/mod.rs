@@ -2,7 +2,8 @@
 //! the Stripe-like provider contract of docs/payments.md ([`client::HttpProvider`]), the JSON of that
 //! contract ([`wire`]), and the mock provider server that implements it for development, tests
 //! and demos ([`mock`]); [`delegate::Delegating`] for test doubles that change one call of another
-//! provider; the first parts of a Stripe adapter ([`stripe`], no calls yet).
+//! provider; the Stripe adapter ([`stripe`]); and a webhook event as the engine reads it from
+//! either wire ([`event`]).
 //!
 //! The domain sees only the trait and these types, never HTTP. Every write names a downstream
 //! idempotency key, so a re-driven call is the same operation at the provider, never a second one.
@@ -141,6 +142,7 @@ pub(crate) use payment_provider_by_methods;
 pub mod client;
 pub mod coalesce;
 pub mod delegate;
+pub mod event;
 pub mod mock;
 pub mod stripe;
 pub mod wire;

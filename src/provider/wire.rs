@@ -5,9 +5,12 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::event::{self, Event, Object};
 use super::{BalanceTransaction, Charge, ChargeStatus, Dispute, ProviderError, Refund, RefundStatus};
 use crate::disputes::{ClosedReason, DisputeStatus};
 use crate::money::parse_value;
+use crate::payments::payment_of_downstream_key;
+use crate::refunds::refund_of_downstream_key;
 
 /// Charge statuses on the wire.
 pub mod charge_status {
@@ -429,6 +432,67 @@ impl BalanceTransactionBody {
     }
 }
 
+/// The envelope of an event as `read_event` takes it: the object is read by the type.
+#[derive(Deserialize)]
+struct Envelope {
+    #[serde(rename = "type")]
+    kind: String,
+    data: EnvelopeData,
+}
+
+#[derive(Deserialize)]
+struct EnvelopeData {
+    object: serde_json::Value,
+}
+
+/// Reads a verified event of the mock's wire, `{id, type, created, data: {object}}` (`id` is the
+/// `webhook-id` it was signed with): the object of a type we act on must be a charge, a refund or
+/// a dispute as the provider reports them, and names our payment or refund by the downstream key
+/// it was made with. `Err` says what is wrong (the provider's format changed: a person must
+/// look; its retries change nothing).
+pub fn read_event(id: String, body: serde_json::Value) -> Result<Event, String> {
+    let envelope: Envelope =
+        serde_json::from_value(body).map_err(|error| format!("not a webhook event: {error}"))?;
+    event::check_type(&envelope.kind)?;
+    let object = envelope.data.object;
+    let object = match envelope.kind.as_str() {
+        event_type::CHARGE_SUCCEEDED
+        | event_type::CHARGE_FAILED
+        | event_type::CHARGE_CAPTURED
+        | event_type::CHARGE_CANCELED => {
+            let body: ChargeBody = serde_json::from_value(object)
+                .map_err(|error| format!("data.object is not a charge: {error}"))?;
+            let charge = body.to_charge().map_err(|error| format!("data.object: {error}"))?;
+            Object::Charge { payment: payment_of_downstream_key(&body.idempotency_key), id: body.id, charge }
+        }
+        event_type::REFUND_SUCCEEDED | event_type::REFUND_FAILED => {
+            let body: RefundBody = serde_json::from_value(object)
+                .map_err(|error| format!("data.object is not a refund: {error}"))?;
+            let provider_refund = body.to_refund().map_err(|error| format!("data.object: {error}"))?;
+            Object::Refund {
+                refund: refund_of_downstream_key(&body.idempotency_key),
+                id: body.id,
+                provider_refund,
+            }
+        }
+        event_type::DISPUTE_CREATED
+        | event_type::DISPUTE_UPDATED
+        | event_type::DISPUTE_FUNDS_WITHDRAWN
+        | event_type::DISPUTE_FUNDS_REINSTATED
+        | event_type::DISPUTE_CLOSED => {
+            let body: DisputeBody = serde_json::from_value(object)
+                .map_err(|error| format!("data.object is not a dispute: {error}"))?;
+            let dispute = body.to_dispute().map_err(|error| format!("data.object: {error}"))?;
+            Object::Dispute { dispute: Box::new(dispute) }
+        }
+        _ => {
+            let id = object.get("id").and_then(serde_json::Value::as_str).unwrap_or_default();
+            Object::Other { id: id.to_owned() }
+        }
+    };
+    Ok(Event { id, kind: envelope.kind, object })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -519,5 +583,47 @@ mod tests {
         assert_eq!((error.error.code, error.error.message), (None, String::new()));
         let json = serde_json::to_string(&CaptureChargeBody::default()).unwrap();
         assert_eq!(json, "{}");
+    }
+
+    fn event(kind: &str, object: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({ "id": "evt_1", "type": kind, "created": 1, "data": { "object": object } })
+    }
+
+    #[test]
+    fn known_event_types_need_their_object_and_others_are_tolerated() {
+        let mut ours = charge_json();
+        ours["idempotency_key"] = "orderpay_pay_0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b".into();
+        ours["status"] = "succeeded".into();
+        ours["captured"] = true.into();
+        ours["amount_captured"] = "10.00".into();
+        let read = read_event("evt_1".into(), event("charge.succeeded", ours)).unwrap();
+        let Object::Charge { payment: Some(payment), ref charge, .. } = read.object else {
+            panic!("{read:?}")
+        };
+        assert_eq!(payment.to_string(), "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b");
+        assert_eq!(charge.status, ChargeStatus::Succeeded);
+        assert_eq!(read.object_id(), "ch_1");
+        let not_ours = read_event("evt_1".into(), event("charge.succeeded", charge_json())).unwrap();
+        assert!(matches!(not_ours.object, Object::Charge { payment: None, .. }), "{not_ours:?}");
+
+        // A charge event whose object is no charge, or whose status we cannot read.
+        assert!(
+            read_event("evt_1".into(), event("charge.failed", serde_json::json!({"id": "re_1"}))).is_err()
+        );
+        let mut unknown_status = charge_json();
+        unknown_status["status"] = "authorized".into();
+        assert!(read_event("evt_1".into(), event("charge.succeeded", unknown_status)).is_err());
+        assert!(read_event("evt_1".into(), event("refund.succeeded", charge_json())).is_err());
+        // Not an event at all, or a type that cannot be stored.
+        assert!(read_event("evt_1".into(), serde_json::json!({"hello": "world"})).is_err());
+        assert!(read_event("evt_1".into(), event("", charge_json())).is_err());
+        assert!(read_event("evt_1".into(), event("has space", charge_json())).is_err());
+
+        let other = read_event("evt_2".into(), event("customer.created", serde_json::json!({"id": "cus_1"})))
+            .unwrap();
+        assert!(matches!(other.object, Object::Other { ref id } if id == "cus_1"));
+        let odd_id =
+            read_event("evt_3".into(), event("payout.paid", serde_json::json!({"id": "a\u{0}b"}))).unwrap();
+        assert_eq!(odd_id.object_id(), "", "an id that cannot be stored as text is left out");
     }
 }

@@ -423,7 +423,7 @@ async fn webhooks_that_lie_about_the_money_are_checked_against_the_provider_and_
 async fn app_hearing_forgeries_only() -> TestApp {
     spawn_app_with(|settings, mock| {
         provider_webhooks_on(settings);
-        let secret = settings.api.provider_webhook_secrets[0].reveal();
+        let secret = settings.api.provider_webhooks.standard()[0].reveal();
         mock.webhook_url = Some("http://127.0.0.1:9/nowhere".to_owned());
         mock.webhook_secret = Some(secret);
     })

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use diesel::sql_types::BigInt;
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use orderpay::app::Application;
-use orderpay::config::{ApiSettings, ProviderConfig, Settings, claim_for};
+use orderpay::config::{ApiSettings, ProviderConfig, ProviderWebhookSecrets, Settings, claim_for};
 use orderpay::db::{DatabaseConfig, Server};
 use orderpay::encryption::Keyring;
 use orderpay::idempotency::sweeper::SweeperConfig;
@@ -186,7 +186,8 @@ pub async fn spawn_app() -> TestApp {
 /// for the app, and (unless `configure` points the mock elsewhere) the mock sends its events to
 /// the app's `POST /provider/webhooks`, signed with it.
 pub fn provider_webhooks_on(settings: &mut Settings) {
-    settings.api.provider_webhook_secrets = vec![Secret::generate().expect("a webhook secret")];
+    settings.api.provider_webhooks =
+        ProviderWebhookSecrets::Standard(vec![Secret::generate().expect("a webhook secret")]);
 }
 
 /// Spawns the app (and its own mock provider) with settings adjusted by `configure`.
@@ -234,7 +235,7 @@ async fn spawn_app_on(
             // Off in tests, but where a test turns it on.
             rate_limit: orderpay::rate_limit::RateLimit { per_second: 0, burst: 0 },
             // Off unless a test turns them on (`provider_webhooks_on`).
-            provider_webhook_secrets: Vec::new(),
+            provider_webhooks: ProviderWebhookSecrets::Off,
         },
         sweeper: SweeperConfig {
             interval: Duration::from_secs(3600),
@@ -279,7 +280,7 @@ async fn spawn_app_on(
     // Bound before the mock starts, so that the mock can be told where to send webhooks.
     let listener = std::net::TcpListener::bind(&settings.listen).expect("the app's port");
     let port = listener.local_addr().unwrap().port();
-    if let Some(secret) = <[Secret]>::first(&settings.api.provider_webhook_secrets)
+    if let Some(secret) = settings.api.provider_webhooks.standard().first()
         && mock_settings.webhook_url.is_none()
     {
         mock_settings.webhook_url = Some(format!("http://127.0.0.1:{port}/provider/webhooks"));

@@ -41,7 +41,7 @@ pub(crate) async fn app_hearing_the_provider() -> TestApp {
 }
 
 pub(crate) fn secret(app: &TestApp) -> Secret {
-    app.settings.api.provider_webhook_secrets[0].clone()
+    app.settings.api.provider_webhooks.standard()[0].clone()
 }
 
 /// One delivery, as the provider sends it.

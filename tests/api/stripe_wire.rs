@@ -17,6 +17,8 @@ use orderpay::provider::{
 use rust_decimal::Decimal;
 use serde_json::json;
 
+use orderpay_fault_proxy::{FaultProxy, Faults};
+
 use crate::helpers::{assert_problem, json, new_key, spawn_app};
 use crate::process::ServiceProcess;
 
@@ -256,8 +258,116 @@ async fn a_payment_through_the_service_on_stripe_succeeds() {
     let printed = String::from_utf8_lossy(&check.stdout);
     assert!(check.status.success(), "{printed}{}", String::from_utf8_lossy(&check.stderr));
     assert!(printed.contains("ok (GET /v1/balance: test mode)"), "{printed}");
-    // Stripe's webhooks are not received yet: the route is not there.
-    let webhook =
-        app.client.post(format!("{}/provider/webhooks", service.address)).body("{}").send().await.unwrap();
-    assert_eq!(webhook.status(), 404);
+    // The webhook route verifies Stripe-Signature: unsigned, forged or stale, nothing is applied.
+    let webhooks = format!("{}/provider/webhooks", service.address);
+    let send = |signature: Option<String>| {
+        let request = app.client.post(&webhooks).body(r#"{"id":"evt_1","type":"payment_intent.succeeded"}"#);
+        match signature {
+            Some(signature) => request.header("Stripe-Signature", signature),
+            None => request,
+        }
+        .send()
+    };
+    let now = chrono::Utc::now().timestamp();
+    for signature in [None, Some(format!("t={now},v1=00ff")), Some(format!("t={},v1=00ff", now - 3600))] {
+        assert_problem(send(signature).await.unwrap(), 400, "webhook-signature-invalid").await;
+    }
+    assert_eq!(app.count("SELECT count(*) AS count FROM provider_webhooks").await, 0);
+}
+
+/// A service on Stripe whose calls go through a fault proxy in front of localstripe, holding the
+/// answers to `POST /v1/payment_intents` (a PaymentIntent created and confirmed whose answer has
+/// not come back), with localstripe's signed webhooks of payment intents sent to the service.
+async fn service_whose_charge_answers_are_held() -> (crate::helpers::TestApp, ServiceProcess, FaultProxy) {
+    let url = localstripe_url();
+    let upstream = url.trim_start_matches("http://").trim_end_matches('/').to_owned();
+    let hold = Faults { hold: Some("POST /v1/payment_intents".to_owned()), ..Faults::default() };
+    let proxy = FaultProxy::start("127.0.0.1:0", &upstream, hold).await.expect("the fault proxy");
+    let app = spawn_app().await;
+    // localstripe signs with the secret as written, like Stripe: one per test, so that each
+    // service verifies only the deliveries meant for it.
+    let secret = format!("whsec_{}", new_key().replace('-', ""));
+    let env = [
+        ("ORDERPAY_PROVIDER", "stripe"),
+        ("ORDERPAY_PROVIDER_API_KEY", API_KEY),
+        ("ORDERPAY_PROVIDER_WEBHOOK_SECRET", secret.as_str()),
+        // Longer than the webhook takes (localstripe sends it a second after the charge).
+        ("ORDERPAY_PROVIDER_TIMEOUT_MS", "30000"),
+        ("ORDERPAY_PAYMENT_LEASE_MS", "35000"),
+    ];
+    let service = ServiceProcess::start(&app.database_url, &proxy.address(), &env).await;
+    // localstripe sends each event to every endpoint registered with it, each under its own id.
+    let endpoint = json!({
+        "url": format!("{}/provider/webhooks", service.address),
+        "secret": secret,
+        "events": ["payment_intent.succeeded", "payment_intent.payment_failed"],
+    });
+    let registered = app
+        .client
+        .post(format!("{url}/_config/webhooks/{}", new_key()))
+        .json(&endpoint)
+        .send()
+        .await
+        .expect("localstripe's webhook configuration");
+    assert!(registered.status().is_success(), "{registered:?}");
+    (app, service, proxy)
+}
+
+/// `POST /payments` on the service, with the time it may take.
+async fn pay(
+    app: &crate::helpers::TestApp,
+    service: &ServiceProcess,
+    payment_method: &str,
+) -> reqwest::Response {
+    let order = app.create_order().await;
+    app.client
+        .post(format!("{}/payments", service.address))
+        .bearer_auth(&app.api_key)
+        .header("Idempotency-Key", new_key())
+        .json(&json!({ "order_id": order["id"], "payment_method": payment_method }))
+        .timeout(Duration::from_secs(20))
+        .send()
+        .await
+        .expect("answered while the provider's answer is still held")
+}
+
+/// The provider_webhooks rows of `event_type` that did `result`.
+async fn webhooks_that(app: &crate::helpers::TestApp, event_type: &str, result: &str) -> i64 {
+    app.count(&format!(
+        "SELECT count(*) AS count FROM provider_webhooks WHERE event_type = '{event_type}' AND result = '{result}'"
+    ))
+    .await
+}
+
+#[tokio::test]
+async fn a_stripe_webhook_settles_a_payment_whose_answer_is_held() {
+    let (app, service, proxy) = service_whose_charge_answers_are_held().await;
+    let paid = pay(&app, &service, "pm_card_visa").await;
+    assert_eq!(paid.status(), 201);
+    let payment = json(paid).await;
+    assert_eq!(payment["status"], "succeeded", "{payment}");
+    assert_eq!(proxy.stats().held, 1, "Stripe's answer to the charge never reached the service");
+    // Settled by localstripe's payment_intent.succeeded, on the word of our own lookup.
+    assert_eq!(webhooks_that(&app, "payment_intent.succeeded", "applied").await, 1);
+    let by_webhook = format!(
+        "SELECT count(*) AS count FROM payment_events WHERE subject_id = '{}' AND actor = 'webhook' \
+         AND to_status = 'succeeded'",
+        payment["id"].as_str().unwrap()
+    );
+    assert_eq!(app.count(&by_webhook).await, 1);
+    let charge_id = payment["provider_charge_id"].as_str().unwrap_or_default().to_owned();
+    let charge = stripe().get_charge(&charge_id, None).await.unwrap().expect("the PaymentIntent");
+    assert_eq!((charge.status, charge.amount_captured), (ChargeStatus::Succeeded, decimal("48.48")));
+    proxy.release();
+}
+
+#[tokio::test]
+async fn a_stripe_webhook_settles_a_decline_whose_answer_is_held() {
+    let (app, service, proxy) = service_whose_charge_answers_are_held().await;
+    let declined = pay(&app, &service, "pm_card_chargeCustomerFail").await;
+    let problem = assert_problem(declined, 402, "payment-declined").await;
+    assert!(problem.to_string().contains("card_declined"), "{problem}");
+    assert_eq!(proxy.stats().held, 1);
+    assert_eq!(webhooks_that(&app, "payment_intent.payment_failed", "applied").await, 1);
+    proxy.release();
 }

@@ -3,15 +3,13 @@
 //! key and its mode ([`ApiKey`]), and, in its submodules, amounts in Stripe's minor units
 //! (`amount`), the form bodies and headers of its writes with the pinned API version (`form`),
 //! what its error answers mean (`errors`), its objects and their translation into the
-//! provider trait's types (`objects`), webhook signatures (`signature`), and the
-//! `PaymentProvider` that makes the calls ([`StripeProvider`], in `client`).
-//!
-//! Stripe's webhooks are not received yet: with `ORDERPAY_PROVIDER=stripe` the reconciler
-//! settles every operation whose outcome is unknown.
+//! provider trait's types (`objects`), webhook signatures (`signature`) and events (`events`),
+//! and the `PaymentProvider` that makes the calls ([`StripeProvider`], in `client`).
 
 pub mod amount;
 pub mod client;
 pub mod errors;
+pub mod events;
 pub mod form;
 pub mod objects;
 pub mod signature;

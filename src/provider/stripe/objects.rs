@@ -142,13 +142,21 @@ impl PaymentIntentObject {
     /// The trait's view of this PaymentIntent. Its latest charge must be expanded (every call
     /// asks for it): that is where captured and refunded amounts are read.
     pub fn to_charge(&self) -> Result<Charge, ProviderError> {
+        if let Some(Expandable::Id(id)) = &self.latest_charge {
+            return Err(malformed(format!("{}'s latest charge {id} was not expanded", self.id)));
+        }
+        self.to_event_charge()
+    }
+
+    /// The trait's view of this PaymentIntent as a webhook event carries it: Stripe sends the
+    /// latest charge there as an id, so what was refunded (zero here) and when an authorization
+    /// lapses (none) are not known from the event. That is enough to tell when to ask: the
+    /// engine never settles on an event's word, it looks the PaymentIntent up first (expanded).
+    pub fn to_event_charge(&self) -> Result<Charge, ProviderError> {
         let currency = currency(&self.currency)?;
         let latest = match &self.latest_charge {
-            None => None,
             Some(Expandable::Object(charge)) => Some(charge.as_ref()),
-            Some(Expandable::Id(id)) => {
-                return Err(malformed(format!("{}'s latest charge {id} was not expanded", self.id)));
-            }
+            Some(Expandable::Id(_)) | None => None,
         };
         let captured = match (self.amount_received, latest) {
             (Some(received), _) => received,
@@ -158,7 +166,7 @@ impl PaymentIntentObject {
             (None, _) => 0,
         };
         let refunded = latest.map_or(0, |charge| charge.amount_refunded);
-        let status = self.status(latest.is_some())?;
+        let status = self.status(self.latest_charge.is_some())?;
         let authorization_expires_at = latest
             .and_then(|charge| charge.payment_method_details.as_ref()?.card.as_ref()?.capture_before)
             .map(time)
