@@ -80,6 +80,28 @@ run: db ## run the mock provider and the service on a fresh database (DEMO_DATAB
 	  -c 'DROP DATABASE IF EXISTS "$(DEMO_DATABASE)" WITH (FORCE)'
 	RUST_LOG=warn "$$bin" migrate
 	key=$$(RUST_LOG=warn "$$bin" accounts create demo)
+	if [ "$${ORDERPAY_PROVIDER:-mock}" = stripe ]; then
+	  # Stripe in test mode instead of the mock (docs/providers.md#going-live): the key and the
+	  # endpoint's signing secret are the user's; no mock is started.
+	  : "$${ORDERPAY_PROVIDER_API_KEY:?set ORDERPAY_PROVIDER_API_KEY to a test-mode secret key (sk_test_...)}"
+	  : "$${ORDERPAY_PROVIDER_WEBHOOK_SECRET:?set ORDERPAY_PROVIDER_WEBHOOK_SECRET to the webhook signing secret (whsec_...; stripe listen prints one)}"
+	  base="http://$(ORDERPAY_LISTEN)"
+	  cat <<-MSG | sed -e "s/^|//"
+	|
+	|  orderpay on Stripe: $$base (database $(DEMO_DATABASE), made afresh for this run)
+	|  Stripe's events reach it through the Stripe CLI, in another terminal:
+	|    stripe listen --forward-to $$base/provider/webhooks
+	|  (its whsec_ secret is the one ORDERPAY_PROVIDER_WEBHOOK_SECRET must hold). Then:
+	|
+	|    export KEY=$$key
+	|    ORDER=\$$(curl -s $$base/orders -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-order-1' -d '{"currency":"USD","items":[{"sku":"tee","quantity":2,"unit_price":"19.99"}]}' | python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])')
+	|    curl -si $$base/payments -H "Authorization: Bearer \$$KEY" -H 'Content-Type: application/json' -H 'Idempotency-Key: demo-pay-1' -d "{\"order_id\":\"\$$ORDER\",\"payment_method\":\"pm_card_visa\"}"
+	|
+	|  The payment is a PaymentIntent in your Stripe test dashboard; pm_card_chargeDeclined declines.
+	|
+	MSG
+	  ORDERPAY_WEBHOOK_ALLOW_PRIVATE=true ORDERPAY_WEBHOOK_REQUIRE_HTTPS=false exec "$$bin" serve
+	fi
 	# The provider's webhooks: a fresh secret shared by both processes, the mock posting its
 	# signed events to the service.
 	webhook_secret="whsec_$$(openssl rand -base64 32)"

@@ -177,7 +177,8 @@ pub async fn void(
     Ok(respond_answer(answer))
 }
 
-/// An amount no finer than the payment's currency's minor unit (422, nothing stored).
+/// An amount no finer than the payment's currency's minor unit, and one the provider can take
+/// (Stripe: a whole number of its minor units), else 422 with nothing stored and no call.
 async fn check_precision(
     state: &AppState,
     account_id: crate::ids::AccountId,
@@ -185,8 +186,11 @@ async fn check_precision(
     amount: Decimal,
 ) -> Result<(), ApiError> {
     if let Some(currency) = service::currency_of(&state.engine, account_id, payment_id).await? {
-        Amount::from_decimal(amount, currency)
-            .map_err(|error| ApiError::Validation(vec![FieldError::new("amount", error)]))?;
+        let invalid = |message: String| ApiError::Validation(vec![FieldError::new("amount", message)]);
+        let amount = Amount::from_decimal(amount, currency).map_err(|error| invalid(error.to_string()))?;
+        if let Some(refusal) = state.engine.provider.amount_refusal(&amount) {
+            return Err(invalid(refusal));
+        }
     }
     Ok(())
 }

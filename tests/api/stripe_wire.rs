@@ -250,7 +250,40 @@ async fn a_payment_through_the_service_on_stripe_succeeds() {
     let problem = assert_problem(place("5.124").await.unwrap(), 422, "validation-failed").await;
     assert!(problem.to_string().contains("multiple of 0.01"), "{problem}");
     assert_eq!(app.count("SELECT count(*) AS count FROM orders").await, orders_before, "nothing stored");
-    assert_eq!(place("5.120").await.unwrap().status(), 201);
+    let kwd_order = |placed: reqwest::Response| async move { json(placed).await["id"].clone() };
+    let paid_order = kwd_order(place("5.120").await.unwrap()).await;
+    let held_order = kwd_order(place("5.120").await.unwrap()).await;
+    // So are a refund and a capture of an amount it could not take, before any call.
+    let post = |path: String, body: serde_json::Value| {
+        app.client
+            .post(format!("{}{path}", service.address))
+            .bearer_auth(&app.api_key)
+            .header("Idempotency-Key", new_key())
+            .json(&body)
+            .send()
+    };
+    let paid = json(
+        post("/payments".into(), json!({ "order_id": paid_order, "payment_method": "pm_card_visa" }))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(paid["status"], "succeeded", "{paid}");
+    let refund = json!({ "payment_id": paid["id"], "amount": "0.005" });
+    let problem =
+        assert_problem(post("/refunds".into(), refund).await.unwrap(), 422, "validation-failed").await;
+    assert!(problem.to_string().contains("multiple of 0.01"), "{problem}");
+    let held =
+        json!({ "order_id": held_order, "payment_method": "pm_card_visa", "capture_method": "manual" });
+    let held = json(post("/payments".into(), held).await.unwrap()).await;
+    assert_eq!(held["status"], "requires_capture", "{held}");
+    let capture =
+        post(format!("/payments/{}/capture", held["id"].as_str().unwrap()), json!({ "amount": "1.005" }));
+    let problem = assert_problem(capture.await.unwrap(), 422, "validation-failed").await;
+    assert!(problem.to_string().contains("multiple of 0.01"), "{problem}");
+    let operations =
+        "SELECT (SELECT count(*) FROM refunds) + (SELECT count(*) FROM payment_operations) AS count";
+    assert_eq!(app.count(operations).await, 0, "no refund or capture stored");
     // `provider check` reads the balance with the key: accepted, in test mode.
     let with_url: Vec<(&str, &str)> =
         env.iter().copied().chain([("ORDERPAY_PROVIDER_URL", url.as_str())]).collect();
