@@ -9,6 +9,11 @@
 //! | `charge.dispute.created`, `.updated`, `.funds_withdrawn`, `.funds_reinstated`, `.closed` | the dispute |
 //! | anything else (`charge.refunded` included) | kept and ignored |
 //!
+//! A PaymentIntent or Refund without our metadata (another integration on the same account) is
+//! kept and ignored whatever its shape or currency, and so is a dispute that cannot be read (the
+//! reconciler's listing of disputes reads every one): refusing them would have Stripe retry them
+//! for days and could disable the endpoint.
+//!
 //! `charge.refunded` carries the Charge, not the refund: which of our refunds it is about is told
 //! by the refund's own events, which carry our metadata. Every event is only a reason to look:
 //! the engine asks Stripe before anything moves.
@@ -16,6 +21,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::form::{PAYMENT_ID_METADATA, REFUND_ID_METADATA};
 use super::objects::{DisputeObject, PaymentIntentObject, RefundObject};
 use crate::ids::{PaymentId, RefundId};
 use crate::provider::event::{self, Event, MAX_TEXT, Object};
@@ -46,7 +52,26 @@ pub fn read_event(body: Value) -> Result<Event, String> {
     }
     event::check_type(&envelope.kind)?;
     let object = envelope.data.object;
+    let id = object.get("id").and_then(Value::as_str).unwrap_or_default().to_owned();
+    // Whether orderpay made it, read before anything else: an object of another integration on
+    // the same account (another currency, another shape) is kept and ignored, never refused,
+    // or Stripe would retry it for days and could disable the endpoint.
+    let ours = |metadata_key: &str| object.get("metadata").and_then(|m| m.get(metadata_key)).is_some();
     let object = match envelope.kind.as_str() {
+        "payment_intent.succeeded"
+        | "payment_intent.payment_failed"
+        | "payment_intent.canceled"
+        | "payment_intent.amount_capturable_updated"
+        | "payment_intent.processing"
+            if !ours(PAYMENT_ID_METADATA) =>
+        {
+            Object::Other { id }
+        }
+        "refund.created" | "refund.updated" | "refund.failed" | "charge.refund.updated"
+            if !ours(REFUND_ID_METADATA) =>
+        {
+            Object::Other { id }
+        }
         "payment_intent.succeeded"
         | "payment_intent.payment_failed"
         | "payment_intent.canceled"
@@ -70,15 +95,19 @@ pub fn read_event(body: Value) -> Result<Event, String> {
         | "charge.dispute.funds_withdrawn"
         | "charge.dispute.funds_reinstated"
         | "charge.dispute.closed" => {
-            let dispute: DisputeObject = serde_json::from_value(object)
-                .map_err(|error| format!("data.object is not a Dispute: {error}"))?;
-            let dispute = dispute.to_dispute().map_err(|error| format!("data.object: {error}"))?;
-            Object::Dispute { dispute: Box::new(dispute) }
+            // A dispute carries nothing of ours: one that cannot be read (another integration's
+            // currency) is kept and ignored here; the reconciler's listing of disputes reads
+            // every dispute of the account and says loudly what it cannot.
+            let read = serde_json::from_value::<DisputeObject>(object).map_err(|error| error.to_string());
+            match read.and_then(|dispute| dispute.to_dispute().map_err(|error| error.to_string())) {
+                Ok(dispute) => Object::Dispute { dispute: Box::new(dispute) },
+                Err(error) => {
+                    tracing::warn!(dispute = %id, %error, "a Stripe dispute event could not be read; ignored");
+                    Object::Other { id }
+                }
+            }
         }
-        _ => {
-            let id = object.get("id").and_then(Value::as_str).unwrap_or_default();
-            Object::Other { id: id.to_owned() }
-        }
+        _ => Object::Other { id },
     };
     Ok(Event { id: envelope.id, kind: envelope.kind, object })
 }
@@ -129,10 +158,13 @@ mod tests {
             "{read:?}"
         );
 
+        // Another integration's PaymentIntent, even in a currency orderpay does not take, is
+        // kept and ignored rather than refused.
         let mut not_ours = payment_intent("succeeded", 1234);
         not_ours["metadata"] = json!({});
+        not_ours["currency"] = json!("xof");
         let read = read_event(event("payment_intent.succeeded", not_ours)).unwrap();
-        assert!(matches!(read.object, Object::Charge { payment: None, .. }), "{read:?}");
+        assert!(matches!(read.object, Object::Other { ref id } if id == "pi_1"), "{read:?}");
     }
 
     #[test]
@@ -169,9 +201,14 @@ mod tests {
     fn other_types_are_kept_and_malformed_events_refused() {
         let read = read_event(event("charge.refunded", json!({ "id": "ch_1", "object": "charge" }))).unwrap();
         assert!(matches!(read.object, Object::Other { ref id } if id == "ch_1"));
-        // A type we act on whose object is not what the type says.
-        assert!(read_event(event("payment_intent.succeeded", json!({ "id": "re_1" }))).is_err());
-        assert!(read_event(event("refund.updated", payment_intent("succeeded", 1234))).is_err());
+        // A type we act on whose object, ours by its metadata, is not what the type says.
+        let ours = |id: &str, key: &str| json!({ "id": id, "metadata": { key: PAYMENT } });
+        assert!(read_event(event("payment_intent.succeeded", ours("re_1", "orderpay_payment_id"))).is_err());
+        assert!(read_event(event("refund.updated", ours("pi_1", "orderpay_refund_id"))).is_err());
+        // A dispute that cannot be read is ignored: the reconciler's listing reads every dispute.
+        let odd =
+            read_event(event("charge.dispute.created", json!({ "id": "dp_2", "currency": "usd" }))).unwrap();
+        assert!(matches!(odd.object, Object::Other { ref id } if id == "dp_2"), "{odd:?}");
         // Not an event, or one whose id or type cannot be stored.
         assert!(read_event(json!({ "hello": "world" })).is_err());
         let mut no_id = event("customer.created", json!({ "id": "cus_1" }));
