@@ -49,10 +49,11 @@ impl Event {
     }
 }
 
-/// An event type as it may be stored: 1 to [`MAX_TEXT`] visible ASCII characters.
-pub fn check_type(kind: &str) -> Result<(), String> {
-    match kind.is_empty() || !is_storable(kind) {
-        true => Err(format!("type must be 1 to {MAX_TEXT} visible ASCII characters")),
+/// An event's `field` (its `type`, its `id`) as it may be stored: 1 to [`MAX_TEXT`] visible
+/// ASCII characters.
+pub fn check_text(field: &str, text: &str) -> Result<(), String> {
+    match text.is_empty() || !is_storable(text) {
+        true => Err(format!("{field} must be 1 to {MAX_TEXT} visible ASCII characters")),
         false => Ok(()),
     }
 }

@@ -453,7 +453,7 @@ struct EnvelopeData {
 pub fn read_event(id: String, body: serde_json::Value) -> Result<Event, String> {
     let envelope: Envelope =
         serde_json::from_value(body).map_err(|error| format!("not a webhook event: {error}"))?;
-    event::check_type(&envelope.kind)?;
+    event::check_text("type", &envelope.kind)?;
     let object = envelope.data.object;
     let object = match envelope.kind.as_str() {
         event_type::CHARGE_SUCCEEDED

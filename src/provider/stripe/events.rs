@@ -24,7 +24,7 @@ use serde_json::Value;
 use super::form::{PAYMENT_ID_METADATA, REFUND_ID_METADATA};
 use super::objects::{DisputeObject, PaymentIntentObject, RefundObject};
 use crate::ids::{PaymentId, RefundId};
-use crate::provider::event::{self, Event, MAX_TEXT, Object};
+use crate::provider::event::{self, Event, Object};
 
 #[derive(Deserialize)]
 struct Envelope {
@@ -44,13 +44,8 @@ struct EnvelopeData {
 pub fn read_event(body: Value) -> Result<Event, String> {
     let envelope: Envelope =
         serde_json::from_value(body).map_err(|error| format!("not a Stripe event: {error}"))?;
-    if envelope.id.is_empty()
-        || envelope.id.len() > MAX_TEXT
-        || !envelope.id.bytes().all(|b| b.is_ascii_graphic())
-    {
-        return Err(format!("id must be 1 to {MAX_TEXT} visible ASCII characters"));
-    }
-    event::check_type(&envelope.kind)?;
+    event::check_text("id", &envelope.id)?;
+    event::check_text("type", &envelope.kind)?;
     let object = envelope.data.object;
     let id = object.get("id").and_then(Value::as_str).unwrap_or_default().to_owned();
     // Whether orderpay made it, read before anything else: an object of another integration on
@@ -62,33 +57,28 @@ pub fn read_event(body: Value) -> Result<Event, String> {
         | "payment_intent.payment_failed"
         | "payment_intent.canceled"
         | "payment_intent.amount_capturable_updated"
-        | "payment_intent.processing"
-            if !ours(PAYMENT_ID_METADATA) =>
-        {
-            Object::Other { id }
-        }
-        "refund.created" | "refund.updated" | "refund.failed" | "charge.refund.updated"
-            if !ours(REFUND_ID_METADATA) =>
-        {
-            Object::Other { id }
-        }
-        "payment_intent.succeeded"
-        | "payment_intent.payment_failed"
-        | "payment_intent.canceled"
-        | "payment_intent.amount_capturable_updated"
-        | "payment_intent.processing" => {
-            let intent: PaymentIntentObject = serde_json::from_value(object)
-                .map_err(|error| format!("data.object is not a PaymentIntent: {error}"))?;
-            let charge = intent.to_event_charge().map_err(|error| format!("data.object: {error}"))?;
-            let payment = intent.payment_reference().and_then(PaymentId::parse);
-            Object::Charge { id: intent.id, payment, charge }
-        }
+        | "payment_intent.processing" => match ours(PAYMENT_ID_METADATA) {
+            false => Object::Other { id },
+            true => {
+                let intent: PaymentIntentObject = serde_json::from_value(object)
+                    .map_err(|error| format!("data.object is not a PaymentIntent: {error}"))?;
+                let charge = intent.to_event_charge().map_err(|error| format!("data.object: {error}"))?;
+                let payment = intent.payment_reference().and_then(PaymentId::parse);
+                Object::Charge { id: intent.id, payment, charge }
+            }
+        },
         "refund.created" | "refund.updated" | "refund.failed" | "charge.refund.updated" => {
-            let refund: RefundObject = serde_json::from_value(object)
-                .map_err(|error| format!("data.object is not a Refund: {error}"))?;
-            let provider_refund = refund.to_refund().map_err(|error| format!("data.object: {error}"))?;
-            let ours = refund.refund_reference().and_then(RefundId::parse);
-            Object::Refund { id: refund.id, refund: ours, provider_refund }
+            match ours(REFUND_ID_METADATA) {
+                false => Object::Other { id },
+                true => {
+                    let refund: RefundObject = serde_json::from_value(object)
+                        .map_err(|error| format!("data.object is not a Refund: {error}"))?;
+                    let provider_refund =
+                        refund.to_refund().map_err(|error| format!("data.object: {error}"))?;
+                    let ours = refund.refund_reference().and_then(RefundId::parse);
+                    Object::Refund { id: refund.id, refund: ours, provider_refund }
+                }
+            }
         }
         "charge.dispute.created"
         | "charge.dispute.updated"
