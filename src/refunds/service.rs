@@ -35,35 +35,34 @@ pub async fn create(
 ) -> Result<Answer, ApiError> {
     if let Some(amount) = command.amount {
         let mut conn = engine.pool.get().await?;
-        let amount = check_amount(&mut conn, keyed.account_id, command.payment_id, amount).await?;
-        drop(conn);
-        // One the provider cannot take (Stripe: a whole number of its minor units) is refused
-        // now, rather than sent to a refusal that would leave the refund to the reconciler.
-        if let Some(refusal) = amount.and_then(|amount| engine.provider.amount_refusal(&amount)) {
-            return Err(ApiError::Validation(vec![FieldError::new("amount", refusal)]));
-        }
+        check_amount(&mut conn, engine, keyed.account_id, command.payment_id, amount).await?;
     }
     request::run(engine, keys, keyed, &RefundStart { keyed, command }, request_id).await
 }
 
-/// A refund's amount must be positive and no finer than the payment's currency's minor unit
-/// (422 `validation-failed`, nothing stored); it is returned in that currency. An unknown payment
-/// is left to the start statement (`None`).
+/// A refund's amount must be positive, no finer than the payment's currency's minor unit, and
+/// one the provider can take (Stripe: a whole number of its minor units, else the refund would
+/// be left to the reconciler's give-up): 422 `validation-failed`, nothing stored. An unknown
+/// payment is left to the start statement.
 async fn check_amount(
     conn: &mut AsyncPgConnection,
+    engine: &Engine,
     account_id: AccountId,
     payment_id: PaymentId,
     amount: Decimal,
-) -> Result<Option<Amount>, ApiError> {
+) -> Result<(), ApiError> {
     let Some(currency) = repository::payment_currency(conn, account_id, payment_id).await? else {
-        return Ok(None);
+        return Ok(());
     };
     let invalid = |message: String| ApiError::Validation(vec![FieldError::new("amount", message)]);
     let amount = Amount::from_decimal(amount, currency).map_err(|error| invalid(error.to_string()))?;
     if amount.value().is_zero() {
         return Err(invalid("must be more than zero".to_owned()));
     }
-    Ok(Some(amount))
+    match engine.provider.amount_refusal(&amount) {
+        Some(refusal) => Err(invalid(refusal)),
+        None => Ok(()),
+    }
 }
 
 /// The start of a refund: `start_refund.sql`, claiming the key and reserving the amount.
