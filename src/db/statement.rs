@@ -169,13 +169,19 @@ const fn starts_with_at(text: &[u8], at: usize, prefix: &[u8]) -> bool {
     true
 }
 
-/// What a statement declares (its files, its text, its parameters), for the checks of the tests.
-#[cfg(test)]
-pub type Declared = (&'static [&'static str], &'static str, &'static [&'static [usize]]);
+/// What a statement declares (its files, its text, its parameters), for the checks of the tests
+/// (the unit tests' and the integration tests' plans).
+#[cfg(any(test, feature = "test-hooks"))]
+pub type Declared = (
+    &'static [&'static str],
+    &'static str,
+    &'static [&'static [usize]],
+    &'static [&'static [(usize, &'static str)]],
+);
 
-#[cfg(test)]
+#[cfg(any(test, feature = "test-hooks"))]
 pub fn declared<S: Statement>() -> Declared {
-    (S::FILES, S::SQL, S::PARAMETERS)
+    (S::FILES, S::SQL, S::PARAMETERS, S::TYPES)
 }
 
 /// A prepared statement as declared by [`prepared_statement!`], for the checks below.
@@ -185,12 +191,17 @@ pub trait Statement {
     const SQL: &'static str;
     /// The declared parameter numbers, including those of a parameter group.
     const PARAMETERS: &'static [&'static [usize]];
+    /// Each parameter's number and diesel SQL type as written (`Nullable<Text>`), for the tests
+    /// that prepare the text outside diesel.
+    const TYPES: &'static [&'static [(usize, &'static str)]];
 }
 
 /// Parameters shared by several statements, because they share a leading piece of SQL (the
 /// key claim of `idempotency/claim_key.sql`): bound by number, like the statement's own.
 pub trait ParameterGroup {
     const PARAMETERS: &'static [usize];
+    /// Each parameter's number and diesel SQL type, as [`Statement::TYPES`].
+    const TYPES: &'static [(usize, &'static str)];
     /// Binds parameter `number` if it is one of this group's; returns whether it was.
     fn bind<'b>(
         &'b self,
@@ -266,6 +277,7 @@ macro_rules! prepared_statement {
             const FILES: &'static [&'static str] = &[$($file),+];
             const SQL: &'static str = concat!($(include_str!($file)),+);
             const PARAMETERS: &'static [&'static [usize]] = &[&[]];
+            const TYPES: &'static [&'static [(usize, &'static str)]] = &[&[]];
         }
 
         const _: () = assert!(
@@ -350,6 +362,10 @@ macro_rules! prepared_statement {
                 $( <$group_type as $crate::db::statement::ParameterGroup>::PARAMETERS, )?
                 &[$($number),*],
             ];
+            const TYPES: &'static [&'static [(usize, &'static str)]] = &[
+                $( <$group_type as $crate::db::statement::ParameterGroup>::TYPES, )?
+                &[$(($number, stringify!($sql_type))),*],
+            ];
         }
 
         const _: () = assert!(
@@ -413,6 +429,58 @@ macro_rules! prepared_statement {
     };
 }
 
+/// Every hand-written statement of the crate. A `.sql` file that none of them reads fails
+/// `every_sql_file_is_read_by_a_statement_that_declares_its_parameters`, so a new statement
+/// cannot be left out of this list; the integration tests plan each of them on a fresh schema
+/// (`database::no_statement_is_planned_to_walk_a_whole_account`).
+#[cfg(any(test, feature = "test-hooks"))]
+pub fn every_statement() -> Vec<Declared> {
+    let mut statements = crate::operations::leases::declared_statements();
+    statements.extend(crate::settlement::repository::declared_statements());
+    statements.extend([
+        declared::<crate::idempotency::store::ClaimKey<'static>>(),
+        declared::<crate::orders::repository::NewOrderStatement<'static>>(),
+        declared::<crate::payments::repository::StartPayment<'static>>(),
+        declared::<crate::payments::repository::SettlePayment<'static>>(),
+        declared::<crate::payments::watches::EndAuthorization<'static>>(),
+        declared::<crate::payments::authorization::StartAction<'static>>(),
+        declared::<crate::payments::authorization::SettleAction<'static>>(),
+        declared::<crate::refunds::repository::StartRefund<'static>>(),
+        declared::<crate::refunds::repository::SettleRefund<'static>>(),
+        declared::<crate::refunds::repository::CorrectRefund<'static>>(),
+        declared::<crate::refunds::repository::WatchLateRefunds<'static>>(),
+        declared::<crate::payments::watches::WatchAuthorizations<'static>>(),
+        declared::<crate::payments::watches::WatchLateCharges<'static>>(),
+        declared::<crate::idempotency::store::ExpireKey<'static>>(),
+        declared::<crate::idempotency::store::SweepKeys<'static>>(),
+        declared::<crate::idempotency::store::PurgeAudit<'static>>(),
+        declared::<crate::operations::webhooks::SweepProviderWebhooks<'static>>(),
+        declared::<crate::events::repository::TakeRelay<'static>>(),
+        declared::<crate::events::repository::ReadCursor<'static>>(),
+        declared::<crate::events::repository::RestartCursor<'static>>(),
+        declared::<crate::events::repository::ReadAfter<'static>>(),
+        declared::<crate::events::repository::AdvanceCursor<'static>>(),
+        declared::<crate::events::repository::Lag<'static>>(),
+        declared::<crate::events::repository::Sweep<'static>>(),
+        declared::<crate::merchant_webhooks::endpoints::DeleteEndpoint<'static>>(),
+        declared::<crate::merchant_webhooks::endpoints::Subscribers<'static>>(),
+        declared::<crate::merchant_webhooks::queue::ClaimDue<'static>>(),
+        declared::<crate::merchant_webhooks::queue::RecordFinished<'static>>(),
+        declared::<crate::merchant_webhooks::queue::FailingEndpoints>(),
+        declared::<crate::merchant_webhooks::retention::PurgeDeliveries<'static>>(),
+        declared::<crate::accounts::keys::LookupKey<'static>>(),
+        declared::<crate::accounts::ListAccounts>(),
+        declared::<crate::ledger::CheckMovements>(),
+        declared::<crate::db::IsWritable>(),
+        declared::<crate::ledger::CheckPayments>(),
+        declared::<crate::ledger::CheckOrders<'static>>(),
+        declared::<crate::disputes::repository::RecordDispute<'static>>(),
+        declared::<crate::disputes::responses::StartResponse<'static>>(),
+        declared::<crate::disputes::responses::SettleResponse<'static>>(),
+    ]);
+    statements
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -441,64 +509,15 @@ mod tests {
         );
     }
 
-    /// Every hand-written statement of the crate. A `.sql` file that none of them reads fails
-    /// the test below, so a new statement cannot be left out of this list.
-    fn every_statement() -> Vec<Declared> {
-        let mut statements = crate::operations::leases::declared_statements();
-        statements.extend(crate::settlement::repository::declared_statements());
-        statements.extend([
-            declared::<crate::idempotency::store::ClaimKey<'static>>(),
-            declared::<crate::orders::repository::NewOrderStatement<'static>>(),
-            declared::<crate::payments::repository::StartPayment<'static>>(),
-            declared::<crate::payments::repository::SettlePayment<'static>>(),
-            declared::<crate::payments::watches::EndAuthorization<'static>>(),
-            declared::<crate::payments::authorization::StartAction<'static>>(),
-            declared::<crate::payments::authorization::SettleAction<'static>>(),
-            declared::<crate::refunds::repository::StartRefund<'static>>(),
-            declared::<crate::refunds::repository::SettleRefund<'static>>(),
-            declared::<crate::refunds::repository::CorrectRefund<'static>>(),
-            declared::<crate::refunds::repository::WatchLateRefunds<'static>>(),
-            declared::<crate::payments::watches::WatchAuthorizations<'static>>(),
-            declared::<crate::payments::watches::WatchLateCharges<'static>>(),
-            declared::<crate::idempotency::store::ExpireKey<'static>>(),
-            declared::<crate::idempotency::store::SweepKeys<'static>>(),
-            declared::<crate::idempotency::store::PurgeAudit<'static>>(),
-            declared::<crate::operations::webhooks::SweepProviderWebhooks<'static>>(),
-            declared::<crate::events::repository::TakeRelay<'static>>(),
-            declared::<crate::events::repository::ReadCursor<'static>>(),
-            declared::<crate::events::repository::RestartCursor<'static>>(),
-            declared::<crate::events::repository::ReadAfter<'static>>(),
-            declared::<crate::events::repository::AdvanceCursor<'static>>(),
-            declared::<crate::events::repository::Lag<'static>>(),
-            declared::<crate::events::repository::Sweep<'static>>(),
-            declared::<crate::merchant_webhooks::endpoints::DeleteEndpoint<'static>>(),
-            declared::<crate::merchant_webhooks::endpoints::Subscribers<'static>>(),
-            declared::<crate::merchant_webhooks::queue::ClaimDue<'static>>(),
-            declared::<crate::merchant_webhooks::queue::RecordFinished<'static>>(),
-            declared::<crate::merchant_webhooks::queue::FailingEndpoints>(),
-            declared::<crate::merchant_webhooks::retention::PurgeDeliveries<'static>>(),
-            declared::<crate::accounts::keys::LookupKey<'static>>(),
-            declared::<crate::accounts::ListAccounts>(),
-            declared::<crate::ledger::CheckMovements>(),
-            declared::<crate::db::IsWritable>(),
-            declared::<crate::ledger::CheckPayments>(),
-            declared::<crate::ledger::CheckOrders<'static>>(),
-            declared::<crate::disputes::repository::RecordDispute<'static>>(),
-            declared::<crate::disputes::responses::StartResponse<'static>>(),
-            declared::<crate::disputes::responses::SettleResponse<'static>>(),
-        ]);
-        statements
-    }
-
     #[test]
     fn every_sql_file_is_read_by_a_statement_that_declares_its_parameters() {
         let statements = every_statement();
-        for (files, sql, parameters) in &statements {
+        for (files, sql, parameters, _) in &statements {
             assert!(all_parameters_match(sql, parameters), "{files:?}: $n and declared parameters differ");
         }
         let read: Vec<&str> = statements
             .iter()
-            .flat_map(|(files, _, _)| files.iter())
+            .flat_map(|(files, _, _, _)| files.iter())
             .filter_map(|file| file.rsplit('/').next())
             .collect();
         let mut folders = vec![std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/src"))];

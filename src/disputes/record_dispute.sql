@@ -61,11 +61,13 @@ WITH existing AS (
     ON CONFLICT (provider_dispute_id) DO NOTHING
     RETURNING id
 ), updated AS (
+    -- The row by its key (a scalar subquery: a join with `decided` was planned as a walk over
+    -- the account's disputes).
     UPDATE disputes
     SET status = $9, closed_reason = $10, evidence_due_by = $11, amount_withdrawn = $12,
         amount_reinstated = $13, updated_at = $15
-    FROM decided
-    WHERE disputes.account_id = $1 AND disputes.id = decided.id AND decided.outcome = 'updated'
+    WHERE disputes.account_id = $1
+        AND disputes.id = (SELECT decided.id FROM decided WHERE decided.outcome = 'updated')
     RETURNING disputes.id
 ), moved AS (
     UPDATE payments

@@ -134,6 +134,14 @@ impl<'a> Announce<'a> {
 
 impl ParameterGroup for Announce<'_> {
     const PARAMETERS: &'static [usize] = &[91, 92, 93, 94, 95, 96];
+    const TYPES: &'static [(usize, &'static str)] = &[
+        (91, "Nullable<Uuid>"),
+        (92, "Nullable<Text>"),
+        (93, "Nullable<Bytea>"),
+        (94, "Nullable<Uuid>"),
+        (95, "Nullable<Text>"),
+        (96, "Nullable<Bytea>"),
+    ];
 
     fn bind<'b>(
         &'b self,

@@ -194,6 +194,20 @@ impl<'a> ClaimParameters<'a> {
 
 impl ParameterGroup for ClaimParameters<'_> {
     const PARAMETERS: &'static [usize] = &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
+    const TYPES: &'static [(usize, &'static str)] = &[
+        (1, "Uuid"),
+        (2, "Nullable<Text>"),
+        (3, "Text"),
+        (4, "Text"),
+        (5, "Bytea"),
+        (6, "Text"),
+        (7, "Uuid"),
+        (8, "Nullable<Int2>"),
+        (9, "Nullable<Jsonb>"),
+        (10, "Nullable<Bytea>"),
+        (11, "Timestamptz"),
+        (12, "Timestamptz"),
+    ];
 
     fn bind<'b>(
         &'b self,

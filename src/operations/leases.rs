@@ -119,8 +119,8 @@ macro_rules! operation_tables {
             )*
         }
 
-        /// Every statement above, for the checks of `db::statement`'s tests.
-        #[cfg(test)]
+        /// Every statement above, for the checks of `db::statement`'s tests and the integration tests' plans.
+        #[cfg(any(test, feature = "test-hooks"))]
         pub(crate) fn declared_statements() -> Vec<crate::db::statement::Declared> {
             use crate::db::statement::declared;
             vec![$(

@@ -330,3 +330,116 @@ async fn a_read_write_url_refuses_read_only_servers_with_503() {
     make_writable(&mut admin).await;
     assert_eq!(app.post_order(&order_body(), Some(&new_key())).await.status(), 201);
 }
+
+/// An index that holds every column of its table's primary key and starts with one of them is
+/// priced like the key itself for a lookup by key while the table is small, and the planner may
+/// take it. A plan made then is kept: PostgreSQL caches its foreign-key checks' plans for the
+/// connection's life, so every row referencing a payment walked all of an account's payments
+/// through `payments_by_order` while it was led by `account_id` (docs/performance.md).
+#[tokio::test]
+async fn no_index_can_stand_in_for_its_tables_primary_key() {
+    let app = spawn_app().await;
+    let standing_in = app
+        .text(
+            "SELECT coalesce(string_agg(i.indexrelid::regclass::text, ', ' ORDER BY 1), '') AS text
+             FROM pg_index AS i
+             JOIN pg_index AS pk ON pk.indrelid = i.indrelid AND pk.indisprimary
+             JOIN pg_class AS t ON t.oid = i.indrelid
+             WHERE t.relnamespace = current_schema()::regnamespace
+               AND NOT i.indisprimary AND i.indpred IS NULL
+               AND i.indkey[0] = ANY (pk.indkey::int2[])
+               AND pk.indkey::int2[] <@ i.indkey::int2[]",
+        )
+        .await;
+    assert_eq!(standing_in, "", "lead these indexes with a column that is not the key's");
+}
+
+/// Every hand-written statement, planned as the pools keep it (a generic plan, made while the
+/// tables are small, then reused for the connection's life) on a fresh schema: none walks a
+/// whole account, an index narrowed by `account_id` alone. Such a plan reads every row the
+/// account has in that index for each call: the settle of a payment once read 1,700 buffers a
+/// call this way in the benchmark (docs/performance.md).
+#[tokio::test]
+async fn no_statement_is_planned_to_walk_a_whole_account() {
+    let app = spawn_app().await;
+    let (client, connection) =
+        tokio_postgres::connect(&app.database_url, tokio_postgres::NoTls).await.expect("the test database");
+    tokio::spawn(connection);
+    client.batch_execute("SET plan_cache_mode = force_generic_plan").await.unwrap();
+    let mut walks = Vec::new();
+    let statements = orderpay::db::statement::every_statement();
+    for (index, (files, sql, _, types)) in statements.iter().enumerate() {
+        let declared: std::collections::BTreeMap<usize, String> = types
+            .iter()
+            .flat_map(|group| group.iter())
+            .map(|(number, sql_type)| (*number, pg_type(sql_type)))
+            .collect();
+        let highest = declared.keys().last().copied().unwrap_or(0);
+        // Each parameter as diesel binds it; a number the text skips (the events' 91-96 after
+        // 19) still needs a type.
+        let types: Vec<&str> =
+            (1..=highest).map(|number| declared.get(&number).map_or("text", String::as_str)).collect();
+        let nulls = vec!["NULL"; highest].join(", ");
+        let (declare, execute) = if highest == 0 {
+            (String::new(), String::new())
+        } else {
+            (format!("({})", types.join(", ")), format!("({nulls})"))
+        };
+        let sql = sql.trim_end().trim_end_matches(';');
+        client
+            .batch_execute(&format!("PREPARE statement_{index}{declare} AS {sql}"))
+            .await
+            .unwrap_or_else(|error| panic!("{files:?} does not prepare: {:?}", error.as_db_error()));
+        let plan = client.simple_query(&format!("EXPLAIN EXECUTE statement_{index}{execute}")).await.unwrap();
+        let lines: Vec<String> = plan
+            .iter()
+            .filter_map(|message| match message {
+                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .collect();
+        if lines.iter().any(|line| narrowed_by_the_account_alone(line)) {
+            walks.push(format!("{files:?}\n{}", lines.join("\n")));
+        }
+    }
+    assert!(statements.len() > 40, "every statement: {}", statements.len());
+    assert!(walks.is_empty(), "plans that walk a whole account:\n{}", walks.join("\n\n"));
+}
+
+/// PostgreSQL's name of a diesel SQL type as `prepared_statement!` declares it.
+fn pg_type(diesel_type: &str) -> String {
+    let written: String = diesel_type.chars().filter(|c| !c.is_whitespace()).collect();
+    let inner = |prefix: &str| {
+        written.strip_prefix(prefix).and_then(|rest| rest.strip_suffix('>')).map(str::to_owned)
+    };
+    if let Some(inner) = inner("Nullable<") {
+        return pg_type(&inner);
+    }
+    if let Some(inner) = inner("Array<") {
+        return format!("{}[]", pg_type(&inner));
+    }
+    let name = match written.as_str() {
+        "Uuid" | "SqlUuid" => "uuid",
+        "Text" => "text",
+        "Numeric" => "numeric",
+        "Timestamptz" => "timestamptz",
+        "BigInt" | "Int8" => "int8",
+        "Int4" | "Integer" => "int4",
+        "Int2" | "SmallInt" => "int2",
+        "Bool" => "bool",
+        "Jsonb" => "jsonb",
+        "Bytea" => "bytea",
+        other => panic!("no PostgreSQL name for the diesel type {other}"),
+    };
+    name.to_owned()
+}
+
+/// A plan line of an index scan whose only condition is the account named by a parameter:
+/// `Index Cond: (account_id = $1)`, with or without a table alias (a join on an account's id,
+/// or `account_id = ANY ($1)`, reads the accounts it is meant to).
+fn narrowed_by_the_account_alone(line: &str) -> bool {
+    let Some(condition) = line.trim().strip_prefix("Index Cond: (") else { return false };
+    let condition = condition.strip_suffix(')').unwrap_or(condition);
+    let Some((column, value)) = condition.split_once(" = ") else { return false };
+    !condition.contains(" AND ") && column.rsplit('.').next() == Some("account_id") && value.starts_with('$')
+}
