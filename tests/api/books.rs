@@ -266,13 +266,31 @@ async fn a_late_charges_declined_refunds_are_retried_then_left_for_a_person() {
     let app = spawn_app_with(|settings, _| impatient(settings, 2)).await;
     let (order, payment_id) = app.given_up_payment().await;
     app.land_late_charge(&order, &payment_id, "pm_refund_declined").await;
-    for _ in 0..6 {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        app.reconcile_once().await;
-    }
     let system_refunds = format!(
         "SELECT count(*) AS count FROM refunds WHERE payment_id = '{payment_id}' AND idempotency_key IS NULL"
     );
+    let order_id = order["id"].as_str().unwrap();
+    let late_of = |orders: &Value| {
+        let found = orders.as_array().unwrap().iter().find(|found| found["order_id"] == order_id);
+        found.map(|found| found["late_charges_unrefunded"].clone())
+    };
+    let mut judged_in_flight = false;
+    for _ in 0..6 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        app.reconcile_once().await;
+        if !judged_in_flight && app.count(&system_refunds).await == 1 {
+            // One refund declined, another still to come: money in flight, not a violation.
+            let (exit, report) = app.ledger_check().await;
+            assert_eq!(exit, 0, "{report}");
+            assert_eq!(
+                late_of(&report["report"]["in_flight"]),
+                Some(order["total_amount"].clone()),
+                "{report}"
+            );
+            judged_in_flight = true;
+        }
+    }
+    assert!(judged_in_flight, "the check ran between the two refunds");
     assert_eq!(app.count(&system_refunds).await, 2, "one, then one more after the decline, then no more");
     let declined = format!("{system_refunds} AND status = 'failed' AND failure_code = 'refund_declined'");
     assert_eq!(app.count(&declined).await, 2);
@@ -290,6 +308,15 @@ async fn a_late_charges_declined_refunds_are_retried_then_left_for_a_person() {
     assert_eq!(app.metric("orderpay_late_charges_unrefunded").await, 1);
     let charge = provider_charge(&app, &payment_id).await;
     assert_eq!(charge["amount_refunded"], "0.00", "the provider holds the money: a person must act");
+    // Nothing is in flight for it any more: the books are wrong until a person acts.
+    let (exit, report) = app.ledger_check().await;
+    assert_eq!(exit, 1, "{report}");
+    assert_eq!(
+        late_of(&report["report"]["order_violations"]),
+        Some(order["total_amount"].clone()),
+        "{report}"
+    );
+    assert_eq!(late_of(&report["report"]["in_flight"]), None, "{report}");
 }
 
 /// The first system refund of a late charge is given up on while its send is still on its way;

@@ -232,21 +232,30 @@ impl Delegating for Lagging {
     }
 }
 
-#[tokio::test]
-async fn a_change_that_breaks_the_guard_is_counted_and_ignored_and_a_webhook_alone_changes_nothing() {
+/// An app with a dispute the bank decided for the merchant, recorded as won.
+async fn won_dispute() -> (TestApp, String) {
     let app = app().await;
     let (_, charge_id) = paid(&app, "pm_card_ok").await;
     let dispute_id = open_dispute(&app, &charge_id).await;
     decide(&app, &dispute_id, "won").await;
     deliver_all(&app).await;
     assert_eq!(recorded(&app, &dispute_id).await.0, "won");
+    (app, dispute_id)
+}
+
+/// The app's provider as [`Lagging`] behind its own webhooks.
+fn lagging_provider(app: &TestApp) -> Arc<dyn PaymentProvider> {
+    Arc::new(Lagging(orderpay::app::provider(&app.settings.provider).unwrap()))
+}
+
+#[tokio::test]
+async fn a_change_that_breaks_the_guard_is_counted_and_ignored_and_a_webhook_alone_changes_nothing() {
+    let (app, dispute_id) = won_dispute().await;
 
     // The provider's lookup says the won dispute needs a response again: refused, counted.
     let refused_before = recorded_counted(&app, "refused").await;
-    let lagging: Arc<dyn PaymentProvider> =
-        Arc::new(Lagging(orderpay::app::provider(&app.settings.provider).unwrap()));
     listing_due(&app).await;
-    app.reconcile_once_with(lagging).await;
+    app.reconcile_once_with(lagging_provider(&app)).await;
     assert_eq!(recorded(&app, &dispute_id).await, ("won".into(), "48.4800/48.4800".into(), "0.0000".into()));
     assert!(recorded_counted(&app, "refused").await > refused_before);
 
@@ -260,6 +269,33 @@ async fn a_change_that_breaks_the_guard_is_counted_and_ignored_and_a_webhook_alo
     assert_eq!(answer, "stale");
     assert_eq!(recorded(&app, &dispute_id).await.0, "won");
     assert_eq!(movements(&app, "dispute_reinstatement").await, 1);
+    app.assert_books_equal_the_provider().await;
+}
+
+/// A webhook's own lookup that breaks the guard (the provider, lagging behind its own webhooks,
+/// says a won dispute needs a response again) is counted and ignored, as the reconciler's
+/// listing is: a webhook records a dispute through the same guarded statement, with the
+/// provider's answer, never its own word.
+#[tokio::test]
+async fn a_webhook_whose_lookup_breaks_the_guard_is_counted_and_ignored() {
+    let (app, dispute_id) = won_dispute().await;
+
+    let refused_before = recorded_counted(&app, "refused").await;
+    // The webhook path of the service with the lagging provider: the event names a state we do
+    // not hold, so it is verified, and the lookup's answer is refused by the guard.
+    let engine = app.engine_with(lagging_provider(&app));
+    let url = format!("{}/v1/disputes/{dispute_id}", app.provider.address);
+    let mut reported = json(app.client.get(url).send().await.unwrap()).await;
+    reported["status"] = json!("needs_response");
+    reported["closed_reason"] = Value::Null;
+    reported["amount_reinstated"] = json!("0.00");
+    let body = event("charge.dispute.updated", &reported);
+    let read = orderpay::provider::wire::read_event(body["id"].as_str().unwrap().to_owned(), body).unwrap();
+    let received = orderpay::operations::webhooks::receive(&engine, &read).await.unwrap();
+    assert_eq!(received.as_str(), "stale", "recorded as changing nothing");
+    assert_eq!(recorded(&app, &dispute_id).await, ("won".into(), "48.4800/48.4800".into(), "0.0000".into()));
+    assert!(recorded_counted(&app, "refused").await > refused_before, "the refusal is counted");
+    assert_eq!(movements(&app, "dispute_reinstatement").await, 1, "no movement undone or repeated");
     app.assert_books_equal_the_provider().await;
 }
 

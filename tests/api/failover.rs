@@ -255,6 +255,9 @@ async fn verify(app: &TestApp, seen: &Tally) {
     assert_eq!(succeeded, seen.payments.len(), "one charge per paid order at the provider");
     let processing = app.count("SELECT count(*) AS count FROM payments WHERE status = 'processing'").await;
     assert_eq!(processing, 0, "nothing left processing after the reconciler");
+    // The books on the new primary: the ledger written by the same statements as the payments
+    // came over with them, and agrees with the provider's money and its records.
+    app.assert_books_equal_the_provider().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

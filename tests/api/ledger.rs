@@ -207,6 +207,42 @@ async fn the_check_finds_books_that_left_the_ledger() {
     );
 }
 
+/// Each order is judged by what the provider keeps for it, with its payments' columns and the
+/// ledger in agreement: never more than the order's total (here a payment grown past it, as a
+/// second capture of the same order would), and nothing at all when every payment of it failed.
+#[tokio::test]
+async fn the_check_judges_each_order_by_what_the_provider_keeps() {
+    let app = spawn_app().await;
+    let (over_total, paid) = app.paid_order("10.00", "pm_card_ok").await;
+    let paid_id = paid["id"].as_str().unwrap();
+    let failed_order = app.create_order().await;
+    let all_failed = failed_order["id"].as_str().unwrap();
+    let declined = app.pay(all_failed, "pm_card_declined", &new_key()).await;
+    assert_eq!(declined.status(), 402);
+    let failed_id =
+        app.text(&format!("SELECT id::text AS text FROM payments WHERE order_id = '{all_failed}'")).await;
+    assert_eq!(app.ledger_check().await.0, 0, "the books hold before");
+
+    // With the triggers on: each change writes its movement, so no payment disagrees with the
+    // ledger and only the orders' rules are broken.
+    app.execute(&format!(
+        "UPDATE payments SET amount = 15.00, amount_captured = 15.00 WHERE id = '{paid_id}'"
+    ))
+    .await;
+    app.execute(&format!("UPDATE payments SET amount_captured = 3.00 WHERE id = '{failed_id}'")).await;
+    let (exit, report) = app.ledger_check().await;
+    assert_eq!((exit, &report["holds"]), (1, &Value::Bool(false)), "{report}");
+    assert_eq!(report["report"]["payment_mismatches"], Value::Array(vec![]), "{report}");
+    let violations = report["report"]["order_violations"].as_array().unwrap();
+    let kept_of = |order_id: &str| {
+        let found = violations.iter().find(|order| order["order_id"] == order_id);
+        found.and_then(|order| order["kept"].as_str())
+    };
+    assert_eq!(kept_of(&over_total), Some("15.00"), "{report}");
+    assert_eq!(kept_of(all_failed), Some("3.00"), "{report}");
+    assert_eq!(violations.len(), 2, "{report}");
+}
+
 /// Bad filters are refused with a stable type; nothing else is listed.
 #[tokio::test]
 async fn bad_filters_are_refused() {
