@@ -57,10 +57,13 @@ pub enum Mutation {
     /// The dispute response's lookup (`dispute_state`) counts evidence as taken whenever the
     /// dispute no longer needs a response, without checking that it holds our evidence.
     EvidenceTakenOnAnyMove,
+    /// A refund's correction to failed (the provider reversed it) moves the refund's status,
+    /// and so writes the ledger's `refund_reversal`, but not the payment's `amount_refunded`.
+    ReversalLeavesTheColumn,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 9] = [
+    pub const ALL: [Mutation; 10] = [
         Mutation::NoInFlightGuard,
         Mutation::NoSystemRefundRetry,
         Mutation::NoLateRefundWatch,
@@ -70,6 +73,7 @@ impl Mutation {
         Mutation::RefundIgnoresDisputes,
         Mutation::DisputeWithoutGuard,
         Mutation::EvidenceTakenOnAnyMove,
+        Mutation::ReversalLeavesTheColumn,
     ];
 
     /// Mutants no property kills, each kept so that the reason stays checked: a dispute's
@@ -91,6 +95,7 @@ impl Mutation {
             Mutation::DisputeWithoutGuard => "a dispute recorded without its guard",
             Mutation::DisputeWebhookOnItsWord => "a dispute webhook recorded on its word",
             Mutation::EvidenceTakenOnAnyMove => "evidence counted as taken once the dispute moved on",
+            Mutation::ReversalLeavesTheColumn => "a reversal that leaves amount_refunded as it was",
         }
     }
 }
@@ -438,6 +443,12 @@ impl Config {
                 name: "mutant: dispute response lookup",
                 webhooks: false,
                 ..Config::unit_responses()
+            },
+            Mutation::ReversalLeavesTheColumn => Config {
+                name: "mutant: reversal",
+                requests_per_key: 1,
+                faults: Faults { reversals: 1, ..Faults::NONE },
+                ..Config::unit_charges()
             },
         };
         base.with_mutation(mutation)

@@ -109,6 +109,7 @@ pub const DISPUTE_GUARD: &str = "a dispute's recorded status only moves by the g
 pub const RESPONSE_ONCE: &str = "the provider takes a dispute response at most once per key";
 pub const RESPONSE_TAKEN: &str = "a dispute response settles succeeded only if the provider took it";
 pub const ACCEPTED_WITHDRAWN: &str = "an accepted dispute keeps its money withdrawn";
+pub const LEDGER: &str = "the ledger's movements equal our money columns at every step";
 
 /// Every dispute response settled `succeeded` was taken by the provider under its own key.
 fn responses_taken(state: &State) -> bool {
@@ -126,6 +127,26 @@ fn accepted_withdrawn(state: &State) -> bool {
         lost(d) && (!d.accepted || state.payment.as_ref().is_some_and(|p| p.disputed == d.withdrawn))
     });
     state.provider.dispute.is_none_or(lost) && ours
+}
+
+/// The ledger's movements equal the payment's money columns, in every state: the movements
+/// are written by triggers on other rows than the columns (a refund's on the refund's status:
+/// `refund` when it succeeds, `refund_reversal` and `refund_correction` when a correction moves
+/// it; a dispute's on our dispute's withdrawn and reinstated amounts), in the same statement,
+/// so the two must agree at every step, not only once nothing is in flight. This is
+/// `orderpay ledger check`'s per-payment rule (refunded and disputed sums against
+/// `amount_refunded` and `amount_disputed`). Captured money needs no rule here: its movement
+/// is written by the trigger on `amount_captured` itself.
+pub fn ledger_equal(state: &State) -> bool {
+    let Some(payment) = &state.payment else { return true };
+    let refunded: u8 = state
+        .refunds
+        .iter()
+        .filter(|refund| refund.status == OpStatus::Succeeded)
+        .map(|refund| refund.amount)
+        .sum();
+    let disputed = state.dispute.map_or(0, crate::state::Dispute::net);
+    payment.refunded == refunded && payment.disputed == disputed
 }
 
 /// The properties checked under `config`: every `always`, and the `sometimes` whose paths the
@@ -161,6 +182,7 @@ pub fn for_config(config: &Config) -> Vec<Property<Protocol>> {
         Property::<Protocol>::always(RESPONSE_ONCE, |_, s| s.ghost.responses_taken.iter().all(|&n| n <= 1)),
         Property::<Protocol>::always(RESPONSE_TAKEN, |_, s| responses_taken(s)),
         Property::<Protocol>::always(ACCEPTED_WITHDRAWN, |_, s| accepted_withdrawn(s)),
+        Property::<Protocol>::always(LEDGER, |_, s| ledger_equal(s)),
         Property::<Protocol>::always(BOOKS, |_, s| !quiescent(s) || books_equal(s)),
         Property::<Protocol>::always(NOT_KEPT, |_, s| {
             let failed = s.payment.as_ref().is_some_and(told_failed);

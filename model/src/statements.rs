@@ -339,10 +339,11 @@ impl Step<'_> {
             refund.check = false;
         }
         let system = refund.system();
+        let leaves_the_column = self.mutated(Mutation::ReversalLeavesTheColumn);
         let payment = self.payment();
         if to == OpStatus::Succeeded {
             payment.refunded += amount;
-        } else {
+        } else if !leaves_the_column {
             payment.refunded = payment.refunded.saturating_sub(amount);
         }
         let event =
