@@ -249,7 +249,8 @@ demo: node clients-build ## the checkout example (http://127.0.0.1:3000) beside 
 	  exit 1
 	fi
 	cd examples/checkout && { [ -d node_modules ] || npm ci --no-audit --no-fund --omit=dev; } && cd ../..
-	key=$$(DATABASE_URL=$(DEMO_DATABASE_URL) "$$(tests/scripts/cargo-exe.sh --bin orderpay)" accounts create "checkout demo" 2>/dev/null)
+	log=$$(mktemp)
+	key=$$(DATABASE_URL=$(DEMO_DATABASE_URL) "$$(tests/scripts/cargo-exe.sh --bin orderpay)" accounts create "checkout demo" 2>"$$log") || { cat "$$log" >&2; exit 1; }
 	echo "  The checkout: http://$${CHECKOUT_LISTEN:-127.0.0.1:3000}/ (its own account; Ctrl-C stops it)"
 	ORDERPAY_URL="http://$(ORDERPAY_LISTEN)" ORDERPAY_KEY="$$key" node examples/checkout/server.mjs
 
@@ -365,11 +366,11 @@ audit: cargo-deny ## RustSec advisories against Cargo.lock (fetches the advisory
 .PHONY: model
 model: ## check the protocol's model (docs/model.md): the unit configurations, the large one, the mutants and the defects, with state counts and times
 	cargo test -p orderpay-model
-	cargo build --release -p orderpay-model
+	model=$$(tests/scripts/cargo-exe.sh --release -p orderpay-model --bin orderpay-model)
 	for check in unit large mutants defects; do
 	  echo "== $$check"
 	  start=$$(date +%s)
-	  target/release/orderpay-model $$check
+	  "$$model" $$check
 	  echo "($$check: $$(( $$(date +%s) - start )) s)"
 	done
 

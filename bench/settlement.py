@@ -25,7 +25,8 @@ import urllib.request
 MOCK = os.environ["MOCK_PROVIDER_URL"]
 DB_URL = os.environ["DATABASE_URL"]
 COUNT = int(os.environ.get("SETTLEMENT_MOVEMENTS", "1000000"))
-BIN = os.environ.get("ORDERPAY_BIN", "target/debug/orderpay")
+# The binary tests/scripts/with-service.sh found with cargo (it follows CARGO_TARGET_DIR).
+BIN = os.environ["ORDERPAY_BIN"]
 SEED = 7
 START = "2030-01-01T00:00:00Z"
 END = "2030-01-02T00:00:00Z"

@@ -22,7 +22,7 @@ pub enum SecretsCommand {
         #[arg(long, env = "ORDERPAY_ENCRYPTION_KEY", hide_env_values = true)]
         encryption_key: String,
         /// Endpoints read per batch (each endpoint is then written in a statement of its own).
-        #[arg(long, default_value_t = 500)]
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(i64).range(1..))]
         batch_size: i64,
         #[command(flatten)]
         output: Output,
@@ -34,7 +34,6 @@ pub enum SecretsCommand {
 pub async fn run(command: SecretsCommand) -> anyhow::Result<()> {
     match command {
         SecretsCommand::Reseal { encryption_key, batch_size, output, database } => {
-            anyhow::ensure!(batch_size >= 1, "--batch-size must be at least 1");
             let keys = Keyring::parse(&encryption_key)?;
             let mut conn = connect(&database).await?;
             let report = secrets::pass(&mut conn, &keys, batch_size, Mode::Reseal).await?;

@@ -13,7 +13,6 @@ use super::idempotency::{IdempotencyHeader, respond_answer};
 use super::observe::RequestId;
 use crate::error::{ApiError, FieldError};
 use crate::ids::{OrderId, PaymentId};
-use crate::money::Amount;
 use crate::payments::authorization::Action;
 use crate::payments::representation::PaymentResource;
 use crate::payments::representation::payment_json;
@@ -147,7 +146,7 @@ pub async fn capture(
     let amount = written_amount(body.as_ref(), "amount")?;
     let CaptureRequest { .. } = body.map(body::deserialize).transpose()?.unwrap_or_default();
     if let Some(amount) = amount {
-        check_precision(&state, account.id, payment_id, amount).await?;
+        service::check_amount(&state.engine, account.id, payment_id, amount).await?;
     }
     let command = ActionCommand { payment_id, action: Action::Capture, amount };
     let answer = service::act(&state.engine, &state.keys, &keyed, &command, &request_id.0).await?;
@@ -175,24 +174,6 @@ pub async fn void(
     let command = ActionCommand { payment_id, action: Action::Void, amount: None };
     let answer = service::act(&state.engine, &state.keys, &keyed, &command, &request_id.0).await?;
     Ok(respond_answer(answer))
-}
-
-/// An amount no finer than the payment's currency's minor unit, and one the provider can take
-/// (Stripe: a whole number of its minor units), else 422 with nothing stored and no call.
-async fn check_precision(
-    state: &AppState,
-    account_id: crate::ids::AccountId,
-    payment_id: PaymentId,
-    amount: Decimal,
-) -> Result<(), ApiError> {
-    if let Some(currency) = service::currency_of(&state.engine, account_id, payment_id).await? {
-        let invalid = |message: String| ApiError::Validation(vec![FieldError::new("amount", message)]);
-        let amount = Amount::from_decimal(amount, currency).map_err(|error| invalid(error.to_string()))?;
-        if let Some(refusal) = state.engine.provider.amount_refusal(&amount) {
-            return Err(invalid(refusal));
-        }
-    }
-    Ok(())
 }
 
 /// `GET /payments/{id}`

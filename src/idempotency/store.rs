@@ -45,16 +45,10 @@ crate::text_enum! {
 
 impl ResourceKind {
     /// Whether its answer is stored on the resource's own row, once it settles (a provider
-    /// operation: the kinds of `operations::every_kind!`, each naming one of these), rather than
-    /// on the key row with the change (a local one).
-    pub const fn answer_on_its_row(self) -> bool {
-        match self {
-            ResourceKind::Payment
-            | ResourceKind::PaymentOperation
-            | ResourceKind::Refund
-            | ResourceKind::DisputeResponse => true,
-            ResourceKind::Order | ResourceKind::WebhookEndpoint => false,
-        }
+    /// operation: some kind of `operations::every_kind!` names it), rather than on the key row
+    /// with the change (a local one).
+    pub fn answer_on_its_row(self) -> bool {
+        crate::operations::leases::Table::of(self).is_some()
     }
 }
 

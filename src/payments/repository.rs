@@ -24,6 +24,7 @@ use crate::idempotency::store::ClaimParameters;
 use crate::ids::{AccountId, LeaseId, OrderId, PaymentId};
 use crate::money::{Amount, Currency};
 use crate::operations::leases::Lease;
+use crate::orders::OrderStatus;
 
 #[derive(Queryable, Selectable)]
 #[diesel(table_name = payments)]
@@ -221,12 +222,21 @@ crate::prepared_statement! {
     }
 }
 
+/// The currency of a payment; `None` when the account has no such payment.
+pub async fn currency_of(
+    conn: &mut AsyncPgConnection,
+    account_id: AccountId,
+    payment_id: PaymentId,
+) -> QueryResult<Option<Currency>> {
+    payments::table.find((account_id, payment_id)).select(payments::currency).first(conn).await.optional()
+}
+
 /// What phase 1's statement found and did.
 #[derive(Debug)]
 pub struct Started {
     pub outcome: StartOutcome,
     /// The order's status, total and currency, when the key was claimed and the order exists.
-    pub order: Option<(String, Decimal, Currency)>,
+    pub order: Option<(OrderStatus, Decimal, Currency)>,
     /// The order's payment in flight, for [`StartOutcome::PaymentInProgress`].
     pub in_flight: Option<PaymentId>,
 }
@@ -234,7 +244,7 @@ pub struct Started {
 /// Runs phase 1's statement. A second payment in flight that committed after the statement
 /// began violates `payments_one_active_per_order`: see [`is_second_active_payment`].
 pub async fn start(conn: &mut AsyncPgConnection, start: StartPayment<'_>) -> QueryResult<Started> {
-    type Row = (StartOutcome, Option<String>, Option<Decimal>, Option<Currency>, Option<PaymentId>);
+    type Row = (StartOutcome, Option<OrderStatus>, Option<Decimal>, Option<Currency>, Option<PaymentId>);
     let (outcome, status, total, currency, in_flight): Row = start.get_result(conn).await?;
     let order = match (status, total, currency) {
         (Some(status), Some(total), Some(currency)) => Some((status, total, currency)),

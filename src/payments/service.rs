@@ -18,7 +18,7 @@ use super::{CaptureMethod, Payment, PaymentMethod, PaymentStatus};
 use crate::error::{ApiError, FieldError};
 use crate::idempotency::{KeyedRequest, Keys, StoredResponse};
 use crate::ids::{AccountId, OperationId, OrderId, PaymentId};
-use crate::money::{Amount, Currency};
+use crate::money::Amount;
 use crate::operations::authorization::{Actions, Held};
 use crate::operations::charge::Charges;
 use crate::operations::leases::Lease;
@@ -92,7 +92,7 @@ impl Start for PayStart<'_> {
                 Started::Drive(new_payment(payment_id, keyed, command, total, round.now, round.lease))
             }
             StartOutcome::OrderNotPayable => {
-                let current = started.order.map(|(status, _, _)| status).unwrap_or_default();
+                let current = started.order.map_or_else(String::new, |(status, _, _)| status.to_string());
                 Started::Answer(not_payable(command.order_id, current))
             }
             StartOutcome::OrderNotFound => {
@@ -294,17 +294,30 @@ fn is_second_action(error: &diesel::result::Error) -> bool {
     )
 }
 
-/// The currency of a payment, to check an amount against before anything is written.
-pub async fn currency_of(
+/// An amount of a payment's money (a partial capture's, a refund's), checked before anything
+/// is written: more than zero, no finer than the payment's currency's minor unit, and one the
+/// provider can take (Stripe: a whole number of its minor units; else the operation could only
+/// end in the reconciler's give-up). 422 `validation-failed` on `amount` otherwise, nothing
+/// stored, no call. An unknown payment passes: its start statement answers 404.
+pub async fn check_amount(
     engine: &Engine,
     account_id: AccountId,
     payment_id: PaymentId,
-) -> Result<Option<Currency>, ApiError> {
+    amount: Decimal,
+) -> Result<(), ApiError> {
     let mut conn = engine.pool.get().await?;
-    let Some(payment) = repository::find(&mut conn, account_id, payment_id).await? else {
-        return Ok(None);
+    let Some(currency) = repository::currency_of(&mut conn, account_id, payment_id).await? else {
+        return Ok(());
     };
-    Ok(Some(payment.currency()))
+    let invalid = |message: String| ApiError::Validation(vec![FieldError::new("amount", message)]);
+    let amount = Amount::from_decimal(amount, currency).map_err(|error| invalid(error.to_string()))?;
+    if amount.value().is_zero() {
+        return Err(invalid("must be more than zero".to_owned()));
+    }
+    match engine.provider.amount_refusal(&amount) {
+        Some(refusal) => Err(invalid(refusal)),
+        None => Ok(()),
+    }
 }
 
 /// `GET /payments?order_id=&status=&limit=&starting_after=`: a page of the account's payments,

@@ -12,12 +12,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::OnceCell;
 
-use chrono::{DateTime, Utc};
-
-use super::{
-    BalancePage, BalanceQuery, BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest, Dispute,
-    DisputePage, DisputeResponseRequest, PaymentProvider, ProviderError, Refund, RefundRequest,
-};
+use super::delegate::Delegating;
+use super::{BoxFuture, Charge, Dispute, PaymentProvider, ProviderError, Refund};
 
 type Lookup<T> = Result<Option<T>, ProviderError>;
 
@@ -68,12 +64,10 @@ impl<P: PaymentProvider> Coalescing<P> {
     }
 }
 
-impl<P: PaymentProvider> PaymentProvider for Coalescing<P> {
-    fn create_charge<'a>(
-        &'a self,
-        request: &'a ChargeRequest,
-    ) -> BoxFuture<'a, Result<Charge, ProviderError>> {
-        self.inner.create_charge(request)
+/// Only the lookups are shared; every other call goes to the inner provider as it is.
+impl<P: PaymentProvider> Delegating for Coalescing<P> {
+    fn inner(&self) -> &dyn PaymentProvider {
+        &self.inner
     }
 
     fn find_charge<'a>(
@@ -92,27 +86,6 @@ impl<P: PaymentProvider> PaymentProvider for Coalescing<P> {
         Box::pin(self.charges_by_id.run(charge_id, self.inner.get_charge(charge_id, request_id)))
     }
 
-    fn capture_charge<'a>(
-        &'a self,
-        request: &'a CaptureRequest,
-    ) -> BoxFuture<'a, Result<Charge, ProviderError>> {
-        self.inner.capture_charge(request)
-    }
-
-    fn cancel_charge<'a>(
-        &'a self,
-        request: &'a CancelRequest,
-    ) -> BoxFuture<'a, Result<Charge, ProviderError>> {
-        self.inner.cancel_charge(request)
-    }
-
-    fn create_refund<'a>(
-        &'a self,
-        request: &'a RefundRequest,
-    ) -> BoxFuture<'a, Result<Refund, ProviderError>> {
-        self.inner.create_refund(request)
-    }
-
     fn find_refund<'a>(
         &'a self,
         downstream_key: &'a str,
@@ -127,32 +100,6 @@ impl<P: PaymentProvider> PaymentProvider for Coalescing<P> {
         request_id: Option<&'a str>,
     ) -> BoxFuture<'a, Lookup<Dispute>> {
         Box::pin(self.disputes_by_id.run(dispute_id, self.inner.get_dispute(dispute_id, request_id)))
-    }
-
-    fn list_disputes<'a>(
-        &'a self,
-        created_gte: DateTime<Utc>,
-        starting_after: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<DisputePage, ProviderError>> {
-        self.inner.list_disputes(created_gte, starting_after)
-    }
-
-    fn list_balance_transactions<'a>(
-        &'a self,
-        query: &'a BalanceQuery,
-    ) -> BoxFuture<'a, Result<BalancePage, ProviderError>> {
-        self.inner.list_balance_transactions(query)
-    }
-
-    fn respond_to_dispute<'a>(
-        &'a self,
-        request: &'a DisputeResponseRequest,
-    ) -> BoxFuture<'a, Result<Dispute, ProviderError>> {
-        self.inner.respond_to_dispute(request)
-    }
-
-    fn amount_refusal(&self, amount: &crate::money::Amount) -> Option<String> {
-        self.inner.amount_refusal(amount)
     }
 }
 

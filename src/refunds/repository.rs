@@ -140,15 +140,6 @@ pub async fn list(
     Ok((refunds, has_more))
 }
 
-/// The currency of a payment, to check a refund's amount against before anything is written.
-pub async fn payment_currency(
-    conn: &mut AsyncPgConnection,
-    account_id: AccountId,
-    payment_id: PaymentId,
-) -> QueryResult<Option<Currency>> {
-    payments::table.find((account_id, payment_id)).select(payments::currency).first(conn).await.optional()
-}
-
 crate::text_enum! {
     /// What the statement that starts a refund decided.
     pub enum StartOutcome {

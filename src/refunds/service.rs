@@ -6,7 +6,7 @@ use rust_decimal::Decimal;
 
 use super::repository::{self, StartOutcome, StartRefund};
 use super::{Refund, RefundReason, RefundStatus};
-use crate::error::{ApiError, FieldError};
+use crate::error::ApiError;
 use crate::idempotency::{KeyedRequest, Keys};
 use crate::ids::{AccountId, PaymentId, RefundId};
 use crate::money::Amount;
@@ -34,35 +34,9 @@ pub async fn create(
     request_id: &str,
 ) -> Result<Answer, ApiError> {
     if let Some(amount) = command.amount {
-        let mut conn = engine.pool.get().await?;
-        check_amount(&mut conn, engine, keyed.account_id, command.payment_id, amount).await?;
+        crate::payments::service::check_amount(engine, keyed.account_id, command.payment_id, amount).await?;
     }
     request::run(engine, keys, keyed, &RefundStart { keyed, command }, request_id).await
-}
-
-/// A refund's amount must be positive, no finer than the payment's currency's minor unit, and
-/// one the provider can take (Stripe: a whole number of its minor units, else the refund would
-/// be left to the reconciler's give-up): 422 `validation-failed`, nothing stored. An unknown
-/// payment is left to the start statement.
-async fn check_amount(
-    conn: &mut AsyncPgConnection,
-    engine: &Engine,
-    account_id: AccountId,
-    payment_id: PaymentId,
-    amount: Decimal,
-) -> Result<(), ApiError> {
-    let Some(currency) = repository::payment_currency(conn, account_id, payment_id).await? else {
-        return Ok(());
-    };
-    let invalid = |message: String| ApiError::Validation(vec![FieldError::new("amount", message)]);
-    let amount = Amount::from_decimal(amount, currency).map_err(|error| invalid(error.to_string()))?;
-    if amount.value().is_zero() {
-        return Err(invalid("must be more than zero".to_owned()));
-    }
-    match engine.provider.amount_refusal(&amount) {
-        Some(refusal) => Err(invalid(refusal)),
-        None => Ok(()),
-    }
 }
 
 /// The start of a refund: `start_refund.sql`, claiming the key and reserving the amount.

@@ -12,6 +12,8 @@ cd "$(dirname "$0")/../.."
 
 # The binary where cargo puts it (CARGO_TARGET_DIR included), unless ORDERPAY_BIN names one.
 bin=${ORDERPAY_BIN:-$(tests/scripts/cargo-exe.sh --bin orderpay)}
+# The command it runs calls the same binary (bench/settlement.py does).
+export ORDERPAY_BIN="$bin"
 server=${PG_SERVER_URL:-postgres://postgres@127.0.0.1:5432}
 db="orderpay_script_$(date +%s)_$$"
 logs=$(mktemp -d)
@@ -57,7 +59,7 @@ trap cleanup EXIT
 # Only `serve` and `migrate` migrate: the database is created and migrated before any other
 # command runs against it.
 "$bin" migrate 2>"$logs/migrate.log" || { cat "$logs/migrate.log" >&2; exit 1; }
-ORDERPAY_KEY=$("$bin" accounts create "script account" 2>/dev/null)
+ORDERPAY_KEY=$("$bin" accounts create "script account" 2>"$logs/account.log") || { cat "$logs/account.log" >&2; exit 1; }
 export ORDERPAY_KEY
 "$bin" mock-provider >"$logs/mock.log" 2>&1 & pids+=($!)
 "$bin" serve >"$logs/serve.log" 2>&1 & pids+=($!)
