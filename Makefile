@@ -250,6 +250,7 @@ demo: node clients-build ## the checkout example (http://127.0.0.1:3000) beside 
 	fi
 	cd examples/checkout && { [ -d node_modules ] || npm ci --no-audit --no-fund --omit=dev; } && cd ../..
 	log=$$(mktemp)
+	trap 'rm -f "$$log"' EXIT
 	key=$$(DATABASE_URL=$(DEMO_DATABASE_URL) "$$(tests/scripts/cargo-exe.sh --bin orderpay)" accounts create "checkout demo" 2>"$$log") || { cat "$$log" >&2; exit 1; }
 	echo "  The checkout: http://$${CHECKOUT_LISTEN:-127.0.0.1:3000}/ (its own account; Ctrl-C stops it)"
 	ORDERPAY_URL="http://$(ORDERPAY_LISTEN)" ORDERPAY_KEY="$$key" node examples/checkout/server.mjs

@@ -210,6 +210,42 @@ pub trait ParameterGroup {
     ) -> diesel::QueryResult<bool>;
 }
 
+/// Implements [`ParameterGroup`] for a struct with one lifetime from one list of its parameters,
+/// as `prepared_statement!` declares a statement's own, so each parameter's number, field and SQL
+/// type are written once:
+///
+/// ```ignore
+/// parameter_group! {
+///     ClaimParameters {
+///         1 => account_id as Uuid,
+///         2 => key as Nullable<Text>,
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! parameter_group {
+    ($group:ident { $( $number:literal => $field:ident as $sql_type:ty ),* $(,)? }) => {
+        impl $crate::db::statement::ParameterGroup for $group<'_> {
+            const PARAMETERS: &'static [usize] = &[$($number),*];
+            const TYPES: &'static [(usize, &'static str)] = &[$(($number, stringify!($sql_type))),*];
+
+            fn bind<'b>(
+                &'b self,
+                number: usize,
+                out: &mut diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>,
+            ) -> diesel::QueryResult<bool> {
+                #[allow(unused_imports)]
+                use diesel::sql_types::*;
+                match number {
+                    $( $number => out.push_bind_param::<$sql_type, _>(&self.$field)?, )*
+                    _ => return Ok(false),
+                }
+                Ok(true)
+            }
+        }
+    };
+}
+
 /// [`parameters_match`] for parameters declared in several lists.
 pub const fn all_parameters_match(sql: &str, declared: &[&[usize]]) -> bool {
     let mut flat = [0_usize; 128];

@@ -15,9 +15,6 @@ pub mod relay;
 pub mod repository;
 pub mod sweeper;
 
-use diesel::sql_types::{Bytea, Nullable, Text, Uuid as SqlUuid};
-
-use crate::db::statement::ParameterGroup;
 use repository::NewEvent;
 
 use chrono::{DateTime, Utc};
@@ -132,32 +129,14 @@ impl<'a> Announce<'a> {
     }
 }
 
-impl ParameterGroup for Announce<'_> {
-    const PARAMETERS: &'static [usize] = &[91, 92, 93, 94, 95, 96];
-    const TYPES: &'static [(usize, &'static str)] = &[
-        (91, "Nullable<Uuid>"),
-        (92, "Nullable<Text>"),
-        (93, "Nullable<Bytea>"),
-        (94, "Nullable<Uuid>"),
-        (95, "Nullable<Text>"),
-        (96, "Nullable<Bytea>"),
-    ];
-
-    fn bind<'b>(
-        &'b self,
-        number: usize,
-        out: &mut diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>,
-    ) -> diesel::QueryResult<bool> {
-        match number {
-            91 => out.push_bind_param::<Nullable<SqlUuid>, _>(&self.event_id)?,
-            92 => out.push_bind_param::<Nullable<Text>, _>(&self.event_type)?,
-            93 => out.push_bind_param::<Nullable<Bytea>, _>(&self.event_data)?,
-            94 => out.push_bind_param::<Nullable<SqlUuid>, _>(&self.order_event_id)?,
-            95 => out.push_bind_param::<Nullable<Text>, _>(&self.order_event_type)?,
-            96 => out.push_bind_param::<Nullable<Bytea>, _>(&self.order_event_data)?,
-            _ => return Ok(false),
-        }
-        Ok(true)
+crate::parameter_group! {
+    Announce {
+        91 => event_id as Nullable<Uuid>,
+        92 => event_type as Nullable<Text>,
+        93 => event_data as Nullable<Bytea>,
+        94 => order_event_id as Nullable<Uuid>,
+        95 => order_event_type as Nullable<Text>,
+        96 => order_event_data as Nullable<Bytea>,
     }
 }
 

@@ -15,13 +15,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use diesel::prelude::*;
-use diesel::sql_types::{Bytea, Int2, Jsonb, Nullable, Text, Timestamptz, Uuid as SqlUuid};
 use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use super::{KeyedRequest, StoredResponse};
 use crate::db::schema::{idempotency_key_audit, idempotency_keys};
-use crate::db::statement::ParameterGroup;
 use crate::ids::AccountId;
 
 crate::text_enum! {
@@ -186,44 +184,20 @@ impl<'a> ClaimParameters<'a> {
     }
 }
 
-impl ParameterGroup for ClaimParameters<'_> {
-    const PARAMETERS: &'static [usize] = &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
-    const TYPES: &'static [(usize, &'static str)] = &[
-        (1, "Uuid"),
-        (2, "Nullable<Text>"),
-        (3, "Text"),
-        (4, "Text"),
-        (5, "Bytea"),
-        (6, "Text"),
-        (7, "Uuid"),
-        (8, "Nullable<Int2>"),
-        (9, "Nullable<Jsonb>"),
-        (10, "Nullable<Bytea>"),
-        (11, "Timestamptz"),
-        (12, "Timestamptz"),
-    ];
-
-    fn bind<'b>(
-        &'b self,
-        number: usize,
-        out: &mut diesel::query_builder::AstPass<'_, 'b, diesel::pg::Pg>,
-    ) -> QueryResult<bool> {
-        match number {
-            1 => out.push_bind_param::<SqlUuid, _>(&self.account_id)?,
-            2 => out.push_bind_param::<Nullable<Text>, _>(&self.key)?,
-            3 => out.push_bind_param::<Text, _>(self.method)?,
-            4 => out.push_bind_param::<Text, _>(self.route)?,
-            5 => out.push_bind_param::<Bytea, _>(self.fingerprint)?,
-            6 => out.push_bind_param::<Text, _>(&self.resource_kind)?,
-            7 => out.push_bind_param::<SqlUuid, _>(&self.resource_id)?,
-            8 => out.push_bind_param::<Nullable<Int2>, _>(&self.answer_status)?,
-            9 => out.push_bind_param::<Nullable<Jsonb>, _>(&self.answer_headers)?,
-            10 => out.push_bind_param::<Nullable<Bytea>, _>(&self.answer_body)?,
-            11 => out.push_bind_param::<Timestamptz, _>(&self.now)?,
-            12 => out.push_bind_param::<Timestamptz, _>(&self.expires_at)?,
-            _ => return Ok(false),
-        }
-        Ok(true)
+crate::parameter_group! {
+    ClaimParameters {
+        1 => account_id as Uuid,
+        2 => key as Nullable<Text>,
+        3 => method as Text,
+        4 => route as Text,
+        5 => fingerprint as Bytea,
+        6 => resource_kind as Text,
+        7 => resource_id as Uuid,
+        8 => answer_status as Nullable<Int2>,
+        9 => answer_headers as Nullable<Jsonb>,
+        10 => answer_body as Nullable<Bytea>,
+        11 => now as Timestamptz,
+        12 => expires_at as Timestamptz,
     }
 }
 

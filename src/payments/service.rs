@@ -295,9 +295,9 @@ fn is_second_action(error: &diesel::result::Error) -> bool {
 }
 
 /// An amount of a payment's money (a partial capture's, a refund's), checked before anything
-/// is written: more than zero, no finer than the payment's currency's minor unit, and one the
-/// provider can take (Stripe: a whole number of its minor units; else the operation could only
-/// end in the reconciler's give-up). 422 `validation-failed` on `amount` otherwise, nothing
+/// is written (`http::payments::written_amount` has refused zero): no finer than the payment's
+/// currency's minor unit, and one the provider can take (Stripe: a whole number of its minor
+/// units; else the operation could only end in the reconciler's give-up). 422 `validation-failed` on `amount` otherwise, nothing
 /// stored, no call. An unknown payment passes: its start statement answers 404.
 pub async fn check_amount(
     engine: &Engine,
@@ -311,9 +311,6 @@ pub async fn check_amount(
     };
     let invalid = |message: String| ApiError::Validation(vec![FieldError::new("amount", message)]);
     let amount = Amount::from_decimal(amount, currency).map_err(|error| invalid(error.to_string()))?;
-    if amount.value().is_zero() {
-        return Err(invalid("must be more than zero".to_owned()));
-    }
     match engine.provider.amount_refusal(&amount) {
         Some(refusal) => Err(invalid(refusal)),
         None => Ok(()),
