@@ -166,7 +166,7 @@ impl Kind for Actions {
             // Any other refusal (already captured, already canceled) says the charge moved on
             // without this operation: what it is now is the answer.
             Err(ProviderError::Refused { .. }) => Self::look_up(provider, held, request_id.as_deref()).await,
-            Err(error) => Finding::Unknown { reason: error.to_string() },
+            Err(error) => Finding::of_error(&error),
         }
     }
 
@@ -181,7 +181,7 @@ impl Kind for Actions {
         match provider.get_charge(charge_id, request_id).await {
             Ok(Some(charge)) => charge_state(held.operation.kind, &held.payment, charge),
             Ok(None) => Finding::Unknown { reason: format!("the provider does not know charge {charge_id}") },
-            Err(error) => Finding::Unknown { reason: error.to_string() },
+            Err(error) => Finding::of_error(&error),
         }
     }
 

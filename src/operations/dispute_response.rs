@@ -124,7 +124,7 @@ impl Kind for DisputeResponses {
             },
             // The dispute moved on without this response: what it is now is the answer.
             Err(ProviderError::Refused { .. }) => Self::look_up(provider, held, request_id).await,
-            Err(error) => Finding::Unknown { reason: error.to_string() },
+            Err(error) => Finding::of_error(&error),
         }
     }
 
@@ -137,7 +137,7 @@ impl Kind for DisputeResponses {
         match provider.get_dispute(id, request_id).await {
             Ok(Some(dispute)) => dispute_state(&held.response, dispute),
             Ok(None) => Finding::Unknown { reason: format!("the provider does not know dispute {id}") },
-            Err(error) => Finding::Unknown { reason: error.to_string() },
+            Err(error) => Finding::of_error(&error),
         }
     }
 
@@ -289,6 +289,7 @@ mod tests {
             Finding::Final(ResponseOutcome::GaveUp(_)) => "gave up",
             Finding::NotReceived => "not received",
             Finding::Unknown { .. } => "unknown",
+            Finding::Unsent { .. } => "unsent",
         }
     }
 

@@ -262,7 +262,9 @@ async fn drive_system_refund(
         Finding::Final(outcome) => {
             Refunds::settle(&engine.pool, &held, outcome, Actor::System).await?;
         }
-        Finding::Unknown { reason } => leave(engine, &held, lease.id, &reason).await?,
+        Finding::Unknown { reason } | Finding::Unsent { reason } => {
+            leave(engine, &held, lease.id, &reason).await?
+        }
         Finding::NotReceived => {
             leave(engine, &held, lease.id, "the provider has not received the refund").await?
         }

@@ -161,7 +161,7 @@ async fn look(
             refunds::watch_late_again(&mut conn, refund, if definite { None } else { next }).await?;
             Ok(false)
         }
-        Finding::Unknown { reason } => {
+        Finding::Unknown { reason } | Finding::Unsent { reason } => {
             tracing::info!(refund_id = %refund.id, %reason, "a refund given up on: no answer yet");
             refunds::watch_late_again(&mut conn, refund, next).await?;
             Ok(false)

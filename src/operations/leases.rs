@@ -96,6 +96,7 @@ macro_rules! operation_tables {
                             4 => next_check_at: DateTime<Utc> as Timestamptz,
                             5 => last_error: &'a str as Text,
                             6 => now: DateTime<Utc> as Timestamptz,
+                            7 => checks_returned: i32 as Int4,
                         }
                     }
 
@@ -222,16 +223,58 @@ pub async fn mark_sending(
 pub async fn release(
     conn: &mut AsyncPgConnection,
     table: Table,
-    (account_id, id): (AccountId, Uuid),
+    id: (AccountId, Uuid),
     lease: LeaseId,
     next_check_at: DateTime<Utc>,
     last_error: &str,
     now: DateTime<Utc>,
 ) -> diesel::QueryResult<bool> {
+    let_go(conn, table, id, lease, LetGo { next_check_at, last_error, now, checks_returned: 0 }).await
+}
+
+/// [`release`] after a call the provider refused unacted (our credentials) under the
+/// reconciler's claim: the check the claim counted is given back, so that a misconfiguration
+/// lasting longer than the reconciler's attempts never brings an operation to its last,
+/// look-only check (nor, the provider never having been asked, a give-up).
+pub async fn release_unsent(
+    conn: &mut AsyncPgConnection,
+    table: Table,
+    id: (AccountId, Uuid),
+    lease: LeaseId,
+    next_check_at: DateTime<Utc>,
+    reason: &str,
+    now: DateTime<Utc>,
+) -> diesel::QueryResult<bool> {
+    let_go(conn, table, id, lease, LetGo { next_check_at, last_error: reason, now, checks_returned: 1 }).await
+}
+
+/// What `release.sql` writes besides the lease it lets go.
+struct LetGo<'a> {
+    next_check_at: DateTime<Utc>,
+    last_error: &'a str,
+    now: DateTime<Utc>,
+    checks_returned: i32,
+}
+
+async fn let_go(
+    conn: &mut AsyncPgConnection,
+    table: Table,
+    (account_id, id): (AccountId, Uuid),
+    lease: LeaseId,
+    LetGo { next_check_at, last_error, now, checks_returned }: LetGo<'_>,
+) -> diesel::QueryResult<bool> {
     let updated = on_table!(table, |statements| {
-        statements::Release { account_id, id, lease_id: lease, next_check_at, last_error, now }
-            .execute(conn)
-            .await
+        statements::Release {
+            account_id,
+            id,
+            lease_id: lease,
+            next_check_at,
+            last_error,
+            now,
+            checks_returned,
+        }
+        .execute(conn)
+        .await
     })?;
     Ok(updated == 1)
 }

@@ -100,6 +100,24 @@ pub enum Finding<F> {
     /// The provider has no record of the downstream key: it never received a request. (Only a
     /// lookup answers this; a send never does.)
     NotReceived,
+    /// The provider refused the call before acting on it (our credentials): nothing happened,
+    /// and nothing will until an operator fixes the settings. The operation stays `processing`
+    /// with no check counted against it; a request answers 503 and its retry sends again.
+    Unsent { reason: String },
+}
+
+impl<F> Finding<F> {
+    /// What a failed provider call says about an operation, when the kind reads nothing more
+    /// into it: a refused credential is a call never acted on; anything else leaves the outcome
+    /// unknown.
+    pub fn of_error(error: &crate::provider::ProviderError) -> Finding<F> {
+        match error {
+            crate::provider::ProviderError::Unauthorized { .. } => {
+                Finding::Unsent { reason: error.to_string() }
+            }
+            _ => Finding::Unknown { reason: error.to_string() },
+        }
+    }
 }
 
 crate::text_enum! {

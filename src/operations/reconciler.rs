@@ -245,6 +245,16 @@ async fn reconcile<K: Kind>(
             };
             (K::gave_up(op, give_up), true)
         }
+        Finding::Unsent { reason } => {
+            tracing::error!(%id, kind = K::TABLE.label(), %reason,
+                "the provider refused our credentials; the check is not counted");
+            report.rescheduled += 1;
+            let mut conn = engine.pool.get().await?;
+            let next_check = after(Utc::now(), config.backoff(attempts));
+            leases::release_unsent(&mut conn, K::TABLE, K::id(op), lease, next_check, &reason, Utc::now())
+                .await?;
+            return Ok(());
+        }
         Finding::Unknown { reason } => {
             let wait = if last_check {
                 tracing::error!(%id, kind = K::TABLE.label(), attempts, %reason,

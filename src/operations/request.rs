@@ -293,12 +293,12 @@ pub async fn finish<K: Kind>(
                     (finding, _) = drive::<K>(&engine, &op, lease, mode, Some(&request_id)) => {
                         record::<K>(&engine, &op, lease, finding).await
                     }
-                    () = wait.settled() => settled_meanwhile::<K>(&engine, &op, lease).await,
+                    () = wait.settled() => Ok(settled_meanwhile::<K>(&engine, &op, lease).await),
                 }
             };
             let answer = tokio::spawn(task.in_current_span())
                 .await
-                .map_err(|error| ApiError::Internal(anyhow::anyhow!("operation task failed: {error}")))?;
+                .map_err(|error| ApiError::Internal(anyhow::anyhow!("operation task failed: {error}")))??;
             (answer, key_expires_at)
         }
     };
@@ -312,26 +312,44 @@ pub async fn finish<K: Kind>(
 /// unknown one releases the lease for a retry or the reconciler and answers 202. If the
 /// database fails here, the provider may still have acted: the answer is 202 too, never a 5xx
 /// that invites a second attempt, and the lease runs out for a retry or the reconciler.
-async fn record<K: Kind>(engine: &Engine, op: &K::Op, lease: LeaseId, finding: Finding<K::Final>) -> Answer {
+///
+/// A call the provider refused unacted (our credentials) is the one 503: nothing happened, so a
+/// second attempt is what the client should make; the operation is released for it (or the
+/// reconciler), no answer stored, and the retry sends again under the same downstream key.
+async fn record<K: Kind>(
+    engine: &Engine,
+    op: &K::Op,
+    lease: LeaseId,
+    finding: Finding<K::Final>,
+) -> Result<Answer, ApiError> {
     let reason = match finding {
         Finding::Final(outcome) => match K::settle(&engine.pool, op, outcome, Actor::Request).await {
-            Ok(Some(recorded)) => return Answer::Final(Execution::Executed(recorded.answer)),
+            Ok(Some(recorded)) => return Ok(Answer::Final(Execution::Executed(recorded.answer))),
             // Only a give-up is ever held back, and requests never give up.
-            Ok(None) => return Answer::Pending(K::pending_answer(op)),
+            Ok(None) => return Ok(Answer::Pending(K::pending_answer(op))),
             Err(error) => {
                 tracing::error!(error = %error, "could not record an operation's outcome; left processing");
-                return Answer::Pending(K::pending_answer(op));
+                return Ok(Answer::Pending(K::pending_answer(op)));
             }
         },
+        Finding::Unsent { reason } => {
+            tracing::error!(%reason, kind = K::TABLE.label(),
+                "the provider refused our credentials; nothing was sent that it acted on");
+            return match leave_processing::<K>(engine, op, lease, &reason).await {
+                // Settled meanwhile by another driver: that is the answer.
+                Ok(answer @ Answer::Final(_)) => Ok(answer),
+                Ok(Answer::Pending(_)) | Err(_) => Err(ApiError::Unavailable(anyhow::anyhow!(reason))),
+            };
+        }
         Finding::Unknown { reason } => reason,
         Finding::NotReceived => "the provider has not received the request".to_owned(),
     };
     tracing::warn!(%reason, kind = K::TABLE.label(), "operation outcome unknown; left processing");
     match leave_processing::<K>(engine, op, lease, &reason).await {
-        Ok(answer) => answer,
+        Ok(answer) => Ok(answer),
         Err(error) => {
             tracing::error!(error = %error, "could not release an operation's lease");
-            Answer::Pending(K::pending_answer(op))
+            Ok(Answer::Pending(K::pending_answer(op)))
         }
     }
 }

@@ -105,8 +105,10 @@ struct Subject {
 /// at the provider by a verification).
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Verify {
-    /// The charge made for a payment's downstream key.
-    Charge(String),
+    /// The charge made for a payment's downstream key: read by the provider's id once the payment
+    /// holds it (one read; on Stripe, a lookup by key lists a window of PaymentIntents), else
+    /// found by the key.
+    Charge { key: String, id: Option<String> },
     /// The refund made for a refund's downstream key.
     Refund(String),
     /// A dispute, by the provider's id (a dispute has no key of ours).
@@ -237,10 +239,16 @@ async fn verify(engine: &Engine, what: &Verify) -> Result<Verified, EngineError>
     let provider = engine.provider.as_ref();
     let unverified = |error: crate::provider::ProviderError| EngineError::Unverified(error.to_string());
     Ok(match what {
-        Verify::Charge(key) => match provider.find_charge(key, None).await.map_err(unverified)? {
-            Some(charge) => Verified::Charge(charge),
-            None => Verified::Absent,
-        },
+        Verify::Charge { key, id } => {
+            let found = match id {
+                Some(id) => provider.get_charge(id, None).await,
+                None => provider.find_charge(key, None).await,
+            };
+            match found.map_err(unverified)? {
+                Some(charge) => Verified::Charge(charge),
+                None => Verified::Absent,
+            }
+        }
         Verify::Refund(key) => match provider.find_refund(key, None).await.map_err(unverified)? {
             Some(refund) => Verified::Refund(refund),
             None => Verified::Absent,
@@ -371,7 +379,7 @@ async fn apply_charge(
     };
     let subject =
         Subject { account_id, table: Some(Table::Payments), kind: "payment", id: payment_id.as_uuid() };
-    let verify = Verify::Charge(payment.downstream_key());
+    let verify = Verify::Charge { key: payment.downstream_key(), id: payment.provider_charge_id.clone() };
     let charge = match verified {
         Some(Verified::Charge(charge)) => charge,
         Some(Verified::Refund(_) | Verified::Dispute(_) | Verified::Absent) => {
@@ -405,7 +413,9 @@ async fn apply_charge(
                 subject,
             )),
             // Pending (or a state that is no outcome for this payment): nothing to record.
-            Finding::Unknown { .. } | Finding::NotReceived => Ok(Step::Done(Received::Stale, Some(subject))),
+            Finding::Unknown { .. } | Finding::NotReceived | Finding::Unsent { .. } => {
+                Ok(Step::Done(Received::Stale, Some(subject)))
+            }
         };
     }
     // A capture or void in flight: the charge's state is its outcome too, asked first (a capture
@@ -427,7 +437,9 @@ async fn apply_charge(
                 ))
             }
             // Still authorized (the capture or void has not happened yet), or not final.
-            Finding::Unknown { .. } | Finding::NotReceived => Ok(Step::Done(Received::Stale, Some(subject))),
+            Finding::Unknown { .. } | Finding::NotReceived | Finding::Unsent { .. } => {
+                Ok(Step::Done(Received::Stale, Some(subject)))
+            }
         };
     }
     // An authorization that ended with nothing of ours in flight: it expired (or was voided or
@@ -500,7 +512,7 @@ async fn apply_refund(
                     <Refunds as Kind>::settle_on(conn, &held, outcome, Actor::Webhook).await?,
                     subject,
                 )),
-                Finding::Unknown { .. } | Finding::NotReceived => {
+                Finding::Unknown { .. } | Finding::NotReceived | Finding::Unsent { .. } => {
                     Ok(Step::Done(Received::Stale, Some(subject)))
                 }
             };

@@ -296,12 +296,19 @@ fn status_error(status: StatusCode, bytes: &[u8]) -> ProviderError {
     if status.is_server_error() {
         return ProviderError::ServerError(status.as_u16());
     }
-    let (code, message) = match serde_json::from_slice::<ErrorBody>(bytes) {
-        Ok(body) => (body.error.code, body.error.message),
-        Err(_) => (None, String::from_utf8_lossy(bytes).chars().take(200).collect()),
+    let (kind, code, message) = match serde_json::from_slice::<ErrorBody>(bytes) {
+        Ok(body) => (Some(body.error.kind), body.error.code, body.error.message),
+        Err(_) => (None, None, String::from_utf8_lossy(bytes).chars().take(200).collect()),
     };
     let known_refusal = code.as_deref().is_some_and(|code| REFUSAL_CODES.contains(&code));
+    if kind.as_deref() == Some("idempotency_error") {
+        crate::telemetry::metrics::provider_error("idempotency");
+    }
     match status {
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+            crate::telemetry::metrics::provider_error("auth");
+            ProviderError::Unauthorized { status: status.as_u16(), message }
+        }
         StatusCode::PAYMENT_REQUIRED => {
             ProviderError::Refused { code: code.unwrap_or_else(|| "refused".to_owned()), message }
         }
@@ -346,7 +353,8 @@ mod tests {
         let unknown = r#"{"error":{"type":"invalid_request","code":"in_progress","message":"m"}}"#;
         assert!(matches!(error(409, unknown), ProviderError::Rejected { status: 409, .. }));
         assert!(matches!(error(422, too_large), ProviderError::Rejected { status: 422, .. }));
-        assert!(matches!(error(401, "{}"), ProviderError::Rejected { status: 401, .. }));
+        assert!(matches!(error(401, "{}"), ProviderError::Unauthorized { status: 401, .. }));
+        assert!(matches!(error(403, "{}"), ProviderError::Unauthorized { status: 403, .. }));
         assert_eq!(error(503, refusal), ProviderError::ServerError(503));
     }
 

@@ -383,6 +383,11 @@ pub enum ProviderError {
     /// 4xx: our bug (or theirs), not an answer about the money.
     #[error("the provider refused the request with HTTP {status}: {message}")]
     Rejected { status: u16, message: String },
+    /// The provider refused our credentials (401, 403: an API key wrong, revoked or lacking a
+    /// permission). It did not act on the call; nothing succeeds until an operator fixes the
+    /// settings, and no answer about the money is to be read from it.
+    #[error("the provider refused our credentials (HTTP {status}): {message}")]
+    Unauthorized { status: u16, message: String },
     /// A definite business refusal of a capture, cancel or refund (`authorization_expired`,
     /// `capture_declined`, `amount_too_large`, `charge_already_captured`, ...): nothing moved.
     #[error("the provider refused: {code}: {message}")]

@@ -18,6 +18,7 @@
 //! | `orderpay_guard_violations_total` | counter | `constraint`: a money CHECK constraint refused what a statement's own guard let through (a bug in the guard; the request is answered by the guard on its next round) |
 //! | `orderpay_reconciler_passes_total` | counter | |
 //! | `orderpay_reconciler_payments_total` | counter | `result`: settled, redriven, rescheduled, stuck, gave_up, error |
+//! | `orderpay_provider_errors_total` | counter | `kind`: auth (the provider refused our credentials: nothing it was asked was done until an operator fixes them), idempotency (it refused a downstream key reused with other parameters: a bug of ours) |
 //! | `orderpay_provider_webhooks_total` | counter | `result`: applied (moved an operation), duplicate (an event already received), stale (nothing to move: the operation had settled, or the event reports no final state), unknown (no operation of ours), rejected (refused: signature, size, body) |
 //! | `orderpay_disputes_recorded_total` | counter | `result`: what recording a dispute the provider reported did (created, updated, unchanged, refused: it broke the guard, does_not_fit, changed) |
 //! | `orderpay_disputes_evidence_due_soon` | gauge | disputes that need a response with evidence due within a day (read at scrape) |
@@ -131,6 +132,11 @@ pub const DESCRIBED: &[(&str, Kind, &str)] = &[
     ("orderpay_reconciler_payments_total", Kind::Counter, "Payments handled by the reconciler, by result"),
     ("orderpay_provider_webhooks_total", Kind::Counter, "Provider webhook deliveries, by what they did"),
     (
+        "orderpay_provider_errors_total",
+        Kind::Counter,
+        "Provider calls refused for a fault of ours (our credentials, a reused key), by kind",
+    ),
+    (
         "orderpay_disputes_recorded_total",
         Kind::Counter,
         "Disputes the provider reported, by what recording them did",
@@ -187,6 +193,8 @@ pub const RECONCILER_RESULTS: &[&str] = &["settled", "redriven", "rescheduled", 
 /// `result` of `orderpay_provider_webhooks_total`.
 pub const PROVIDER_WEBHOOK_RESULTS: &[&str] =
     &["applied", "duplicate", "stale", "unknown", "mismatch", "rejected"];
+/// `kind` of `orderpay_provider_errors_total`.
+pub const PROVIDER_ERROR_KINDS: &[&str] = &["auth", "idempotency"];
 /// `result` of `orderpay_webhook_deliveries_total`.
 pub const WEBHOOK_DELIVERY_RESULTS: &[&str] = &["delivered", "failed", "gave_up"];
 /// `result` of `orderpay_settlement_runs_total`.
@@ -198,7 +206,7 @@ fn export_at_start() {
     let scrape = [("method", "GET"), ("route", "/metrics"), ("status", "200")];
     counter!("orderpay_http_requests_total", &scrape).increment(0);
     let _ = histogram!(HTTP_DURATION, &scrape);
-    let labelled: [(&'static str, &'static str, &[&'static str]); 10] = [
+    let labelled: [(&'static str, &'static str, &[&'static str]); 11] = [
         ("orderpay_idempotency_requests_total", "outcome", IDEMPOTENCY_OUTCOMES),
         ("orderpay_payments_settled_total", "status", PAYMENT_STATUSES),
         ("orderpay_refunds_settled_total", "status", REFUND_STATUSES),
@@ -207,6 +215,7 @@ fn export_at_start() {
         ("orderpay_late_charges_total", "result", LATE_CHARGE_RESULTS),
         ("orderpay_reconciler_payments_total", "result", RECONCILER_RESULTS),
         ("orderpay_provider_webhooks_total", "result", PROVIDER_WEBHOOK_RESULTS),
+        ("orderpay_provider_errors_total", "kind", PROVIDER_ERROR_KINDS),
         ("orderpay_webhook_deliveries_total", "result", WEBHOOK_DELIVERY_RESULTS),
         ("orderpay_settlement_runs_total", "result", SETTLEMENT_RUN_RESULTS),
     ];
@@ -280,6 +289,11 @@ pub fn settlement_run(report: Option<&crate::settlement::Report>) {
         Some(_) => "exceptions",
     };
     counter!("orderpay_settlement_runs_total", "result" => result).increment(1);
+}
+
+/// A provider call refused for a fault of ours: `kind` one of [`PROVIDER_ERROR_KINDS`].
+pub fn provider_error(kind: &'static str) {
+    counter!("orderpay_provider_errors_total", "kind" => kind).increment(1);
 }
 
 pub fn refund_corrected(to: &'static str) {

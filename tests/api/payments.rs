@@ -601,3 +601,48 @@ async fn one_unreadable_operation_ends_its_own_check_not_the_pass() {
     );
     assert_eq!(app.count(&unread).await, 1, "left for a later pass");
 }
+
+/// A provider that refuses our credentials (a revoked API key) has done nothing: the request
+/// answers 503 with nothing stored, the reconciler's re-sends count no check however long it
+/// lasts (so it never reaches the look-only last check, nor a give-up), and once the key works
+/// the client's retry of the same key charges once, under the same downstream key.
+#[tokio::test]
+async fn a_refused_credential_sends_nothing_counts_no_check_and_the_retry_charges_once() {
+    let app = spawn_app().await;
+    let order_id = order_id(&app).await;
+    let key = new_key();
+    app.provider.script(json!([{"act": "unauthorized"}])).await;
+    let refused = app.pay(&order_id, "pm_card_ok", &key).await;
+    assert_eq!(refused.headers()["orderpay-should-retry"], "true");
+    assert!(refused.headers().get("retry-after").is_some());
+    assert_problem(refused, 503, "service-unavailable").await;
+    assert!(app.provider.charges().await.is_empty(), "nothing was charged");
+    let waiting = "SELECT count(*) AS count FROM payments WHERE status = 'processing' AND attempts = 0 \
+                   AND lease_until IS NULL AND answer_status IS NULL";
+    assert_eq!(app.count(waiting).await, 1, "released for a retry, no answer stored");
+
+    let passes = app.settings.reconciler.max_attempts + 2;
+    let refusals: Vec<Value> = (0..passes).map(|_| json!({"act": "unauthorized"})).collect();
+    app.provider.script(Value::Array(refusals)).await;
+    for _ in 0..passes {
+        app.execute("UPDATE payments SET next_check_at = now()").await;
+        let pass = app.reconcile_once().await;
+        assert_eq!((pass.claimed, pass.redriven, pass.rescheduled), (1, 1, 1), "{pass:?}");
+        assert_eq!((pass.gave_up, pass.stuck, pass.settled), (0, 0, 0), "{pass:?}");
+        assert_eq!(app.count(waiting).await, 1, "the check the claim counted is given back");
+    }
+    assert!(app.provider.charges().await.is_empty(), "nothing was charged");
+    assert_eq!(app.order_status(&order_id).await, "pending_payment");
+
+    let paid = app.pay(&order_id, "pm_card_ok", &key).await;
+    assert_eq!(paid.status(), 201);
+    let payment = json(paid).await;
+    assert_eq!(payment["status"], "succeeded");
+    let payment_id = payment["id"].as_str().unwrap();
+    let charges = app.provider.charges_for(payment_id).await;
+    assert_eq!(charges.len(), 1, "one charge, under the payment's downstream key");
+    assert_eq!(charges[0]["idempotency_key"], format!("orderpay_pay_{payment_id}"));
+    assert_eq!(app.order_status(&order_id).await, "paid");
+    let replay = app.pay(&order_id, "pm_card_ok", &key).await;
+    assert_eq!(replay.headers()["idempotent-replayed"], "true");
+}

@@ -465,10 +465,10 @@ async fn calls_without_the_right_credential_get_401_and_admin_stays_open() {
     let request = charge_request("pm_card_ok", true);
     for refused_client in [&anonymous, &wrong] {
         let error = refused_client.create_charge(&request).await.unwrap_err();
-        assert!(matches!(error, ProviderError::Rejected { status: 401, .. }), "{error:?}");
+        assert!(matches!(error, ProviderError::Unauthorized { status: 401, .. }), "{error:?}");
         // A lookup refused is not "never received".
         let lookup = refused_client.find_charge(&request.downstream_key, None).await;
-        assert!(matches!(lookup, Err(ProviderError::Rejected { status: 401, .. })), "{lookup:?}");
+        assert!(matches!(lookup, Err(ProviderError::Unauthorized { status: 401, .. })), "{lookup:?}");
     }
     let raw = http_client().get(format!("{}/v1/charges/ch_1", mock.address)).send().await.unwrap();
     assert_eq!(raw.status(), 401);

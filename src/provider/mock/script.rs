@@ -16,7 +16,8 @@ use super::ledger::{Ledger, Reply};
 use super::{MockState, chance, respond};
 
 /// One scripted write, as `POST /_admin/script` takes it: `{"act": "now"}`, `{"act": "hold"}`,
-/// `{"act": "later", "after_ms": 500}`, `{"act": "never"}`, `{"act": "unavailable"}`.
+/// `{"act": "later", "after_ms": 500}`, `{"act": "never"}`, `{"act": "unavailable"}`,
+/// `{"act": "unauthorized"}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "act", rename_all = "snake_case")]
 pub enum Scripted {
@@ -32,6 +33,8 @@ pub enum Scripted {
     Never,
     /// Answers 503 at once without acting.
     Unavailable,
+    /// Answers 401 `authentication_error` at once without acting, as for a revoked API key.
+    Unauthorized,
     /// Does not act until the test says so (`POST /_admin/parked/{key}/act`, or `.../drop` for
     /// never); holds the answer past the client's timeout, then answers 503. The provider acting
     /// whenever a test means it to: after the sender gave up, after the reconciler did.
@@ -114,6 +117,10 @@ pub(super) async fn act(
 ) -> HttpResponse {
     let reply = match plan(&state).await {
         Scripted::Unavailable => return unavailable("injected fault: unavailable"),
+        Scripted::Unauthorized => {
+            let refused = "scripted: the API key was revoked";
+            return respond(Reply::error(StatusCode::UNAUTHORIZED, "authentication_error", None, refused));
+        }
         Scripted::Park => {
             state.with_script(|script| script.parked.push((key.to_owned(), Box::new(operation))));
             tokio::time::sleep(state.settings.timeout_hold).await;

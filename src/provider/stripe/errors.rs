@@ -3,10 +3,9 @@
 //! `Stripe-Should-Retry` header when it knows better than the status, and
 //! `{"error": {"type", "code", "decline_code", "message"}}`.
 //!
-//! [`StripeFailure`] is this module's own: `ProviderError` has no variant for a misconfigured
-//! credential, and adding one would change every match on it across the engine, so
-//! [`StripeFailure::into_provider_error`] folds it into `Rejected` (our side to fix, never an
-//! answer about the money).
+//! [`StripeFailure`] is this module's own; [`StripeFailure::into_provider_error`] folds it into
+//! the engine's `ProviderError` (a misconfigured credential into `Unauthorized`, a reused key
+//! into `Rejected`: our side to fix, never an answer about the money).
 
 use serde::Deserialize;
 
@@ -99,17 +98,24 @@ const REFUSAL_CODES: &[&str] = &[
 impl StripeFailure {
     /// What the engine sees of a failed capture, cancel, refund or lookup. A decline or a known
     /// refusal is `Refused` (Stripe's expired authorization under our `authorization_expired`); an
-    /// unknown outcome is `ServerError` (retried, or settled by a lookup); a misconfigured key,
-    /// a reused Idempotency-Key and any other refusal are `Rejected`.
+    /// unknown outcome is `ServerError` (retried, or settled by a lookup); a misconfigured key is
+    /// `Unauthorized` (Stripe did not act); a reused Idempotency-Key and any other refusal are
+    /// `Rejected`. Both of our own making are counted in `orderpay_provider_errors_total`.
     pub fn into_provider_error(self) -> ProviderError {
         match self {
             StripeFailure::Declined { code, message } => ProviderError::Refused { code, message },
             StripeFailure::Unknown { status, .. } => ProviderError::ServerError(status),
-            StripeFailure::Misconfigured { status, message } => ProviderError::Rejected {
-                status,
-                message: format!("Stripe refused the API key (check ORDERPAY_PROVIDER_API_KEY): {message}"),
-            },
+            StripeFailure::Misconfigured { status, message } => {
+                crate::telemetry::metrics::provider_error("auth");
+                ProviderError::Unauthorized {
+                    status,
+                    message: format!(
+                        "Stripe refused the API key (check ORDERPAY_PROVIDER_API_KEY): {message}"
+                    ),
+                }
+            }
             StripeFailure::Bug { status, message } => {
+                crate::telemetry::metrics::provider_error("idempotency");
                 ProviderError::Rejected { status, message: format!("idempotency_error: {message}") }
             }
             StripeFailure::Rejected { code: Some(code), message, .. }
@@ -254,7 +260,7 @@ mod tests {
         assert_eq!(error(503, "api_error", None), ProviderError::ServerError(503));
         let key = error(401, "authentication_error", None);
         assert!(
-            matches!(&key, ProviderError::Rejected { status: 401, message } if message.contains("API key")),
+            matches!(&key, ProviderError::Unauthorized { status: 401, message } if message.contains("API key")),
             "{key:?}"
         );
         assert!(matches!(error(400, "idempotency_error", None), ProviderError::Rejected { status: 400, .. }));
