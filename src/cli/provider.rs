@@ -1,5 +1,6 @@
 //! `orderpay provider check`: whether the provider settings make sense before `serve` relies on
-//! them. With the mock's wire it asks the provider's `/health`; with Stripe's it reports which
+//! them. With the mock's wire it asks the provider's `/health`, then looks up a key no payment
+//! has (a read) to tell whether the provider accepts the API key; with Stripe's it reports which
 //! settings are set and the key's mode, then reads Stripe's balance (`GET /v1/balance`, which
 //! moves nothing) to tell whether Stripe accepts the key.
 
@@ -8,13 +9,14 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 
 use orderpay::config::{ProviderArgs, ProviderKind, StripeSettings, WebhookArgs};
+use orderpay::provider::ProviderError;
 use orderpay::provider::client::install_crypto_provider;
 use orderpay::provider::stripe::{Mode, StripeProvider};
 
 #[derive(Subcommand)]
 pub enum ProviderCommand {
-    /// Check the provider settings: with ORDERPAY_PROVIDER=mock, GET the provider's /health;
-    /// with stripe, report which settings are set and whether the key is test or live, then
+    /// Check the provider settings: with ORDERPAY_PROVIDER=mock, GET the provider's /health
+    /// and look up a charge no payment made (a read) with the API key; with stripe, report which settings are set and whether the key is test or live, then
     /// GET /v1/balance with the key. Fails when the provider is unhealthy, refuses the key, or a
     /// setting is missing.
     Check(CheckArgs),
@@ -77,5 +79,14 @@ async fn check_health(provider: &ProviderArgs) -> anyhow::Result<()> {
     println!("provider  mock");
     println!("url       {}", config.url);
     println!("health    ok (GET {url}: HTTP {})", status.as_u16());
+    // A lookup moves nothing: a key no payment has is answered "none" once the key is accepted.
+    let lookup = orderpay::app::provider(&config)?.find_charge("orderpay_provider_check", None).await;
+    match lookup {
+        Ok(_) => println!("api key   ok (a lookup was answered)"),
+        Err(error @ ProviderError::Unauthorized { .. }) => {
+            anyhow::bail!("the mock provider refuses the API key (ORDERPAY_PROVIDER_API_KEY): {error}")
+        }
+        Err(error) => anyhow::bail!("the mock provider did not answer a lookup: {error}"),
+    }
     Ok(())
 }

@@ -141,3 +141,21 @@ fn the_configuration_reference_lists_every_variable_of_serve_and_the_mock() {
         }
     }
 }
+
+/// `provider check` against the mock tells a refused API key from a working one: a lookup (a
+/// read) with the key, after the provider's health.
+#[tokio::test]
+async fn provider_check_fails_on_an_api_key_the_mock_refuses() {
+    let app = crate::helpers::spawn_app_with(|_, mock| mock.api_key = Some("sk_mock_right".to_owned())).await;
+    let refused =
+        app.cli_with(&["provider", "check"], &[("ORDERPAY_PROVIDER_API_KEY", "sk_mock_wrong")]).await;
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{said}");
+    assert!(said.contains("refuses the API key (ORDERPAY_PROVIDER_API_KEY)"), "{said}");
+    let accepted =
+        app.cli_with(&["provider", "check"], &[("ORDERPAY_PROVIDER_API_KEY", "sk_mock_right")]).await;
+    let printed = String::from_utf8_lossy(&accepted.stdout);
+    assert!(accepted.status.success(), "{printed}{}", String::from_utf8_lossy(&accepted.stderr));
+    assert!(printed.contains("health    ok") && printed.contains("api key   ok"), "{printed}");
+    assert!(app.provider.charges().await.is_empty(), "the check moved nothing");
+}
