@@ -153,9 +153,11 @@ fn enabled(protocol: &Protocol, state: &State) -> Vec<Action> {
 /// The steps that start a stretch from a state where every driver is idle.
 fn starts_stretch(state: &State, action: Action) -> bool {
     match action {
-        Action::Request(_) | Action::Claim(0, _) | Action::LateChargeLook(0) | Action::SendsGoQuiet(_) => {
-            true
-        }
+        Action::Request(_)
+        | Action::Claim(0, _)
+        | Action::LateChargeLook(0)
+        | Action::AuthorizationLook(0)
+        | Action::SendsGoQuiet(_) => true,
         Action::ProviderActs { index, choice: Choice::Succeed } => {
             state.provider.requests[index as usize].from.is_none()
         }
@@ -178,7 +180,9 @@ fn of_stretch(state: &State, proc: Proc, action: Action) -> bool {
         Action::ProviderActs { index, choice: Choice::Succeed } => {
             state.provider.requests[index as usize].from == Some(proc)
         }
-        Action::LateChargeAct(r) | Action::LateRefundAct(r) => proc == Proc::Reconciler(r),
+        Action::LateChargeAct(r) | Action::LateRefundAct(r) | Action::AuthorizationEnd(r) => {
+            proc == Proc::Reconciler(r)
+        }
         _ => action.engine_step_of() == Some(proc),
     }
 }
@@ -266,10 +270,7 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
     let start = source.next(&starts)?;
     if let Action::Deliver { index, again } = start {
         let webhook = state.provider.webhooks[index as usize];
-        let mut steps = vec![start];
-        if let Some(k) = corrected_on_confirmed_word(state, webhook) {
-            steps.extend([Action::LateRefundLook(0, k), Action::LateRefundAct(0)]);
-        }
+        let steps = delivery_steps(state, start);
         let mut after = state.clone();
         for step in &steps {
             assert!(enabled(protocol, &after).contains(step), "{step:?} is not enabled after {steps:?}");
@@ -281,16 +282,17 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
         let driver = Driver::Deliver { webhook, again, moves };
         return Some(Stretch { driver, steps, sends: Vec::new(), windows_pass: false });
     }
-    let (driver, proc) = match start {
-        Action::Request(i) => (Driver::Client(i), Some(Proc::Client(i))),
-        Action::SendsGoQuiet(op) => (Driver::Time(op), None),
+    let proc = stretch_proc(start);
+    let driver = match start {
+        Action::Request(i) => Driver::Client(i),
+        Action::SendsGoQuiet(op) => Driver::Time(op),
         Action::ProviderActs { index, .. } => {
-            (Driver::Provider { target: state.provider.requests[index as usize].target, acts: true }, None)
+            Driver::Provider { target: state.provider.requests[index as usize].target, acts: true }
         }
         Action::ProviderDrops(index) => {
-            (Driver::Provider { target: state.provider.requests[index as usize].target, acts: false }, None)
+            Driver::Provider { target: state.provider.requests[index as usize].target, acts: false }
         }
-        _ => (Driver::Reconciler, Some(Proc::Reconciler(0))),
+        _ => Driver::Reconciler,
     };
     let windows_pass = match start {
         Action::LateChargeLook(_) => !state.could_land(Target::Op(Op::Charge)),
@@ -319,6 +321,84 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
         *state = protocol.apply(state, action);
     }
     Some(Stretch { driver, steps, sends, windows_pass })
+}
+
+/// A delivery's steps in the model: the delivery, and when the service corrects a refund on its
+/// own lookup inside it, the late-refund watch's look and act it stands for.
+fn delivery_steps(state: &State, start: Action) -> Vec<Action> {
+    let Action::Deliver { index, .. } = start else { unreachable!("not a delivery: {start:?}") };
+    let mut steps = vec![start];
+    if let Some(k) = corrected_on_confirmed_word(state, state.provider.webhooks[index as usize]) {
+        steps.extend([Action::LateRefundLook(0, k), Action::LateRefundAct(0)]);
+    }
+    steps
+}
+
+/// Whose steps a stretch that starts with `start` runs until it is idle again: a client's, the
+/// reconciler's, or nobody's (time passing, the provider acting on its own: one step).
+fn stretch_proc(start: Action) -> Option<Proc> {
+    match start {
+        Action::Request(i) => Some(Proc::Client(i)),
+        Action::SendsGoQuiet(_) | Action::ProviderActs { .. } | Action::ProviderDrops(_) => None,
+        _ => Some(Proc::Reconciler(0)),
+    }
+}
+
+/// Every stretch the harness can take from `state` (every driver idle): each as its steps and
+/// the state after them.
+fn every_stretch(protocol: &Protocol, state: &State) -> Vec<(Vec<Action>, State)> {
+    let mut done = Vec::new();
+    for start in enabled(protocol, state).into_iter().filter(|a| starts_stretch(state, *a)) {
+        let steps = match start {
+            Action::Deliver { .. } => delivery_steps(state, start),
+            _ => vec![start],
+        };
+        let after = steps.iter().fold(state.clone(), |at, step| protocol.apply(&at, *step));
+        let Some(proc) = stretch_proc(start).filter(|_| !matches!(start, Action::Deliver { .. })) else {
+            done.push((steps, after));
+            continue;
+        };
+        // Each of the driver's choices until it is idle again, depth first.
+        let mut open = vec![(steps, after)];
+        while let Some((steps, at)) = open.pop() {
+            if at.pc(proc) == Pc::Idle {
+                done.push((steps, at));
+                continue;
+            }
+            for choice in enabled(protocol, &at).into_iter().filter(|a| of_stretch(&at, proc, *a)) {
+                let mut longer = steps.clone();
+                longer.push(choice);
+                open.push((longer, protocol.apply(&at, choice)));
+            }
+        }
+    }
+    done
+}
+
+/// The shortest path, in whole stretches as the harness drives them and at most [`STRETCHES`]
+/// of them, to a stretch whose steps `goal` accepts: the model's own search, restricted to what
+/// the harness can drive, for steps random walks rarely reach.
+fn shortest_drivable_path(protocol: &Protocol, goal: fn(&[Action], &State) -> bool) -> Option<Vec<Action>> {
+    let initial = protocol.initial();
+    let mut seen = std::collections::HashSet::from([initial.clone()]);
+    let mut level = vec![(initial, Vec::new())];
+    for _ in 0..STRETCHES {
+        let mut next = Vec::new();
+        for (state, path) in &level {
+            for (steps, after) in every_stretch(protocol, state) {
+                let mut longer: Vec<Action> = path.clone();
+                longer.extend(&steps);
+                if goal(&steps, &after) {
+                    return Some(longer);
+                }
+                if seen.insert(after.clone()) {
+                    next.push((after, longer));
+                }
+            }
+        }
+        level = next;
+    }
+    None
 }
 
 /// The part of the state both sides have: our rows and the provider's ledger, as the model
@@ -781,6 +861,9 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &mut Path, stretch: &St
                 Action::Claim(_, op) => (op, false),
                 Action::LateChargeLook(_) => (Op::Charge, stretch.windows_pass),
                 Action::LateRefundLook(_, k) => (Op::Refund(k), stretch.windows_pass),
+                // The authorization watch looks at a `requires_capture` payment whose
+                // `next_check_at` has come (watch_authorizations.sql).
+                Action::AuthorizationLook(_) => (Op::Charge, false),
                 other => panic!("a reconciler stretch does not start with {other:?}"),
             };
             // A webhook may have brought a watch's look forward (`watch_late_now`, `look_again`),
@@ -933,7 +1016,7 @@ type StepKind = (&'static str, fn(&Action) -> bool);
 
 /// How many of `steps` are of each kind worth counting (the paths' reach).
 fn reach(steps: &[Action]) -> String {
-    let kinds: [StepKind; 11] = [
+    let kinds: [StepKind; 12] = [
         ("requests", |a| matches!(a, Action::Request(_))),
         ("claims", |a| matches!(a, Action::Claim(..))),
         ("settles", |a| matches!(a, Action::Settle(_))),
@@ -942,6 +1025,7 @@ fn reach(steps: &[Action]) -> String {
         ("give-ups", |a| matches!(a, Action::GiveUp(_))),
         ("late-charge looks", |a| matches!(a, Action::LateChargeLook(_))),
         ("late-charge acts", |a| matches!(a, Action::LateChargeAct(_))),
+        ("authorizations ended by the watch", |a| matches!(a, Action::AuthorizationEnd(_))),
         ("provider acts or drops", |a| matches!(a, Action::ProviderActs { .. } | Action::ProviderDrops(_))),
         ("webhooks delivered", |a| matches!(a, Action::Deliver { again: false, .. })),
         ("copies delivered", |a| matches!(a, Action::Deliver { again: true, .. })),
@@ -1014,6 +1098,40 @@ async fn the_service_follows_every_mutants_counterexample_with_the_mutation_off(
     }
     println!(
         "conformance, counterexamples ({:.1} s):\n{}",
+        started.elapsed().as_secs_f64(),
+        report.join("\n")
+    );
+}
+
+/// The authorization watch, which random walks rarely reach (an authorization whose capture or
+/// void was given up on, then carried out by the provider): for each attempt setting, the
+/// shortest drivable path to a stretch in which the watch records a capture, and one in which it
+/// records a void, driven and checked.
+#[tokio::test]
+async fn the_service_follows_the_shortest_paths_to_the_authorization_watch() {
+    type Goal = fn(&[Action], &State) -> bool;
+    fn ended_as(steps: &[Action], after: &State, status: ChargeStatus) -> bool {
+        steps.iter().any(|a| matches!(a, Action::AuthorizationEnd(_)))
+            && after.provider.charge.is_some_and(|charge| charge.status == status)
+    }
+    let goals: [(&str, Goal); 2] = [
+        ("records a capture", |steps, after| ended_as(steps, after, ChargeStatus::Succeeded)),
+        ("records a void", |steps, after| ended_as(steps, after, ChargeStatus::Voided)),
+    ];
+    let started = Instant::now();
+    let mut report = Vec::new();
+    for max_attempts in [1, 2] {
+        let protocol = Protocol::new(manual_config(max_attempts));
+        for (what, goal) in goals {
+            let path = shortest_drivable_path(&protocol, goal).expect("a drivable path to the watch");
+            let name = format!("the authorization watch {what}, max_attempts {max_attempts}");
+            let steps = check_path(&protocol, Source::Given(path.iter().copied().collect()), &name).await;
+            assert_eq!(steps, path, "the whole path is driven");
+            report.push(format!("{name}: {} steps ({})", steps.len(), reach(&steps)));
+        }
+    }
+    println!(
+        "conformance, the authorization watch ({:.1} s):\n{}",
         started.elapsed().as_secs_f64(),
         report.join("\n")
     );
