@@ -184,6 +184,15 @@ pub enum ApiError {
     #[error("too many requests for this account; retry after {retry_after_secs} s")]
     RateLimited { retry_after_secs: u64 },
 
+    /// 503 `provider-unavailable`: the payment provider refused our credentials before acting
+    /// on the operation's first send. The operation is recorded and not yet sent: a retry with
+    /// the same key sends it (same downstream key), as does the reconciler once the provider
+    /// accepts us. Not stored.
+    #[error(
+        "the payment provider refused our request before acting on it; {resource_id} is recorded, not yet sent: retry with the same Idempotency-Key"
+    )]
+    ProviderUnavailable { resource_id: Uuid, retry_after_secs: u64 },
+
     /// 503 `service-unavailable`: a dependency (the database) is unreachable; retry later.
     #[error("the service is temporarily unavailable")]
     Unavailable(#[source] anyhow::Error),
@@ -262,6 +271,7 @@ impl ApiError {
                 ("capture-exceeds-capturable", "Capture exceeds capturable")
             }
             ApiError::RateLimited { .. } => ("rate-limited", "Too many requests"),
+            ApiError::ProviderUnavailable { .. } => ("provider-unavailable", "Provider unavailable"),
             ApiError::Unavailable(_) => ("service-unavailable", "Service unavailable"),
             ApiError::Internal(_) => ("internal-error", "Internal error"),
         }
@@ -273,7 +283,8 @@ impl ApiError {
             ApiError::Validation(errors) => {
                 members.insert("errors".into(), json!(errors));
             }
-            ApiError::IdempotencyKeyInUse { resource_id: Some(id), .. } => {
+            ApiError::IdempotencyKeyInUse { resource_id: Some(id), .. }
+            | ApiError::ProviderUnavailable { resource_id: id, .. } => {
                 members.insert("resource_id".into(), json!(id));
             }
             ApiError::PaymentDeclined { payment_id, code, .. } => {
@@ -330,6 +341,7 @@ impl ApiError {
         match self {
             ApiError::IdempotencyKeyInUse { .. }
             | ApiError::Unavailable(_)
+            | ApiError::ProviderUnavailable { .. }
             | ApiError::DisputeResponseInProgress { .. } => Some(true),
             // Refundable again only once the dispute is won: not a matter of retrying.
             ApiError::ChargeDisputed { .. } => Some(false),
@@ -396,7 +408,9 @@ impl ResponseError for ApiError {
             | ApiError::CaptureExceedsCapturable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_) | ApiError::ProviderUnavailable { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 
@@ -420,7 +434,8 @@ impl ResponseError for ApiError {
             ApiError::MethodNotAllowed { allowed } => {
                 response.insert_header((header::ALLOW, *allowed));
             }
-            ApiError::IdempotencyKeyInUse { retry_after_secs, .. } => {
+            ApiError::IdempotencyKeyInUse { retry_after_secs, .. }
+            | ApiError::ProviderUnavailable { retry_after_secs, .. } => {
                 response.insert_header((header::RETRY_AFTER, retry_after_secs.to_string()));
             }
             ApiError::Unavailable(_)

@@ -34,7 +34,9 @@ WITH sums AS (
                     SELECT FROM refunds AS r
                     WHERE r.account_id = p.account_id AND r.payment_id = p.id
                         AND r.idempotency_key IS NULL
-                        AND (r.status = 'processing' OR r.late_watch_until > $1)))) AS late_in_flight
+                        AND (r.status = 'processing' OR r.late_watch_until > $1
+                            -- still watched past its end: the provider has not answered
+                            OR (r.status = 'failed' AND r.next_check_at IS NOT NULL))))) AS late_in_flight
     FROM sums AS s
     JOIN orders AS o ON o.account_id = s.account_id AND o.id = s.order_id
     LEFT JOIN columns AS c ON c.account_id = s.account_id AND c.order_id = s.order_id

@@ -38,7 +38,7 @@ use crate::orders::repository as orders;
 use crate::payments::repository as payments;
 use crate::payments::watches;
 use crate::payments::{GAVE_UP_CODE, Payment, PaymentStatus};
-use crate::provider::{CancelRequest, Charge, ChargeStatus};
+use crate::provider::{CancelRequest, Charge, ChargeStatus, ProviderError};
 use crate::refunds::RefundStatus;
 use crate::refunds::repository::{self as refunds, StartOutcome, StartRefund};
 
@@ -88,6 +88,14 @@ async fn look(
         Ok(Some(charge)) => take_back(engine, config, payment, &charge, LANDED_LATE).await?,
         // Nothing (yet): keep looking until the watch ends.
         Ok(None) => TakenBack::Left { reason: "no charge at the provider".to_owned() },
+        // The provider refused our credentials: it said nothing, so the watch is not over
+        // when its time is; it goes on, past its end if need be, until the provider answers.
+        Err(ProviderError::Unauthorized { .. }) => {
+            let next = after(Utc::now(), config.backoff_cap);
+            let mut conn = engine.pool.get().await?;
+            watches::watch_late_again(&mut conn, payment, Some(next)).await?;
+            return Ok(false);
+        }
         Err(error) => TakenBack::Left { reason: error.to_string() },
     };
     if let TakenBack::Left { .. } = taken {

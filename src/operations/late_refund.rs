@@ -161,9 +161,16 @@ async fn look(
             refunds::watch_late_again(&mut conn, refund, if definite { None } else { next }).await?;
             Ok(false)
         }
-        Finding::Unknown { reason } | Finding::Unsent { reason } => {
+        Finding::Unknown { reason } => {
             tracing::info!(refund_id = %refund.id, %reason, "a refund given up on: no answer yet");
             refunds::watch_late_again(&mut conn, refund, next).await?;
+            Ok(false)
+        }
+        // The provider refused our credentials: it said nothing, so the watch goes on, past its
+        // end if need be, until the provider answers.
+        Finding::Unsent { reason } => {
+            tracing::warn!(refund_id = %refund.id, %reason, "a refund given up on: the provider refused our credentials");
+            refunds::watch_late_again(&mut conn, refund, Some(after(now, config.backoff_cap))).await?;
             Ok(false)
         }
     }

@@ -100,9 +100,11 @@ pub enum Finding<F> {
     /// The provider has no record of the downstream key: it never received a request. (Only a
     /// lookup answers this; a send never does.)
     NotReceived,
-    /// The provider refused the call before acting on it (our credentials): nothing happened,
-    /// and nothing will until an operator fixes the settings. The operation stays `processing`
-    /// with no check counted against it; a request answers 503 and its retry sends again.
+    /// The provider refused the call before acting on it (our credentials): this call did
+    /// nothing, and nothing will happen until an operator fixes the settings. The operation
+    /// stays `processing` with no check counted against it; a first send answers 503
+    /// `provider-unavailable` and its retry sends again. (After an earlier send, a refused
+    /// lookup says nothing about that send: the answer is 202, as for `Unknown`.)
     Unsent { reason: String },
 }
 

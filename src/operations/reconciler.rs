@@ -250,7 +250,9 @@ async fn reconcile<K: Kind>(
                 "the provider refused our credentials; the check is not counted");
             report.rescheduled += 1;
             let mut conn = engine.pool.get().await?;
-            let next_check = after(Utc::now(), config.backoff(attempts));
+            // The check is not counted, so its backoff would not grow: wait the longest, not
+            // the shortest, between calls the provider refuses until an operator acts.
+            let next_check = after(Utc::now(), config.backoff_cap);
             leases::release_unsent(&mut conn, K::TABLE, K::id(op), lease, next_check, &reason, Utc::now())
                 .await?;
             return Ok(());

@@ -291,7 +291,7 @@ pub async fn finish<K: Kind>(
                 let wait = Wait::on(K::TABLE, id.1);
                 tokio::select! {
                     (finding, _) = drive::<K>(&engine, &op, lease, mode, Some(&request_id)) => {
-                        record::<K>(&engine, &op, lease, finding).await
+                        record::<K>(&engine, &op, (lease, mode), finding).await
                     }
                     () = wait.settled() => Ok(settled_meanwhile::<K>(&engine, &op, lease).await),
                 }
@@ -313,13 +313,16 @@ pub async fn finish<K: Kind>(
 /// database fails here, the provider may still have acted: the answer is 202 too, never a 5xx
 /// that invites a second attempt, and the lease runs out for a retry or the reconciler.
 ///
-/// A call the provider refused unacted (our credentials) is the one 503: nothing happened, so a
-/// second attempt is what the client should make; the operation is released for it (or the
-/// reconciler), no answer stored, and the retry sends again under the same downstream key.
+/// A first send the provider refused unacted (our credentials) answers 503
+/// `provider-unavailable` with the operation's id: the operation is recorded and released
+/// unsent, no answer is stored, and a retry with the same key sends it again under the same
+/// downstream key (so does the reconciler, once the provider accepts us). After an earlier send
+/// (a takeover) the refusal may have come from the lookup, after that send acted: the outcome
+/// is unknown, and the answer is 202 like any unknown outcome.
 async fn record<K: Kind>(
     engine: &Engine,
     op: &K::Op,
-    lease: LeaseId,
+    (lease, mode): (LeaseId, DriveMode),
     finding: Finding<K::Final>,
 ) -> Result<Answer, ApiError> {
     let reason = match finding {
@@ -332,15 +335,23 @@ async fn record<K: Kind>(
                 return Ok(Answer::Pending(K::pending_answer(op)));
             }
         },
-        Finding::Unsent { reason } => {
+        Finding::Unsent { reason } if mode == DriveMode::FirstCall => {
             tracing::error!(%reason, kind = K::TABLE.label(),
-                "the provider refused our credentials; nothing was sent that it acted on");
+                "the provider refused our credentials on the first send; it acted on nothing");
             return match leave_processing::<K>(engine, op, lease, &reason).await {
                 // Settled meanwhile by another driver: that is the answer.
                 Ok(answer @ Answer::Final(_)) => Ok(answer),
-                Ok(Answer::Pending(_)) | Err(_) => Err(ApiError::Unavailable(anyhow::anyhow!(reason))),
+                Ok(Answer::Pending(_)) => Err(ApiError::ProviderUnavailable {
+                    resource_id: K::id(op).1,
+                    retry_after_secs: crate::error::retry_after_secs(engine.timing.recheck_after),
+                }),
+                Err(error) => {
+                    tracing::error!(error = %error, "could not release an operation's lease");
+                    Ok(Answer::Pending(K::pending_answer(op)))
+                }
             };
         }
+        Finding::Unsent { reason } => reason,
         Finding::Unknown { reason } => reason,
         Finding::NotReceived => "the provider has not received the request".to_owned(),
     };

@@ -4,7 +4,8 @@
 //! carries its downstream `Idempotency-Key`.
 //!
 //! Answers are sorted here, once: a 5xx is `ServerError`, a 402 (or a 400/409 with a known
-//! refusal code) is `Refused`, any other 4xx is `Rejected`, a 404 on a lookup is `None`.
+//! refusal code) is `Refused`, a 401 or 403 is `Unauthorized` (our credentials: the provider did
+//! not act), any other 4xx is `Rejected`, a 404 on a lookup is `None`.
 
 use std::time::Duration;
 

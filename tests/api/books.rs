@@ -43,7 +43,7 @@ impl TestApp {
     }
 
     /// A counter's value on `/metrics` (0 before it is first counted).
-    async fn metric(&self, series: &str) -> u64 {
+    pub(crate) async fn metric(&self, series: &str) -> u64 {
         let text = self.client.get(self.url("/metrics")).send().await.unwrap().text().await.unwrap();
         let prefix = format!("{series} ");
         text.lines()
@@ -723,4 +723,33 @@ async fn forged_outcomes_for_operations_in_flight_are_never_applied_on_their_wor
     assert_eq!(app.get_json(&format!("/refunds/{refund_id}")).await["status"], "processing");
     assert_eq!(app.get_payment(paid_id).await["amount_refunded"], "0.00");
     assert!(webhooks_counted(&app, "applied").await == 0, "nothing was applied on an event's word");
+}
+
+/// The late-charge watch outlives a credentials outage: a look the provider refuses (our key
+/// revoked) says nothing, so the watch does not end when its time is up; the first look after
+/// the key works finds the charge that landed meanwhile and refunds it.
+#[tokio::test]
+async fn the_late_charge_watch_outlives_an_outage_of_our_credentials() {
+    let app = spawn_app_with(|settings, _| impatient(settings, 2)).await;
+    let (order, payment_id) = app.given_up_payment().await;
+    app.provider.set_faults(json!({"credentials_revoked": true})).await;
+    let ended = format!(
+        "UPDATE payments SET late_watch_until = now() - interval '1 second', next_check_at = now() \
+         WHERE id = '{payment_id}'"
+    );
+    app.execute(&ended).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!(pass.errors, 0, "{pass:?}");
+    let watched = format!(
+        "SELECT count(*) AS count FROM payments WHERE id = '{payment_id}' AND next_check_at IS NOT NULL"
+    );
+    assert_eq!(app.count(&watched).await, 1, "the refused look does not end the watch");
+
+    app.provider.set_faults(json!({})).await;
+    app.land_late_charge(&order, &payment_id, "pm_card_ok").await;
+    app.execute(&format!("UPDATE payments SET next_check_at = now() WHERE id = '{payment_id}'")).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!(pass.settled, 1, "the look found the late charge and refunded it: {pass:?}");
+    assert_eq!(app.provider.refunds().await.len(), 1);
+    assert_eq!(app.get_payment(&payment_id).await["status"], "failed");
 }

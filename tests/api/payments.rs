@@ -602,10 +602,12 @@ async fn one_unreadable_operation_ends_its_own_check_not_the_pass() {
     assert_eq!(app.count(&unread).await, 1, "left for a later pass");
 }
 
-/// A provider that refuses our credentials (a revoked API key) has done nothing: the request
-/// answers 503 with nothing stored, the reconciler's re-sends count no check however long it
-/// lasts (so it never reaches the look-only last check, nor a give-up), and once the key works
-/// the client's retry of the same key charges once, under the same downstream key.
+/// A provider that refuses our credentials (a revoked API key) on the first send has done
+/// nothing: the request answers 503 `provider-unavailable` naming the payment it recorded, no
+/// answer stored; the reconciler's re-sends count no check however long it lasts (so it never
+/// reaches the look-only last check, nor a give-up), each one the longest backoff away and
+/// counted on the `auth` metric; once the key works the client's retry of the same key charges
+/// once, under the same downstream key.
 #[tokio::test]
 async fn a_refused_credential_sends_nothing_counts_no_check_and_the_retry_charges_once() {
     let app = spawn_app().await;
@@ -615,11 +617,17 @@ async fn a_refused_credential_sends_nothing_counts_no_check_and_the_retry_charge
     let refused = app.pay(&order_id, "pm_card_ok", &key).await;
     assert_eq!(refused.headers()["orderpay-should-retry"], "true");
     assert!(refused.headers().get("retry-after").is_some());
-    assert_problem(refused, 503, "service-unavailable").await;
+    let problem = assert_problem(refused, 503, "provider-unavailable").await;
     assert!(app.provider.charges().await.is_empty(), "nothing was charged");
-    let waiting = "SELECT count(*) AS count FROM payments WHERE status = 'processing' AND attempts = 0 \
-                   AND lease_until IS NULL AND answer_status IS NULL";
-    assert_eq!(app.count(waiting).await, 1, "released for a retry, no answer stored");
+    let waiting = format!(
+        "SELECT count(*) AS count FROM payments WHERE id = '{}' AND status = 'processing' AND attempts = 0 \
+         AND lease_until IS NULL AND answer_status IS NULL",
+        problem["resource_id"].as_str().expect("the problem names the payment")
+    );
+    let waiting = waiting.as_str();
+    assert_eq!(app.count(waiting).await, 1, "recorded, released for a retry, no answer stored");
+    let auth_refusals = r#"orderpay_provider_errors_total{kind="auth"}"#;
+    assert_eq!(app.metric(auth_refusals).await, 1);
 
     let passes = app.settings.reconciler.max_attempts + 2;
     let refusals: Vec<Value> = (0..passes).map(|_| json!({"act": "unauthorized"})).collect();
@@ -630,7 +638,13 @@ async fn a_refused_credential_sends_nothing_counts_no_check_and_the_retry_charge
         assert_eq!((pass.claimed, pass.redriven, pass.rescheduled), (1, 1, 1), "{pass:?}");
         assert_eq!((pass.gave_up, pass.stuck, pass.settled), (0, 0, 0), "{pass:?}");
         assert_eq!(app.count(waiting).await, 1, "the check the claim counted is given back");
+        let cap = app.settings.reconciler.backoff_cap.as_millis() / 2;
+        let far = format!(
+            "SELECT count(*) AS count FROM payments WHERE next_check_at > now() + interval '{cap} ms'"
+        );
+        assert_eq!(app.count(&far).await, 1, "the next call is the longest backoff away, not the shortest");
     }
+    assert_eq!(app.metric(auth_refusals).await, 1 + u64::try_from(passes).unwrap());
     assert!(app.provider.charges().await.is_empty(), "nothing was charged");
     assert_eq!(app.order_status(&order_id).await, "pending_payment");
 
@@ -645,4 +659,46 @@ async fn a_refused_credential_sends_nothing_counts_no_check_and_the_retry_charge
     assert_eq!(app.order_status(&order_id).await, "paid");
     let replay = app.pay(&order_id, "pm_card_ok", &key).await;
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
+}
+
+/// The charge was made (its answer lost), then our key was revoked: the retry's takeover looks
+/// it up and is refused, which says nothing about the charge, so it answers 202 `processing`
+/// (never 503: the first send may have acted). However many passes the outage lasts, the
+/// reconciler counts no check, so never reaches its look-only last check nor a give-up of a
+/// charge that exists; once the key works it records the charge, once.
+#[tokio::test]
+async fn a_charge_made_before_our_key_was_revoked_is_never_given_up_and_is_recorded_once_the_key_works() {
+    let app = spawn_app().await;
+    let order_id = order_id(&app).await;
+    let key = new_key();
+    app.provider.script(json!([{"act": "hold"}])).await;
+    let lost = app.pay(&order_id, "pm_card_ok", &key).await;
+    assert_eq!(lost.status(), 202, "the answer was lost");
+    let payment_id = json(lost).await["id"].as_str().unwrap().to_owned();
+    assert_eq!(app.provider.charges_for(&payment_id).await.len(), 1, "the provider charged");
+
+    app.provider.set_faults(json!({"credentials_revoked": true})).await;
+    let retried = app.pay(&order_id, "pm_card_ok", &key).await;
+    assert_eq!(retried.status(), 202, "the refused lookup leaves the outcome unknown");
+    let retried = json(retried).await;
+    assert_eq!(
+        (retried["id"].as_str(), retried["status"].as_str()),
+        (Some(payment_id.as_str()), Some("processing"))
+    );
+
+    for _ in 0..app.settings.reconciler.max_attempts + 2 {
+        app.execute("UPDATE payments SET next_check_at = now()").await;
+        let pass = app.reconcile_once().await;
+        assert_eq!((pass.claimed, pass.rescheduled, pass.gave_up, pass.stuck), (1, 1, 0, 0), "{pass:?}");
+    }
+    let counted = "SELECT attempts::bigint AS count FROM payments";
+    assert_eq!(app.count(counted).await, 0, "no check counted against the payment");
+
+    app.provider.set_faults(json!({})).await;
+    app.execute("UPDATE payments SET next_check_at = now()").await;
+    let pass = app.reconcile_once().await;
+    assert_eq!((pass.settled, pass.redriven), (1, 0), "found by its key, not sent again: {pass:?}");
+    assert_eq!(app.get_payment(&payment_id).await["status"], "succeeded");
+    assert_eq!(app.provider.charges_for(&payment_id).await.len(), 1, "one charge");
+    assert_eq!(app.order_status(&order_id).await, "paid");
 }

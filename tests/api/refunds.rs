@@ -504,3 +504,34 @@ async fn refunds_settling_together_stamp_the_order_in_the_order_they_commit() {
     assert_eq!(newest["status"], "refunded", "the newest event is the order as it is: {order_events:?}");
     assert_eq!(newest["updated_at"], order["updated_at"]);
 }
+
+/// A refund whose first send the provider refuses for our credentials is recorded, not sent:
+/// 503 `provider-unavailable` names it, it holds its amount (another refund cannot take it
+/// meanwhile, since it will be carried out), and the retry with the same key refunds once.
+#[tokio::test]
+async fn a_refund_refused_for_our_credentials_is_held_unsent_and_its_retry_refunds_once() {
+    let app = spawn_app().await;
+    let (order_id, payment) = app.paid_order("40.00", "pm_card_ok").await;
+    let payment_id = payment["id"].as_str().unwrap();
+    let key = new_key();
+    app.provider.script(json!([{"act": "unauthorized"}])).await;
+    let refused = app.refund(payment_id, Some("25.00"), &key).await;
+    assert_eq!(refused.headers()["orderpay-should-retry"], "true");
+    let problem = assert_problem(refused, 503, "provider-unavailable").await;
+    let refund_id = problem["resource_id"].as_str().expect("the problem names the refund").to_owned();
+    assert_eq!(app.get_refund(&refund_id).await["status"], "processing");
+    assert!(app.provider.refunds().await.is_empty(), "nothing was refunded");
+
+    let over = app.refund(payment_id, Some("15.01"), &new_key()).await;
+    assert_eq!(assert_problem(over, 422, "refund-exceeds-refundable").await["refundable_amount"], "15.00");
+
+    let retried = app.refund(payment_id, Some("25.00"), &key).await;
+    assert_eq!(retried.status(), 201);
+    let refund = json(retried).await;
+    assert_eq!(
+        (refund["id"].as_str(), refund["status"].as_str()),
+        (Some(refund_id.as_str()), Some("succeeded"))
+    );
+    assert_eq!(app.provider.refunds().await.len(), 1, "one refund at the provider");
+    assert_eq!(app.order_status(&order_id).await, "partially_refunded");
+}

@@ -133,6 +133,10 @@ pub struct Faults {
     /// answer, which says what was true when it was read.
     #[serde(default)]
     pub lookup_latency_ms: u64,
+    /// Every `/v1/*` call, lookups included, answers 401 `authentication_error` without acting,
+    /// as while our API key is revoked or rotated away.
+    #[serde(default)]
+    pub credentials_revoked: bool,
 }
 
 impl Faults {
@@ -375,8 +379,16 @@ async fn authenticate(
     request: ServiceRequest,
     next: Next<BoxBody>,
 ) -> Result<ServiceResponse<EitherBody<BoxBody>>, actix_web::Error> {
-    let expected =
-        request.app_data::<web::Data<MockState>>().and_then(|state| state.settings.api_key.clone());
+    let state = request.app_data::<web::Data<MockState>>();
+    let revoked = state.is_some_and(|state| {
+        state.ledger.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).faults.credentials_revoked
+    });
+    if revoked {
+        let refused = "faults: the API key was revoked";
+        let refused = respond(Reply::error(StatusCode::UNAUTHORIZED, "authentication_error", None, refused));
+        return Ok(request.into_response(refused).map_into_right_body());
+    }
+    let expected = state.and_then(|state| state.settings.api_key.clone());
     if let Some(expected) = expected {
         let presented = request
             .headers()
