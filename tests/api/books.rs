@@ -499,6 +499,14 @@ async fn the_late_charge_watch_stops_once_the_charge_is_recorded() {
     .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(app.reconcile_once().await.settled, 1, "recorded and refunded");
+    // The provider's webhook for the system refund arrives on its own time, and its verification
+    // may ask the provider: counting starts once it has been received (its row commits after).
+    let refund_heard =
+        "SELECT count(*) AS count FROM provider_webhooks WHERE event_type = 'refund.succeeded'";
+    wait_until("the refund's webhook is heard", Duration::from_secs(5), async || {
+        app.count(refund_heard).await >= 1
+    })
+    .await;
     let secret = secret(&app);
     let charge = provider_charge(&app, &payment_id).await;
     let (writes, lookups) = app.provider_requests().await;
