@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::Args;
 use secrecy::{ExposeSecret, SecretString};
 
-use crate::provider::mock::MockSettings;
+use crate::provider::mock::{MockSettings, Wire};
 
 /// `Debug` shows no secret: the API key and the webhook secret are [`SecretString`]s.
 #[derive(Debug, Clone, Args)]
@@ -13,6 +13,11 @@ pub struct MockProviderArgs {
     /// Address the mock payment provider listens on.
     #[arg(long, env = "MOCK_PROVIDER_LISTEN", default_value = "127.0.0.1:8081")]
     pub listen: String,
+
+    /// The API to serve: `mock` (the mock's own contract) or `stripe` (the subset of Stripe's
+    /// API the Stripe adapter calls: form bodies, PaymentIntents, Stripe-Signature webhooks).
+    #[arg(long, env = "MOCK_PROVIDER_WIRE", value_enum, default_value_t = Wire::Mock)]
+    pub wire: Wire,
 
     /// How long `pm_provider_timeout` charges, `pm_refund_timeout` refunds (and timeout faults)
     /// hold their answer.
@@ -51,6 +56,7 @@ impl MockProviderArgs {
         };
         MockSettings {
             listen: self.listen.clone(),
+            wire: self.wire,
             timeout_hold: Duration::from_millis(self.timeout_hold_ms),
             settle_after: Duration::from_millis(self.settle_ms),
             api_key: secret(&self.api_key),

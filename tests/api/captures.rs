@@ -9,7 +9,9 @@ use futures::future::join_all;
 use reqwest::{Method, Response};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, assert_problem, json, new_key, spawn_app, spawn_app_with};
+use crate::helpers::{
+    TestApp, assert_problem, json, new_key, over_both_wires, spawn_app, spawn_app_on_wire, spawn_app_with,
+};
 
 impl TestApp {
     /// An order of `total` authorized (not captured) with `payment_method`; its id and the payment.
@@ -51,9 +53,9 @@ impl TestApp {
     }
 }
 
-#[tokio::test]
-async fn a_manual_payment_authorizes_and_a_capture_takes_it_once() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn a_manual_payment_authorizes_and_a_capture_takes_it_once(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let (order_id, payment) = app.authorized_order("40.00", "pm_card_ok").await;
     let payment_id = payment["id"].as_str().unwrap();
     assert_eq!(payment["status"], "requires_capture");
@@ -90,10 +92,11 @@ async fn a_manual_payment_authorizes_and_a_capture_takes_it_once() {
     assert_eq!(app.count("SELECT count(*) AS count FROM payment_operations").await, 1);
     assert_eq!(app.transitions(payment_id, "succeeded").await, 1);
 }
+}
 
-#[tokio::test]
-async fn a_partial_capture_releases_the_rest_and_bounds_the_refunds() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn a_partial_capture_releases_the_rest_and_bounds_the_refunds(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let (order_id, payment) = app.authorized_order("100.00", "pm_card_ok").await;
     let payment_id = payment["id"].as_str().unwrap();
     let too_much = app.capture(payment_id, Some("100.01"), &new_key()).await;
@@ -114,10 +117,11 @@ async fn a_partial_capture_releases_the_rest_and_bounds_the_refunds() {
     assert_eq!(json(refunded).await["amount"], "60.00");
     assert_eq!(app.order_status(&order_id).await, "refunded");
 }
+}
 
-#[tokio::test]
-async fn a_void_lets_the_authorization_go_and_the_order_can_be_paid_again() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn a_void_lets_the_authorization_go_and_the_order_can_be_paid_again(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let (order_id, payment) = app.authorized_order("25.00", "pm_card_ok").await;
     let payment_id = payment["id"].as_str().unwrap();
     let key = new_key();
@@ -136,10 +140,15 @@ async fn a_void_lets_the_authorization_go_and_the_order_can_be_paid_again() {
     assert_eq!(paid.status(), 201, "a new key pays the order");
     assert_eq!(app.order_status(&order_id).await, "paid");
 }
+}
 
-#[tokio::test]
-async fn an_expired_authorization_refuses_its_capture_and_frees_the_order() {
-    let app = spawn_app_with(|_, mock| mock.auth_ttl = Duration::from_millis(200)).await;
+over_both_wires! {
+async fn an_expired_authorization_refuses_its_capture_and_frees_the_order(wire: TestWire) {
+    let app = spawn_app_with(|settings, mock| {
+        wire.configure(settings, mock);
+        mock.auth_ttl = Duration::from_millis(200);
+    })
+    .await;
     let (order_id, payment) = app.authorized_order("30.00", "pm_card_ok").await;
     let payment_id = payment["id"].as_str().unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -155,10 +164,15 @@ async fn an_expired_authorization_refuses_its_capture_and_frees_the_order() {
     assert_problem(replay, 402, "authorization-expired").await;
     assert_eq!(app.pay(&order_id, "pm_card_ok", &new_key()).await.status(), 201);
 }
+}
 
-#[tokio::test]
-async fn the_reconciler_cancels_authorizations_the_provider_let_go() {
-    let app = spawn_app_with(|_, mock| mock.auth_ttl = Duration::from_millis(1000)).await;
+over_both_wires! {
+async fn the_reconciler_cancels_authorizations_the_provider_let_go(wire: TestWire) {
+    let app = spawn_app_with(|settings, mock| {
+        wire.configure(settings, mock);
+        mock.auth_ttl = Duration::from_millis(1000);
+    })
+    .await;
     let (order_id, payment) = app.authorized_order("30.00", "pm_card_ok").await;
     let payment_id = payment["id"].as_str().unwrap();
     let first = app.reconcile_once().await;
@@ -172,13 +186,18 @@ async fn the_reconciler_cancels_authorizations_the_provider_let_go() {
     assert_eq!(app.order_status(&order_id).await, "pending_payment");
     assert_eq!(app.reconcile_once().await.claimed, 0, "nothing left to watch");
 }
+}
 
+over_both_wires! {
 /// A capture after the authorization expired answers 402 `authorization-expired` whoever
 /// noticed the expiry first: here the reconciler did (the payment is `canceled` already), and the
 /// capture answers as it would had its own provider call found it (before: 409 `invalid-state`).
-#[tokio::test]
-async fn a_capture_after_the_reconciler_saw_the_expiry_answers_402_authorization_expired() {
-    let app = spawn_app_with(|_, mock| mock.auth_ttl = Duration::from_millis(300)).await;
+async fn a_capture_after_the_reconciler_saw_the_expiry_answers_402_authorization_expired(wire: TestWire) {
+    let app = spawn_app_with(|settings, mock| {
+        wire.configure(settings, mock);
+        mock.auth_ttl = Duration::from_millis(300);
+    })
+    .await;
     let (_, payment) = app.authorized_order("30.00", "pm_card_ok").await;
     let payment_id = payment["id"].as_str().unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -192,10 +211,11 @@ async fn a_capture_after_the_reconciler_saw_the_expiry_answers_402_authorization
     assert_problem(app.void(payment_id, &new_key()).await, 402, "authorization-expired").await;
     assert_eq!(app.provider_charge(payment_id).await["status"], "canceled");
 }
+}
 
-#[tokio::test]
-async fn a_declined_capture_leaves_the_authorization_waiting() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn a_declined_capture_leaves_the_authorization_waiting(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let (order_id, payment) = app.authorized_order("30.00", "pm_capture_declined").await;
     let payment_id = payment["id"].as_str().unwrap();
     let key = new_key();
@@ -209,10 +229,15 @@ async fn a_declined_capture_leaves_the_authorization_waiting() {
     // The authorization can still be voided.
     assert_eq!(app.void(payment_id, &new_key()).await.status(), 200);
 }
+}
 
-#[tokio::test]
-async fn capture_racing_void_moves_the_authorization_once() {
-    let app = spawn_app_with(|settings, _| settings.database.pool_size = 16).await;
+over_both_wires! {
+async fn capture_racing_void_moves_the_authorization_once(wire: TestWire) {
+    let app = spawn_app_with(|settings, mock| {
+        wire.configure(settings, mock);
+        settings.database.pool_size = 16;
+    })
+    .await;
     for _ in 0..5 {
         let (order_id, payment) = app.authorized_order("10.00", "pm_card_ok").await;
         let payment_id = payment["id"].as_str().unwrap();
@@ -251,10 +276,11 @@ async fn capture_racing_void_moves_the_authorization_once() {
         assert_eq!(operations, 1, "one capture or void happened");
     }
 }
+}
 
-#[tokio::test]
-async fn a_capture_whose_answer_is_lost_shows_processing_and_is_settled_later() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn a_capture_whose_answer_is_lost_shows_processing_and_is_settled_later(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let (order_id, payment) = app.authorized_order("20.00", "pm_card_ok").await;
     let payment_id = payment["id"].as_str().unwrap();
     app.provider.set_faults(json!({"timeout_rate": 1.0})).await;
@@ -273,10 +299,15 @@ async fn a_capture_whose_answer_is_lost_shows_processing_and_is_settled_later() 
     assert_eq!(replay.status(), 200);
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
 }
+}
 
-#[tokio::test]
-async fn a_capture_the_provider_never_received_is_given_up_without_failing_the_authorization() {
-    let app = spawn_app_with(|settings, _| settings.reconciler.max_attempts = 2).await;
+over_both_wires! {
+async fn a_capture_the_provider_never_received_is_given_up_without_failing_the_authorization(wire: TestWire) {
+    let app = spawn_app_with(|settings, mock| {
+        wire.configure(settings, mock);
+        settings.reconciler.max_attempts = 2;
+    })
+    .await;
     let (order_id, payment) = app.authorized_order("20.00", "pm_card_ok").await;
     let payment_id = payment["id"].as_str().unwrap();
     app.provider.set_faults(json!({"error_rate": 1.0})).await;
@@ -297,10 +328,11 @@ async fn a_capture_the_provider_never_received_is_given_up_without_failing_the_a
     assert_eq!(app.capture(payment_id, None, &new_key()).await.status(), 200, "a new capture works");
     assert_eq!(app.provider_charge(payment_id).await["amount_captured"], "20.00");
 }
+}
 
-#[tokio::test]
-async fn two_reconcilers_and_a_retry_racing_on_one_capture_apply_one_transition_w6() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn two_reconcilers_and_a_retry_racing_on_one_capture_apply_one_transition_w6(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let (_, payment) = app.authorized_order("12.00", "pm_card_ok").await;
     let payment_id = payment["id"].as_str().unwrap();
     app.provider.set_faults(json!({"timeout_rate": 1.0})).await;
@@ -323,6 +355,7 @@ async fn two_reconcilers_and_a_retry_racing_on_one_capture_apply_one_transition_
         .await;
     assert_eq!(operation, 1, "one capture transition");
     assert_eq!(app.provider_charge(payment_id).await["amount_captured"], "12.00");
+}
 }
 
 #[tokio::test]

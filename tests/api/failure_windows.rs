@@ -7,12 +7,19 @@ use std::time::Duration;
 use futures::future::join_all;
 use serde_json::{Value, json};
 
-use crate::helpers::{self, TestApp, json, new_key, spawn_app};
+use crate::helpers::{self, TestApp, json, new_key, over_both_wires, spawn_app_on_wire};
 use crate::process::{BIN, ServiceProcess, black_hole};
 
 /// Subprocess settings: the provider call hangs up to 1.5 s, the key lease is 2 s.
 const CRASHY: &[(&str, &str)] =
     &[("ORDERPAY_PROVIDER_TIMEOUT_MS", "1500"), ("ORDERPAY_PAYMENT_LEASE_MS", "2000")];
+
+/// [`CRASHY`] on the app's wire.
+fn crashy(app: &TestApp) -> Vec<(&'static str, &'static str)> {
+    let mut env = CRASHY.to_vec();
+    env.extend(app.wire().env());
+    env
+}
 
 async fn wait_until(what: &str, check: impl AsyncFnMut() -> bool) {
     helpers::wait_until(what, Duration::from_secs(3), check).await
@@ -50,16 +57,16 @@ async fn processing_payment_id(app: &TestApp) -> Option<String> {
 /// heard of the payment.
 async fn crash_after_phase_one(app: &TestApp, order_id: &str, key: &str) -> String {
     let (_hole, hole_address) = black_hole();
-    let mut service = ServiceProcess::start(&app.database_url, &hole_address, CRASHY).await;
+    let mut service = ServiceProcess::start(&app.database_url, &hole_address, &crashy(app)).await;
     pay_in_background(app, &service.address, order_id, "pm_card_ok", key);
     wait_until("phase 1 commits", async || processing_payment_id(app).await.is_some()).await;
     service.kill();
     processing_payment_id(app).await.unwrap()
 }
 
-#[tokio::test]
-async fn w1_crash_after_phase_one_then_a_retry_after_the_lease_charges_once() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn w1_crash_after_phase_one_then_a_retry_after_the_lease_charges_once(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let order_id = app.create_order().await["id"].as_str().unwrap().to_owned();
     let key = new_key();
     let payment_id = crash_after_phase_one(&app, &order_id, &key).await;
@@ -79,10 +86,11 @@ async fn w1_crash_after_phase_one_then_a_retry_after_the_lease_charges_once() {
     assert_eq!(charges.len(), 1);
     assert_eq!(charges[0]["status"], "succeeded");
 }
+}
 
-#[tokio::test]
-async fn w1_crash_after_phase_one_then_the_reconciler_charges_once() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn w1_crash_after_phase_one_then_the_reconciler_charges_once(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let order_id = app.create_order().await["id"].as_str().unwrap().to_owned();
     let key = new_key();
     let payment_id = crash_after_phase_one(&app, &order_id, &key).await;
@@ -105,6 +113,7 @@ async fn w1_crash_after_phase_one_then_the_reconciler_charges_once() {
     assert_eq!(retry.headers()["idempotent-replayed"], "true");
     assert_eq!(app.provider.charges_for(&payment_id).await.len(), 1);
 }
+}
 
 /// `orderpay reconcile --once` against the test's database and provider; returns its report.
 fn reconcile_cli(app: &TestApp) -> String {
@@ -113,6 +122,7 @@ fn reconcile_cli(app: &TestApp) -> String {
         .env("DATABASE_URL", &app.database_url)
         .env("ORDERPAY_PROVIDER_URL", &app.provider.address)
         .env("RUST_LOG", "warn")
+        .envs(app.wire().env())
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
@@ -121,7 +131,7 @@ fn reconcile_cli(app: &TestApp) -> String {
 
 /// W2: the provider charged, and the process died before phase 2 recorded it.
 async fn crash_after_the_charge(app: &TestApp, order_id: &str, key: &str) -> String {
-    let mut service = ServiceProcess::start(&app.database_url, &app.provider.address, CRASHY).await;
+    let mut service = ServiceProcess::start(&app.database_url, &app.provider.address, &crashy(app)).await;
     // pm_provider_timeout charges at once and holds the answer 3 s, past the kill.
     pay_in_background(app, &service.address, order_id, "pm_provider_timeout", key);
     wait_until("the provider charges", async || !app.provider.charges().await.is_empty()).await;
@@ -131,9 +141,9 @@ async fn crash_after_the_charge(app: &TestApp, order_id: &str, key: &str) -> Str
     payment_id
 }
 
-#[tokio::test]
-async fn w2_charged_but_never_recorded_is_settled_by_a_retry_with_one_charge() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn w2_charged_but_never_recorded_is_settled_by_a_retry_with_one_charge(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let order_id = app.create_order().await["id"].as_str().unwrap().to_owned();
     let key = new_key();
     let payment_id = crash_after_the_charge(&app, &order_id, &key).await;
@@ -146,10 +156,11 @@ async fn w2_charged_but_never_recorded_is_settled_by_a_retry_with_one_charge() {
     assert_eq!(app.order_status(&order_id).await, "paid");
     assert_eq!(app.provider.charges_for(&payment_id).await.len(), 1, "found, not charged again");
 }
+}
 
-#[tokio::test]
-async fn w2_charged_but_never_recorded_is_settled_by_the_reconciler_with_one_charge() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn w2_charged_but_never_recorded_is_settled_by_the_reconciler_with_one_charge(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let order_id = app.create_order().await["id"].as_str().unwrap().to_owned();
     let key = new_key();
     let payment_id = crash_after_the_charge(&app, &order_id, &key).await;
@@ -162,10 +173,11 @@ async fn w2_charged_but_never_recorded_is_settled_by_the_reconciler_with_one_cha
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
     assert_eq!(app.provider.charges_for(&payment_id).await.len(), 1);
 }
+}
 
-#[tokio::test]
-async fn w6_two_reconcilers_and_a_retry_racing_apply_one_transition() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn w6_two_reconcilers_and_a_retry_racing_apply_one_transition(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let order_id = app.create_order().await["id"].as_str().unwrap().to_owned();
     let key = new_key();
     // A timeout leaves the payment processing with the charge made at the provider.
@@ -196,6 +208,7 @@ async fn w6_two_reconcilers_and_a_retry_racing_apply_one_transition() {
     let body: Value = json(replay).await;
     assert_eq!(body["status"], "succeeded");
 }
+}
 
 /// Sends `method path body` to the subprocess without waiting for the answer.
 fn send_in_background(app: &TestApp, address: &str, path: &str, body: Value, key: &str) {
@@ -210,13 +223,13 @@ fn send_in_background(app: &TestApp, address: &str, path: &str, body: Value, key
     });
 }
 
+over_both_wires! {
 /// W1 for a refund: its start committed, then the process died before the request left.
-#[tokio::test]
-async fn w1_a_refund_started_before_a_crash_is_sent_once_by_the_reconciler() {
-    let app = spawn_app().await;
+async fn w1_a_refund_started_before_a_crash_is_sent_once_by_the_reconciler(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let (order_id, payment) = app.paid_order("30.00", "pm_card_ok").await;
     let (_hole, hole_address) = black_hole();
-    let mut service = ServiceProcess::start(&app.database_url, &hole_address, CRASHY).await;
+    let mut service = ServiceProcess::start(&app.database_url, &hole_address, &crashy(&app)).await;
     let key = new_key();
     let body = json!({"payment_id": payment["id"], "amount": "10.00"});
     send_in_background(&app, &service.address, "/refunds", body.clone(), &key);
@@ -241,13 +254,14 @@ async fn w1_a_refund_started_before_a_crash_is_sent_once_by_the_reconciler() {
     assert_eq!(app.provider_refunds_for(&refund_id).await.len(), 1);
     assert_eq!(app.order_status(&order_id).await, "partially_refunded");
 }
+}
 
+over_both_wires! {
 /// W2 for a refund: the provider made it, and the process died before recording it.
-#[tokio::test]
-async fn w2_a_refund_made_before_a_crash_is_found_by_a_retry_not_made_again() {
-    let app = spawn_app().await;
+async fn w2_a_refund_made_before_a_crash_is_found_by_a_retry_not_made_again(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let (order_id, payment) = app.paid_order("30.00", "pm_refund_timeout").await;
-    let mut service = ServiceProcess::start(&app.database_url, &app.provider.address, CRASHY).await;
+    let mut service = ServiceProcess::start(&app.database_url, &app.provider.address, &crashy(&app)).await;
     let key = new_key();
     let body = json!({"payment_id": payment["id"]});
     send_in_background(&app, &service.address, "/refunds", body.clone(), &key);
@@ -263,15 +277,16 @@ async fn w2_a_refund_made_before_a_crash_is_found_by_a_retry_not_made_again() {
     assert_eq!(at_provider[0]["requests"], 1, "looked up, never sent again");
     assert_eq!(app.order_status(&order_id).await, "refunded");
 }
+}
 
+over_both_wires! {
 /// W1 for a capture: started, then the process died before the request left.
-#[tokio::test]
-async fn w1_a_capture_started_before_a_crash_is_sent_once_by_a_retry() {
-    let app = spawn_app().await;
+async fn w1_a_capture_started_before_a_crash_is_sent_once_by_a_retry(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let (order_id, payment) = app.authorized_order("20.00", "pm_card_ok").await;
     let payment_id = payment["id"].as_str().unwrap().to_owned();
     let (_hole, hole_address) = black_hole();
-    let mut service = ServiceProcess::start(&app.database_url, &hole_address, CRASHY).await;
+    let mut service = ServiceProcess::start(&app.database_url, &hole_address, &crashy(&app)).await;
     let key = new_key();
     send_in_background(&app, &service.address, &format!("/payments/{payment_id}/capture"), json!({}), &key);
     let processing = "SELECT count(*) AS count FROM payment_operations WHERE status = 'processing'";
@@ -293,14 +308,15 @@ async fn w1_a_capture_started_before_a_crash_is_sent_once_by_a_retry() {
     assert_eq!(app.provider_charge(&payment_id).await["amount_captured"], "20.00");
     assert_eq!(app.order_status(&order_id).await, "paid");
 }
+}
 
+over_both_wires! {
 /// W2 for a capture: the provider captured, and the process died before recording it.
-#[tokio::test]
-async fn w2_a_capture_made_before_a_crash_is_found_by_the_reconciler() {
-    let app = spawn_app().await;
+async fn w2_a_capture_made_before_a_crash_is_found_by_the_reconciler(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let (order_id, payment) = app.authorized_order("20.00", "pm_card_ok").await;
     let payment_id = payment["id"].as_str().unwrap().to_owned();
-    let mut service = ServiceProcess::start(&app.database_url, &app.provider.address, CRASHY).await;
+    let mut service = ServiceProcess::start(&app.database_url, &app.provider.address, &crashy(&app)).await;
     app.provider.set_faults(json!({"timeout_rate": 1.0})).await;
     send_in_background(
         &app,
@@ -320,4 +336,5 @@ async fn w2_a_capture_made_before_a_crash_is_found_by_the_reconciler() {
     assert_eq!((pass.claimed, pass.settled, pass.redriven), (1, 1, 0), "found captured: {pass:?}");
     assert_eq!(app.get_payment(&payment_id).await["status"], "succeeded");
     assert_eq!(app.order_status(&order_id).await, "paid");
+}
 }

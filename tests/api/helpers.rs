@@ -15,7 +15,8 @@ use orderpay::merchant_webhooks::{DeliveryConfig, WebhookSettings};
 use orderpay::operations::reconciler::{PassReport, ReconcilerConfig};
 use orderpay::operations::{Engine, Timing};
 use orderpay::provider::PaymentProvider;
-use orderpay::provider::mock::{MockProvider, MockSettings};
+use orderpay::provider::mock::{self, MockProvider, MockSettings};
+use orderpay::provider::stripe::{ApiKey, WebhookSecret};
 use orderpay::webhook_signature::Secret;
 use reqwest::{Method, RequestBuilder, Response};
 use serde_json::{Value, json};
@@ -190,6 +191,90 @@ pub fn provider_webhooks_on(settings: &mut Settings) {
         ProviderWebhookSecrets::Standard(vec![Secret::generate().expect("a webhook secret")]);
 }
 
+/// The wire between the app and its mock provider: the mock's own contract, or Stripe's API
+/// (the Stripe adapter talking to the mock's Stripe wire). A test written once runs over both
+/// with [`over_both_wires!`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestWire {
+    Mock,
+    Stripe,
+}
+
+/// The test-mode key the app sends on the Stripe wire, and the mock requires.
+const STRIPE_TEST_KEY: &str = "sk_test_orderpay_mock_stripe_wire";
+/// The endpoint secret of a service subprocess on the Stripe wire (which refuses to start
+/// without one); tests that deliver webhooks to an in-process app use their own.
+const STRIPE_WEBHOOK_SECRET: &str = "whsec_orderpay_mock_stripe_wire";
+
+impl TestWire {
+    /// Puts the app and its mock on this wire, for `spawn_app_with`'s `configure`.
+    pub fn configure(self, settings: &mut Settings, mock: &mut MockSettings) {
+        if self == TestWire::Stripe {
+            let api_key = ApiKey::parse(STRIPE_TEST_KEY).expect("a Stripe test key");
+            settings.provider.wire = orderpay::config::Wire::Stripe { api_key };
+            mock.wire = mock::Wire::Stripe;
+            mock.api_key = Some(STRIPE_TEST_KEY.to_owned());
+        }
+    }
+
+    /// The id the app holds for the mock's charge `ch_...`: on Stripe's wire, its PaymentIntent's.
+    pub fn charge_id(self, mock_id: &str) -> String {
+        match (self, mock_id.strip_prefix("ch_")) {
+            (TestWire::Stripe, Some(rest)) => format!("pi_{rest}"),
+            _ => mock_id.to_owned(),
+        }
+    }
+
+    /// The environment that puts `orderpay serve` or `orderpay reconcile` on this wire.
+    pub fn env(self) -> Vec<(&'static str, &'static str)> {
+        match self {
+            TestWire::Mock => Vec::new(),
+            TestWire::Stripe => vec![
+                ("ORDERPAY_PROVIDER", "stripe"),
+                ("ORDERPAY_PROVIDER_API_KEY", STRIPE_TEST_KEY),
+                ("ORDERPAY_PROVIDER_WEBHOOK_SECRET", STRIPE_WEBHOOK_SECRET),
+            ],
+        }
+    }
+}
+
+impl TestApp {
+    /// The wire this app speaks to its provider.
+    pub fn wire(&self) -> TestWire {
+        match self.settings.provider.wire {
+            orderpay::config::Wire::Mock { .. } => TestWire::Mock,
+            orderpay::config::Wire::Stripe { .. } => TestWire::Stripe,
+        }
+    }
+}
+
+/// Spawns the app and its mock provider on `wire`.
+pub async fn spawn_app_on_wire(wire: TestWire) -> TestApp {
+    spawn_app_with(|settings, mock| wire.configure(settings, mock)).await
+}
+
+/// Writes a test once for both wires: `async fn name(wire: TestWire) { ... }` becomes the tests
+/// `name::mock` and `name::stripe`, the body run with each.
+macro_rules! over_both_wires {
+    ($(#[$meta:meta])* async fn $name:ident($wire:ident: TestWire) $body:block) => {
+        $(#[$meta])*
+        async fn $name($wire: $crate::helpers::TestWire) $body
+
+        mod $name {
+            #[tokio::test]
+            async fn mock() {
+                super::$name($crate::helpers::TestWire::Mock).await
+            }
+
+            #[tokio::test]
+            async fn stripe() {
+                super::$name($crate::helpers::TestWire::Stripe).await
+            }
+        }
+    };
+}
+pub(crate) use over_both_wires;
+
 /// Spawns the app (and its own mock provider) with settings adjusted by `configure`.
 pub async fn spawn_app_with(configure: impl FnOnce(&mut Settings, &mut MockSettings)) -> TestApp {
     spawn_app_on(None, configure).await
@@ -280,11 +365,16 @@ async fn spawn_app_on(
     // Bound before the mock starts, so that the mock can be told where to send webhooks.
     let listener = std::net::TcpListener::bind(&settings.listen).expect("the app's port");
     let port = listener.local_addr().unwrap().port();
-    if let Some(secret) = settings.api.provider_webhooks.standard().first()
+    if let Some(secret) = settings.api.provider_webhooks.standard().first().map(Secret::reveal)
         && mock_settings.webhook_url.is_none()
     {
         mock_settings.webhook_url = Some(format!("http://127.0.0.1:{port}/provider/webhooks"));
-        mock_settings.webhook_secret = Some(secret.reveal());
+        if mock_settings.wire == mock::Wire::Stripe {
+            // The same secret, read as Stripe reads an endpoint secret.
+            let stripe = WebhookSecret::parse(&secret).expect("a whsec_ secret");
+            settings.api.provider_webhooks = ProviderWebhookSecrets::Stripe(vec![stripe]);
+        }
+        mock_settings.webhook_secret = Some(secret);
     }
     let provider = spawn_mock_provider(mock_settings).await;
     if settings.provider.url.is_empty() {
@@ -500,6 +590,7 @@ impl TestApp {
             ("ORDERPAY_LATE_CHARGE_WATCH_SECS", reconciler.late_charge_watch.as_secs().to_string()),
             ("ORDERPAY_LATE_REFUND_WATCH_SECS", reconciler.late_refund_watch.as_secs().to_string()),
         ];
+        vars.extend(self.wire().env().into_iter().map(|(name, value)| (name, value.to_owned())));
         vars.extend(env.iter().map(|(name, value)| (*name, (*value).to_owned())));
         let vars: Vec<(String, String)> =
             vars.into_iter().map(|(name, value)| (name.to_owned(), value)).collect();

@@ -8,15 +8,17 @@ use futures::future::join_all;
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::helpers::{assert_problem, json, new_key, spawn_app, spawn_app_with};
+use crate::helpers::{
+    TestWire, assert_problem, json, new_key, over_both_wires, spawn_app, spawn_app_on_wire, spawn_app_with,
+};
 
 async fn order_id(app: &crate::helpers::TestApp) -> String {
     app.create_order().await["id"].as_str().unwrap().to_owned()
 }
 
-#[tokio::test]
-async fn a_good_card_pays_the_order_with_one_charge_and_replays() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn a_good_card_pays_the_order_with_one_charge_and_replays(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let order = app.create_order().await;
     let order_id = order["id"].as_str().unwrap();
     let key = new_key();
@@ -45,12 +47,13 @@ async fn a_good_card_pays_the_order_with_one_charge_and_replays() {
     assert_eq!(charges[0]["idempotency_key"], format!("orderpay_pay_{payment_id}"));
     assert_eq!(charges[0]["status"], "succeeded");
     assert_eq!(charges[0]["amount"], order["total_amount"]);
-    assert_eq!(payment["provider_charge_id"], charges[0]["id"]);
+    assert_eq!(payment["provider_charge_id"], wire.charge_id(charges[0]["id"].as_str().unwrap()));
+}
 }
 
-#[tokio::test]
-async fn a_decline_is_final_and_stored_and_a_new_key_can_pay() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn a_decline_is_final_and_stored_and_a_new_key_can_pay(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let order_id = order_id(&app).await;
     let key = new_key();
 
@@ -71,6 +74,7 @@ async fn a_decline_is_final_and_stored_and_a_new_key_can_pay() {
     assert_eq!(app.order_status(&order_id).await, "paid");
     let statuses: Vec<Value> = app.provider.charges().await.iter().map(|c| c["status"].clone()).collect();
     assert_eq!(statuses, [json!("declined"), json!("succeeded")], "one charge per payment, one succeeded");
+}
 }
 
 #[tokio::test]
@@ -161,9 +165,9 @@ async fn a_cancelled_order_cannot_be_paid() {
     assert!(app.provider.charges().await.is_empty());
 }
 
-#[tokio::test]
-async fn twenty_concurrent_copies_of_a_payment_charge_once() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn twenty_concurrent_copies_of_a_payment_charge_once(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let order_id = order_id(&app).await;
     let key = new_key();
     let responses = join_all((0..20).map(|_| app.pay(&order_id, "pm_card_ok", &key))).await;
@@ -187,6 +191,7 @@ async fn twenty_concurrent_copies_of_a_payment_charge_once() {
     assert_eq!(app.provider.charges().await.len(), 1);
     assert_eq!(app.payments_stored().await, 1);
     assert_eq!(app.order_status(&order_id).await, "paid");
+}
 }
 
 /// Many clients paying one order at once, each with its own key: starting a payment (order row,
@@ -240,9 +245,9 @@ async fn deadlocks(app: &crate::helpers::TestApp) -> i64 {
     app.count("SELECT deadlocks AS count FROM pg_stat_database WHERE datname = current_database()").await
 }
 
-#[tokio::test]
-async fn a_duplicate_while_the_first_is_at_the_provider_is_told_to_wait() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn a_duplicate_while_the_first_is_at_the_provider_is_told_to_wait(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let order_id = order_id(&app).await;
     let key = new_key();
     let first = app.pay(&order_id, "pm_provider_timeout", &key);
@@ -258,10 +263,11 @@ async fn a_duplicate_while_the_first_is_at_the_provider_is_told_to_wait() {
     let problem = assert_problem(second, 409, "idempotency-key-in-use").await;
     assert_eq!(problem["resource_id"], json(first).await["id"]);
 }
+}
 
-#[tokio::test]
-async fn pending_charges_settle_through_the_reconciler_w5() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn pending_charges_settle_through_the_reconciler_w5(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let order_id = order_id(&app).await;
     let key = new_key();
     let accepted = app.pay(&order_id, "pm_provider_pending", &key).await;
@@ -288,10 +294,11 @@ async fn pending_charges_settle_through_the_reconciler_w5() {
     assert_eq!(retry.headers()["idempotent-replayed"], "true", "the final answer, as a replay");
     assert_eq!(app.provider.charges_for(payment_id).await.len(), 1);
 }
+}
 
-#[tokio::test]
-async fn a_timeout_answers_202_in_time_and_is_settled_later_w3() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn a_timeout_answers_202_in_time_and_is_settled_later_w3(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let order_id = order_id(&app).await;
     let key = new_key();
     let started = Instant::now();
@@ -312,10 +319,11 @@ async fn a_timeout_answers_202_in_time_and_is_settled_later_w3() {
     assert_eq!(json(retry).await["status"], "succeeded");
     assert_eq!(app.provider.charges_for(&payment_id).await.len(), 1);
 }
+}
 
-#[tokio::test]
-async fn a_retry_after_202_resumes_the_payment_itself() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn a_retry_after_202_resumes_the_payment_itself(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let order_id = order_id(&app).await;
     let key = new_key();
     assert_eq!(app.pay(&order_id, "pm_provider_pending", &key).await.status(), 202);
@@ -327,10 +335,11 @@ async fn a_retry_after_202_resumes_the_payment_itself() {
     assert_eq!(app.order_status(&order_id).await, "paid");
     assert_eq!(app.provider.charges().await.len(), 1);
 }
+}
 
-#[tokio::test]
-async fn provider_5xx_is_never_success_without_a_charge_nor_failure_on_a_guess_w4() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn provider_5xx_is_never_success_without_a_charge_nor_failure_on_a_guess_w4(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let order_id = order_id(&app).await;
     let key = new_key();
     let accepted = app.pay(&order_id, "pm_provider_down", &key).await;
@@ -364,6 +373,7 @@ async fn provider_5xx_is_never_success_without_a_charge_nor_failure_on_a_guess_w
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
     assert_problem(replay, 402, "payment-failed").await;
     assert_eq!(app.order_status(&order_id).await, "pending_payment");
+}
 }
 
 #[tokio::test]
@@ -477,9 +487,13 @@ async fn the_mock_provider_injects_faults_on_request() {
     assert_eq!(app.provider.charges().await.len(), 1);
 }
 
-#[tokio::test]
-async fn a_charge_the_provider_never_settles_is_never_failed_on_a_guess() {
-    let app = spawn_app_with(|_, mock| mock.settle_after = Duration::from_secs(3600)).await;
+over_both_wires! {
+async fn a_charge_the_provider_never_settles_is_never_failed_on_a_guess(wire: TestWire) {
+    let app = spawn_app_with(|settings, mock| {
+        wire.configure(settings, mock);
+        mock.settle_after = Duration::from_secs(3600);
+    })
+    .await;
     let order_id = order_id(&app).await;
     let accepted = app.pay(&order_id, "pm_provider_pending", &new_key()).await;
     assert_eq!(accepted.status(), 202);
@@ -497,6 +511,7 @@ async fn a_charge_the_provider_never_settles_is_never_failed_on_a_guess() {
     let second = app.pay(&order_id, "pm_card_ok", &new_key()).await;
     assert_problem(second, 409, "payment-in-progress").await;
     assert_eq!(app.provider.charges().await.len(), 1, "no second charge while the first is unknown");
+}
 }
 
 #[tokio::test]
@@ -602,15 +617,15 @@ async fn one_unreadable_operation_ends_its_own_check_not_the_pass() {
     assert_eq!(app.count(&unread).await, 1, "left for a later pass");
 }
 
+over_both_wires! {
 /// A provider that refuses our credentials (a revoked API key) on the first send has done
 /// nothing: the request answers 503 `provider-unavailable` naming the payment it recorded, no
 /// answer stored; the reconciler's re-sends count no check however long it lasts (so it never
 /// reaches the look-only last check, nor a give-up), each one the longest backoff away and
 /// counted on the `auth` metric; once the key works the client's retry of the same key charges
 /// once, under the same downstream key.
-#[tokio::test]
-async fn a_refused_credential_sends_nothing_counts_no_check_and_the_retry_charges_once() {
-    let app = spawn_app().await;
+async fn a_refused_credential_sends_nothing_counts_no_check_and_the_retry_charges_once(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let order_id = order_id(&app).await;
     let key = new_key();
     app.provider.script(json!([{"act": "unauthorized"}])).await;
@@ -660,15 +675,16 @@ async fn a_refused_credential_sends_nothing_counts_no_check_and_the_retry_charge
     let replay = app.pay(&order_id, "pm_card_ok", &key).await;
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
 }
+}
 
+over_both_wires! {
 /// The charge was made (its answer lost), then our key was revoked: the retry's takeover looks
 /// it up and is refused, which says nothing about the charge, so it answers 202 `processing`
 /// (never 503: the first send may have acted). However many passes the outage lasts, the
 /// reconciler counts no check, so never reaches its look-only last check nor a give-up of a
 /// charge that exists; once the key works it records the charge, once.
-#[tokio::test]
-async fn a_charge_made_before_our_key_was_revoked_is_never_given_up_and_is_recorded_once_the_key_works() {
-    let app = spawn_app().await;
+async fn a_charge_made_before_our_key_was_revoked_is_never_given_up_and_is_recorded_once_the_key_works(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let order_id = order_id(&app).await;
     let key = new_key();
     app.provider.script(json!([{"act": "hold"}])).await;
@@ -701,4 +717,29 @@ async fn a_charge_made_before_our_key_was_revoked_is_never_given_up_and_is_recor
     assert_eq!(app.get_payment(&payment_id).await["status"], "succeeded");
     assert_eq!(app.provider.charges_for(&payment_id).await.len(), 1, "one charge");
     assert_eq!(app.order_status(&order_id).await, "paid");
+}
+}
+
+over_both_wires! {
+/// The wire is the one named: on Stripe's, the payment holds the PaymentIntent's id and the
+/// mock's Stripe wire refuses the mock's own contract.
+async fn the_provider_charge_is_the_wire_s_own_object(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
+    let order = app.create_order().await;
+    let paid = app.pay(order["id"].as_str().unwrap(), "pm_card_ok", &new_key()).await;
+    assert_eq!(paid.status(), 201);
+    let charge_id = json(paid).await["provider_charge_id"].as_str().unwrap().to_owned();
+    let (prefix, own_route) = match wire {
+        TestWire::Mock => ("ch_", "/v1/charges/"),
+        TestWire::Stripe => ("pi_", "/v1/payment_intents/"),
+    };
+    assert!(charge_id.starts_with(prefix), "{charge_id}");
+    let key = "sk_test_orderpay_mock_stripe_wire";
+    let other_route = if wire == TestWire::Mock { "/v1/payment_intents/" } else { "/v1/charges/" };
+    let read = |route: &str| {
+        app.provider.client.get(format!("{}{route}{charge_id}", app.provider.address)).bearer_auth(key).send()
+    };
+    assert_eq!(read(own_route).await.unwrap().status(), 200);
+    assert_eq!(read(other_route).await.unwrap().status(), 404);
+}
 }

@@ -16,8 +16,8 @@ use uuid::Uuid;
 use orderpay::webhook_signature::{Secret, sign};
 
 use crate::helpers::{
-    self, TestApp, assert_problem, json, new_key, provider_webhooks_on, spawn_app, spawn_app_with,
-    use_servers,
+    self, TestApp, TestWire, assert_problem, json, new_key, over_both_wires, provider_webhooks_on, spawn_app,
+    spawn_app_with, use_servers,
 };
 use crate::proxy::ChaosProxy;
 
@@ -32,7 +32,13 @@ async fn eventually<T, F: Future<Output = Option<T>>>(what: &str, check: impl Fn
 /// An app whose mock provider sends it signed webhooks, the reconciler idle (60 s), pending
 /// charges and refunds settling after [`SETTLE`].
 pub(crate) async fn app_hearing_the_provider() -> TestApp {
+    app_hearing_the_provider_on(TestWire::Mock).await
+}
+
+/// [`app_hearing_the_provider`] on `wire`.
+async fn app_hearing_the_provider_on(wire: TestWire) -> TestApp {
     spawn_app_with(|settings, mock| {
+        wire.configure(settings, mock);
         provider_webhooks_on(settings);
         settings.reconciler.interval = Duration::from_secs(60);
         mock.settle_after = SETTLE;
@@ -149,13 +155,14 @@ async fn events_of(app: &TestApp, subject_id: &str) -> i64 {
         .await
 }
 
-/// The mock's event of `kind` about `object_id`, once delivered (with 2xx) as often as planned.
+/// The mock's event of `kind` (in the mock's words, whatever the wire) about `object_id` (the
+/// app's id of it), once delivered (with 2xx) as often as planned.
 async fn delivered(app: &TestApp, kind: &str, object_id: &str) -> Value {
     eventually(&format!("{kind} for {object_id} delivered"), || async {
         app.provider.webhooks().await.into_iter().find(|event| {
             let attempts = event["attempts"].as_array().map_or(0, Vec::len) as u64;
             event["type"] == kind
-                && event["object_id"] == object_id
+                && app.wire().charge_id(event["object_id"].as_str().unwrap_or("")) == object_id
                 && event["delivered"] == true
                 && attempts >= event["copies"].as_u64().unwrap_or(1)
         })
@@ -167,9 +174,9 @@ fn timestamp(value: &Value) -> DateTime<Utc> {
     value.as_str().unwrap().parse().unwrap()
 }
 
-#[tokio::test]
-async fn a_pending_payment_succeeds_within_a_second_of_the_provider_settling_and_its_key_replays() {
-    let app = app_hearing_the_provider().await;
+over_both_wires! {
+async fn a_pending_payment_succeeds_within_a_second_of_the_provider_settling_and_its_key_replays(wire: TestWire) {
+    let app = app_hearing_the_provider_on(wire).await;
     let key = new_key();
     let (status, accepted) = pay(&app, "pm_provider_pending", &key).await;
     assert_eq!(status, 202, "{accepted}");
@@ -198,10 +205,11 @@ async fn a_pending_payment_succeeds_within_a_second_of_the_provider_settling_and
     assert_eq!((&replayed["id"], &replayed["status"]), (&json!(payment_id), &json!("succeeded")));
     assert_eq!(app.provider.charges_for(&payment_id).await.len(), 1);
 }
+}
 
-#[tokio::test]
-async fn a_pending_refund_succeeds_within_a_second_of_the_provider_settling_and_its_key_replays() {
-    let app = app_hearing_the_provider().await;
+over_both_wires! {
+async fn a_pending_refund_succeeds_within_a_second_of_the_provider_settling_and_its_key_replays(wire: TestWire) {
+    let app = app_hearing_the_provider_on(wire).await;
     let (status, payment) = pay(&app, "pm_refund_pending", &new_key()).await;
     assert_eq!(status, 201, "{payment}");
     let payment_id = payment["id"].as_str().unwrap().to_owned();
@@ -229,6 +237,7 @@ async fn a_pending_refund_succeeds_within_a_second_of_the_provider_settling_and_
     let replayed = json(replay).await;
     assert_eq!((&replayed["id"], &replayed["status"]), (&json!(refund_id), &json!("succeeded")));
     assert_eq!(app.provider.refunds().await.len(), 1);
+}
 }
 
 #[tokio::test]
@@ -266,9 +275,9 @@ async fn a_duplicated_event_applies_once_and_is_counted() {
     assert_eq!(events_of(&app, &payment_id).await, 1);
 }
 
-#[tokio::test]
-async fn dropped_events_are_settled_by_the_reconciler() {
-    let app = app_hearing_the_provider().await;
+over_both_wires! {
+async fn dropped_events_are_settled_by_the_reconciler(wire: TestWire) {
+    let app = app_hearing_the_provider_on(wire).await;
     app.provider.set_faults(json!({ "webhook_drop_rate": 1.0 })).await;
     let (status, pending) = pay(&app, "pm_provider_pending", &new_key()).await;
     assert_eq!(status, 202);
@@ -281,7 +290,7 @@ async fn dropped_events_are_settled_by_the_reconciler() {
 
     // Both settle at the provider, and every event is dropped.
     eventually("the provider settled both", || async {
-        let charge = provider_charge(&app, &payment_id).await;
+        let charge = app.provider.charges_for(&payment_id).await.remove(0);
         let refunds = app.provider.refunds().await;
         (charge["status"] == "succeeded" && refunds.iter().all(|r| r["status"] == "succeeded")).then_some(())
     })
@@ -299,10 +308,11 @@ async fn dropped_events_are_settled_by_the_reconciler() {
     assert_eq!(transitions(&app, &refund_id, "reconciler", "succeeded").await, 1);
     assert_eq!(app.count("SELECT count(*) AS count FROM provider_webhooks").await, 0);
 }
+}
 
-#[tokio::test]
-async fn a_charge_event_overtaken_by_its_refunds_events_leaves_the_final_state_right() {
-    let app = app_hearing_the_provider().await;
+over_both_wires! {
+async fn a_charge_event_overtaken_by_its_refunds_events_leaves_the_final_state_right(wire: TestWire) {
+    let app = app_hearing_the_provider_on(wire).await;
     // The charge's event is held back; the refund's, sent later, overtakes it.
     app.provider.set_faults(json!({ "webhook_delay_ms": 800 })).await;
     let (status, payment) = pay(&app, "pm_refund_pending", &new_key()).await;
@@ -351,6 +361,7 @@ async fn a_charge_event_overtaken_by_its_refunds_events_leaves_the_final_state_r
     assert_eq!(payment_now["amount_refunded"], payment["amount"]);
     assert_eq!(events_of(&app, &payment_id).await, 1, "the payment moved once (its request)");
     assert_eq!(events_of(&app, &refund_id).await, 1, "the refund moved once (its webhook)");
+}
 }
 
 #[tokio::test]
@@ -527,9 +538,9 @@ async fn webhooks_racing_a_retrys_phase_two_and_the_reconciler_apply_one_transit
     );
 }
 
-#[tokio::test]
-async fn a_payments_own_event_racing_its_request_settles_it_once() {
-    let app = app_hearing_the_provider().await;
+over_both_wires! {
+async fn a_payments_own_event_racing_its_request_settles_it_once(wire: TestWire) {
+    let app = app_hearing_the_provider_on(wire).await;
     // The event leaves as the provider charges, while its answer is on the way to the request;
     // each is delivered twice, and reconciler passes run meanwhile.
     app.provider.set_faults(json!({ "webhook_duplicate_rate": 1.0 })).await;
@@ -559,10 +570,11 @@ async fn a_payments_own_event_racing_its_request_settles_it_once() {
     );
     println!("{applied} of 8 payments were settled by their webhook before their request's phase 2");
 }
+}
 
-#[tokio::test]
-async fn a_capture_whose_answer_is_held_is_settled_by_charge_captured() {
-    let app = app_hearing_the_provider().await;
+over_both_wires! {
+async fn a_capture_whose_answer_is_held_is_settled_by_charge_captured(wire: TestWire) {
+    let app = app_hearing_the_provider_on(wire).await;
     let order_id = new_order(&app).await;
     let body = json!({ "order_id": order_id, "payment_method": "pm_card_ok", "capture_method": "manual" });
     let authorized = app.pay_with(&body, &new_key()).await;
@@ -601,10 +613,12 @@ async fn a_capture_whose_answer_is_held_is_settled_by_charge_captured() {
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
     assert_eq!(json(replay).await["status"], "succeeded");
 }
+}
 
-#[tokio::test]
-async fn an_authorization_that_expires_is_ended_by_charge_canceled() {
+over_both_wires! {
+async fn an_authorization_that_expires_is_ended_by_charge_canceled(wire: TestWire) {
     let app = spawn_app_with(|settings, mock| {
+        wire.configure(settings, mock);
         provider_webhooks_on(settings);
         settings.reconciler.interval = Duration::from_secs(60);
         mock.auth_ttl = Duration::from_millis(300);
@@ -623,6 +637,7 @@ async fn an_authorization_that_expires_is_ended_by_charge_canceled() {
     assert_eq!(payment["failure_code"], "authorization_expired");
     assert_eq!(app.order_status(&order_id).await, "pending_payment", "payable again");
     assert_eq!(transitions(&app, &payment_id, "webhook", "canceled").await, 1);
+}
 }
 
 #[tokio::test]
@@ -716,14 +731,15 @@ async fn without_a_secret_the_route_does_not_exist() {
     assert_problem(wrong_method, 405, "method-not-allowed").await;
 }
 
+over_both_wires! {
 /// A request waiting on its provider call answers as soon as another driver settles its
 /// operation: the provider charges at once and reports it by webhook, but holds its own answer
 /// for a minute (`pm_provider_timeout`), and the service would wait for it as long (its provider
 /// timeout is a minute here). The webhook settles the payment; the request hears it and answers
 /// 201 at once, not after the minute (the client gives up after 20 s).
-#[tokio::test]
-async fn a_request_waiting_on_its_provider_call_answers_once_a_webhook_settles_it() {
+async fn a_request_waiting_on_its_provider_call_answers_once_a_webhook_settles_it(wire: TestWire) {
     let app = spawn_app_with(|settings, mock| {
+        wire.configure(settings, mock);
         provider_webhooks_on(settings);
         settings.provider.timeout = Duration::from_secs(60);
         settings.timing.lease = Duration::from_secs(65);
@@ -744,4 +760,5 @@ async fn a_request_waiting_on_its_provider_call_answers_once_a_webhook_settles_i
     assert_eq!(payment["status"], "succeeded");
     assert_eq!(transitions(&app, payment["id"].as_str().unwrap(), "webhook", "succeeded").await, 1);
     assert_eq!(app.order_status(&order_id).await, "paid");
+}
 }

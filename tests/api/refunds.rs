@@ -9,7 +9,9 @@ use futures::future::join_all;
 use reqwest::{Method, Response};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, assert_problem, json, new_key, spawn_app, spawn_app_with};
+use crate::helpers::{
+    TestApp, assert_problem, json, new_key, over_both_wires, spawn_app, spawn_app_on_wire, spawn_app_with,
+};
 
 impl TestApp {
     /// `POST /refunds` with `body` and `key`.
@@ -67,9 +69,9 @@ impl TestApp {
     }
 }
 
-#[tokio::test]
-async fn a_full_refund_gives_everything_back_once_and_replays() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn a_full_refund_gives_everything_back_once_and_replays(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let (order_id, payment) = app.paid_order("48.48", "pm_card_ok").await;
     let payment_id = payment["id"].as_str().unwrap();
     let key = new_key();
@@ -105,10 +107,11 @@ async fn a_full_refund_gives_everything_back_once_and_replays() {
     assert_eq!(at_provider[0]["amount"], "48.48");
     assert_eq!(app.transitions(refund_id, "succeeded").await, 1);
 }
+}
 
-#[tokio::test]
-async fn partial_refunds_move_the_order_to_partially_refunded_then_refunded() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn partial_refunds_move_the_order_to_partially_refunded_then_refunded(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let (order_id, payment) = app.paid_order("100.00", "pm_card_ok").await;
     let payment_id = payment["id"].as_str().unwrap();
 
@@ -149,6 +152,7 @@ async fn partial_refunds_move_the_order_to_partially_refunded_then_refunded() {
     assert_eq!(next["data"][0]["amount"], "30.00");
     assert_eq!(app.provider.refunds().await.len(), 2, "the refused ones never reached the provider");
 }
+}
 
 #[tokio::test]
 async fn bad_refund_requests_store_nothing_and_reach_no_provider() {
@@ -184,9 +188,9 @@ async fn bad_refund_requests_store_nothing_and_reach_no_provider() {
     assert_eq!(app.count("SELECT count(*) AS count FROM refunds").await, 0);
 }
 
-#[tokio::test]
-async fn only_a_succeeded_payment_can_be_refunded_and_the_refusal_is_stored() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn only_a_succeeded_payment_can_be_refunded_and_the_refusal_is_stored(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let order_id = app.create_order().await["id"].as_str().unwrap().to_owned();
     let declined = json(app.pay(&order_id, "pm_card_declined", &new_key()).await).await;
     let key = new_key();
@@ -204,10 +208,11 @@ async fn only_a_succeeded_payment_can_be_refunded_and_the_refusal_is_stored() {
     assert_eq!(assert_problem(refused, 409, "invalid-state").await["current_state"], "processing");
     assert!(app.provider.refunds().await.is_empty());
 }
+}
 
-#[tokio::test]
-async fn a_declined_refund_is_final_moves_nothing_and_frees_its_amount() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn a_declined_refund_is_final_moves_nothing_and_frees_its_amount(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let (order_id, payment) = app.paid_order("20.00", "pm_refund_declined").await;
     let payment_id = payment["id"].as_str().unwrap();
     let key = new_key();
@@ -226,10 +231,11 @@ async fn a_declined_refund_is_final_moves_nothing_and_frees_its_amount() {
     assert_problem(again, 402, "refund-declined").await;
     assert_eq!(app.provider.refunds().await.len(), 2, "one provider call per refund");
 }
+}
 
-#[tokio::test]
-async fn a_pending_refund_answers_202_and_settles_through_the_reconciler() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn a_pending_refund_answers_202_and_settles_through_the_reconciler(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let (order_id, payment) = app.paid_order("12.00", "pm_refund_pending").await;
     let key = new_key();
     let accepted = app.refund(payment["id"].as_str().unwrap(), None, &key).await;
@@ -250,10 +256,11 @@ async fn a_pending_refund_answers_202_and_settles_through_the_reconciler() {
     assert_eq!(replay.headers()["idempotent-replayed"], "true");
     assert_eq!(app.provider_refunds_for(refund_id).await.len(), 1);
 }
+}
 
-#[tokio::test]
-async fn a_refund_whose_answer_times_out_is_found_not_made_twice_w3() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn a_refund_whose_answer_times_out_is_found_not_made_twice_w3(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let (_, payment) = app.paid_order("9.00", "pm_refund_timeout").await;
     let key = new_key();
     let accepted = app.refund(payment["id"].as_str().unwrap(), None, &key).await;
@@ -266,10 +273,11 @@ async fn a_refund_whose_answer_times_out_is_found_not_made_twice_w3() {
     assert_eq!(app.provider_refunds_for(&refund_id).await.len(), 1, "found, not refunded again");
     assert_eq!(app.provider_refunds_for(&refund_id).await[0]["requests"], 1);
 }
+}
 
-#[tokio::test]
-async fn a_provider_5xx_leaves_the_refund_processing_until_it_is_sent_again_w4() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn a_provider_5xx_leaves_the_refund_processing_until_it_is_sent_again_w4(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let (order_id, payment) = app.paid_order("7.00", "pm_card_ok").await;
     app.provider.set_faults(json!({"error_rate": 1.0})).await;
     let accepted = app.refund(payment["id"].as_str().unwrap(), None, &new_key()).await;
@@ -286,10 +294,15 @@ async fn a_provider_5xx_leaves_the_refund_processing_until_it_is_sent_again_w4()
     assert_eq!(app.order_status(&order_id).await, "refunded");
     assert_eq!(app.provider_refunds_for(&refund_id).await.len(), 1);
 }
+}
 
-#[tokio::test]
-async fn ten_concurrent_refunds_with_different_keys_never_over_refund() {
-    let app = spawn_app_with(|settings, _| settings.database.pool_size = 16).await;
+over_both_wires! {
+async fn ten_concurrent_refunds_with_different_keys_never_over_refund(wire: TestWire) {
+    let app = spawn_app_with(|settings, mock| {
+        wire.configure(settings, mock);
+        settings.database.pool_size = 16;
+    })
+    .await;
     let (order_id, payment) = app.paid_order("100.00", "pm_card_ok").await;
     let payment_id = payment["id"].as_str().unwrap();
     let keys: Vec<String> = (0..10).map(|_| new_key()).collect();
@@ -310,10 +323,15 @@ async fn ten_concurrent_refunds_with_different_keys_never_over_refund() {
     assert_eq!(app.get_payment(payment_id).await["amount_refunded"], "90.00");
     assert_eq!(app.order_status(&order_id).await, "partially_refunded");
 }
+}
 
-#[tokio::test]
-async fn copies_of_one_refund_racing_refund_once() {
-    let app = spawn_app_with(|settings, _| settings.database.pool_size = 16).await;
+over_both_wires! {
+async fn copies_of_one_refund_racing_refund_once(wire: TestWire) {
+    let app = spawn_app_with(|settings, mock| {
+        wire.configure(settings, mock);
+        settings.database.pool_size = 16;
+    })
+    .await;
     let (_, payment) = app.paid_order("50.00", "pm_card_ok").await;
     let key = new_key();
     let answers =
@@ -334,6 +352,7 @@ async fn copies_of_one_refund_racing_refund_once() {
     assert_eq!(refund_ids.len(), 1, "every answer names the same refund");
     assert_eq!(app.provider.refunds().await.len(), 1);
     assert_eq!(app.count("SELECT count(*) AS count FROM refunds").await, 1);
+}
 }
 
 #[tokio::test]
@@ -362,9 +381,9 @@ async fn refunds_are_scoped_by_account() {
     assert_eq!(app.provider.refunds().await.len(), 1);
 }
 
-#[tokio::test]
-async fn two_reconcilers_and_a_retry_racing_on_one_refund_apply_one_transition_w6() {
-    let app = spawn_app().await;
+over_both_wires! {
+async fn two_reconcilers_and_a_retry_racing_on_one_refund_apply_one_transition_w6(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let (_, payment) = app.paid_order("15.00", "pm_refund_timeout").await;
     let key = new_key();
     let accepted = app.refund(payment["id"].as_str().unwrap(), None, &key).await;
@@ -386,16 +405,17 @@ async fn two_reconcilers_and_a_retry_racing_on_one_refund_apply_one_transition_w
     let replay = json(app.refund(payment["id"].as_str().unwrap(), None, &key).await).await;
     assert_eq!(replay["status"], "succeeded");
 }
+}
 
+over_both_wires! {
 /// Refunds racing the capture of an authorization: one capture of 40.00 of a 100.00
 /// authorization and seven refunds of 40.00 at once, each with its own key, fifteen times. The
 /// refund's start statement is the bound (it reads what is captured under the payment's lock):
 /// each refund answers 201, 409 `invalid-state` (the capture still in flight) or 422
 /// `refund-exceeds-refundable` (what was captured is known and taken), never a 500, and what is
 /// refunded never exceeds what was captured, on either side.
-#[tokio::test]
-async fn refunds_racing_a_capture_answer_409_or_422_never_500() {
-    let app = spawn_app().await;
+async fn refunds_racing_a_capture_answer_409_or_422_never_500(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     for trial in 0..15 {
         let (_, payment) = app.authorized_order("100.00", "pm_card_ok").await;
         let payment_id = payment["id"].as_str().unwrap().to_owned();
@@ -424,6 +444,7 @@ async fn refunds_racing_a_capture_answer_409_or_422_never_500() {
         assert_eq!(charge["amount_captured"], "40.00");
         assert_eq!(charge["amount_refunded"], if succeeded == 1 { "40.00" } else { "0.00" });
     }
+}
 }
 
 /// A refund retried with its key after the key expired answers the refund that key started,
@@ -505,12 +526,12 @@ async fn refunds_settling_together_stamp_the_order_in_the_order_they_commit() {
     assert_eq!(newest["updated_at"], order["updated_at"]);
 }
 
+over_both_wires! {
 /// A refund whose first send the provider refuses for our credentials is recorded, not sent:
 /// 503 `provider-unavailable` names it, it holds its amount (another refund cannot take it
 /// meanwhile, since it will be carried out), and the retry with the same key refunds once.
-#[tokio::test]
-async fn a_refund_refused_for_our_credentials_is_held_unsent_and_its_retry_refunds_once() {
-    let app = spawn_app().await;
+async fn a_refund_refused_for_our_credentials_is_held_unsent_and_its_retry_refunds_once(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let (order_id, payment) = app.paid_order("40.00", "pm_card_ok").await;
     let payment_id = payment["id"].as_str().unwrap();
     let key = new_key();
@@ -534,4 +555,5 @@ async fn a_refund_refused_for_our_credentials_is_held_unsent_and_its_retry_refun
     );
     assert_eq!(app.provider.refunds().await.len(), 1, "one refund at the provider");
     assert_eq!(app.order_status(&order_id).await, "partially_refunded");
+}
 }

@@ -6,32 +6,42 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use orderpay::provider::BalanceQuery;
 use orderpay::settlement::{Report, Window};
 use serde_json::{Value, json};
 
-use crate::helpers::{TestApp, json, new_key, spawn_app, spawn_app_on_database, spawn_app_with, wait_until};
+use crate::helpers::{
+    TestApp, json, new_key, over_both_wires, spawn_app_on_database, spawn_app_on_wire, spawn_app_with,
+    wait_until,
+};
 
 impl TestApp {
-    /// The provider's movements of `window`, read straight from the mock, newest first.
+    /// The provider's movements of `window`, newest first, read through the app's own provider
+    /// client (so on either wire), as the mock's contract spells them.
     async fn provider_movements(&self, window: Window) -> Vec<Value> {
+        let provider = orderpay::app::provider(&self.settings.provider).unwrap();
         let mut all = Vec::new();
-        let mut after: Option<String> = None;
+        let mut starting_after: Option<String> = None;
         loop {
-            let mut query = vec![
-                ("created_gte", window.start.to_rfc3339()),
-                ("created_lt", window.end.to_rfc3339()),
-                ("limit", "100".to_owned()),
-            ];
-            if let Some(after) = &after {
-                query.push(("starting_after", after.clone()));
-            }
-            let url = format!("{}/v1/balance_transactions", self.provider.address);
-            let url = reqwest::Url::parse_with_params(&url, &query).unwrap();
-            let page = json(self.provider.client.get(url).send().await.unwrap()).await;
-            let data = page["data"].as_array().unwrap().clone();
-            after = data.last().map(|last| last["id"].as_str().unwrap().to_owned());
-            all.extend(data);
-            if !page["has_more"].as_bool().unwrap() {
+            let query = BalanceQuery {
+                created_gte: window.start,
+                created_lt: window.end,
+                limit: 100,
+                starting_after: starting_after.take(),
+            };
+            let page = provider.list_balance_transactions(&query).await.unwrap();
+            starting_after = page.transactions.last().map(|last| last.id.clone());
+            all.extend(page.transactions.into_iter().map(|movement| {
+                json!({
+                    "id": movement.id,
+                    "amount": movement.amount.to_string(),
+                    "currency": movement.currency,
+                    "reporting_category": movement.category,
+                    "source": movement.source,
+                    "source_idempotency_key": movement.source_key,
+                })
+            }));
+            if !page.has_more {
                 return all;
             }
         }
@@ -79,12 +89,12 @@ fn decimal(value: &Value) -> rust_decimal::Decimal {
     value.as_str().unwrap().parse().unwrap()
 }
 
+over_both_wires! {
 /// Charges, a partial and a full refund, an authorization captured for less: every movement on
 /// both sides matched, the totals equal, and the sum of the provider's own records is the
 /// bucket's.
-#[tokio::test]
-async fn a_clean_window_matches_every_movement_on_both_sides() {
-    let app = spawn_app().await;
+async fn a_clean_window_matches_every_movement_on_both_sides(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let window = window_from_now();
     let (_, paid) = app.paid_order("25.00", "pm_card_ok").await;
     let (_, refunded) = app.paid_order("40.00", "pm_card_ok").await;
@@ -114,13 +124,14 @@ async fn a_clean_window_matches_every_movement_on_both_sides() {
     assert_eq!(again.categories, report.categories);
     assert_eq!(app.count("SELECT count(*) FROM settlement_items").await, 5);
 }
+}
 
+over_both_wires! {
 /// One discrepancy of each kind, made at the provider on purpose: each found once, in its
 /// category, with both sides as they are; the buckets' totals add up to each side's; a run
 /// again creates no new exception; the gauge counts them and an operator acknowledges one.
-#[tokio::test]
-async fn every_discrepancy_lands_once_in_its_category() {
-    let app = spawn_app().await;
+async fn every_discrepancy_lands_once_in_its_category(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let window = window_from_now();
     app.paid_order("10.00", "pm_card_ok").await;
     let (_, unreported) = app.paid_order("11.00", "pm_card_ok").await;
@@ -230,14 +241,19 @@ async fn every_discrepancy_lands_once_in_its_category() {
     assert!(!refused.status.success(), "an exception is acknowledged once");
     assert_eq!(app.settle(window).await.exceptions(), 6);
 }
+}
 
+over_both_wires! {
 /// A charge the provider settled before we knew (a pending charge): the window run before the
 /// reconciler looked finds money for a payment we hold in flight (`status_mismatch`); once the
 /// reconciler settles it, a run again matches the two and settles the exception as matched
 /// later. `orderpay settlement run` exits 1 while exceptions are open, 0 after.
-#[tokio::test]
-async fn an_exception_whose_other_side_arrives_later_is_matched_then() {
-    let app = spawn_app_with(|_, mock| mock.settle_after = Duration::from_millis(100)).await;
+async fn an_exception_whose_other_side_arrives_later_is_matched_then(wire: TestWire) {
+    let app = spawn_app_with(|settings, mock| {
+        wire.configure(settings, mock);
+        mock.settle_after = Duration::from_millis(100);
+    })
+    .await;
     let window = window_from_now();
     let order = app.create_order().await;
     let pending = json(app.pay(order["id"].as_str().unwrap(), "pm_provider_pending", &new_key()).await).await;
@@ -263,6 +279,7 @@ async fn an_exception_whose_other_side_arrives_later_is_matched_then() {
     assert_eq!(second["categories"]["status_mismatch"]["count"], 0);
     let settled = app.text("SELECT found_as || ' ' || resolution AS text FROM settlement_items").await;
     assert_eq!(settled, "status_mismatch matched_later");
+}
 }
 
 /// Two instances with the job on, windows of 300 ms: each window closed while they ran is run
@@ -314,14 +331,18 @@ async fn two_instances_run_each_window_once() {
     assert_eq!(first.count("SELECT count(*) FROM settlement_items WHERE category <> 'matched'").await, 0);
 }
 
+over_both_wires! {
 /// A refund the provider reverses long after it succeeded, whose webhook never arrives (here:
 /// provider webhooks are off): nothing of ours looks at a succeeded refund again, and the ledger
 /// check cannot see it (our columns and our ledger agree with each other). Settlement does: the
 /// provider's `refund_failure` names a refund we hold as succeeded. It looks the refund up, and
 /// on the provider's confirmed word records the reversal, whose movement completes the item.
-#[tokio::test]
-async fn a_reversal_whose_webhook_was_lost_is_found_and_recorded_by_settlement() {
-    let app = spawn_app_with(|_, mock| mock.settle_after = Duration::from_millis(100)).await;
+async fn a_reversal_whose_webhook_was_lost_is_found_and_recorded_by_settlement(wire: TestWire) {
+    let app = spawn_app_with(|settings, mock| {
+        wire.configure(settings, mock);
+        mock.settle_after = Duration::from_millis(100);
+    })
+    .await;
     let window = window_from_now();
     let (_, payment) = app.paid_order("20.00", "pm_refund_reversed").await;
     let payment_id = payment["id"].as_str().unwrap();
@@ -369,12 +390,13 @@ async fn a_reversal_whose_webhook_was_lost_is_found_and_recorded_by_settlement()
     assert_eq!(again.items_written, 0, "{again:#?}");
     assert_eq!(again.exceptions(), 0);
 }
+}
 
+over_both_wires! {
 /// An operator's run beside the job's, on the same window at once: each movement is held by
 /// one item (both sides unique), whichever run wrote it, and a run after them finds nothing new.
-#[tokio::test]
-async fn two_runs_of_one_window_at_once_count_each_movement_once() {
-    let app = spawn_app().await;
+async fn two_runs_of_one_window_at_once_count_each_movement_once(wire: TestWire) {
+    let app = spawn_app_on_wire(wire).await;
     let window = window_from_now();
     for _ in 0..12 {
         app.paid_order("2.00", "pm_card_ok").await;
@@ -385,4 +407,5 @@ async fn two_runs_of_one_window_at_once_count_each_movement_once() {
     assert_eq!(app.count("SELECT count(*) FROM settlement_items").await, 12);
     let after = app.settle(window).await;
     assert_eq!((after.items_written, count(&after, "matched"), after.exceptions()), (0, 12, 0));
+}
 }

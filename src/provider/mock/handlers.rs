@@ -17,6 +17,24 @@ use crate::provider::wire::{
     UpdateDisputeBody,
 };
 
+/// The routes of the mock's own contract under `/v1`.
+pub(super) fn routes(config: &mut web::ServiceConfig) {
+    config
+        .route("/charges", web::post().to(create_charge))
+        .route("/charges", web::get().to(find_charge_by_key))
+        .route("/charges/{id}", web::get().to(get_charge))
+        .route("/charges/{id}/capture", web::post().to(capture_charge))
+        .route("/charges/{id}/cancel", web::post().to(cancel_charge))
+        .route("/refunds", web::post().to(create_refund))
+        .route("/refunds", web::get().to(find_refund_by_key))
+        .route("/refunds/{id}", web::get().to(get_refund))
+        .route("/disputes", web::get().to(list_disputes))
+        .route("/disputes/{id}", web::get().to(get_dispute))
+        .route("/disputes/{id}", web::post().to(update_dispute))
+        .route("/disputes/{id}/close", web::post().to(close_dispute))
+        .route("/balance_transactions", web::get().to(list_balance_transactions));
+}
+
 /// Keys longer than this are refused, as at Stripe.
 const MAX_KEY_LENGTH: usize = 255;
 
@@ -24,7 +42,7 @@ fn invalid(message: &str) -> Reply {
     Reply::error(StatusCode::BAD_REQUEST, "invalid_request", None, message)
 }
 
-fn idempotency_key(request: &HttpRequest) -> Result<String, Reply> {
+pub(super) fn idempotency_key(request: &HttpRequest) -> Result<String, Reply> {
     match request.headers().get("idempotency-key").map(|value| value.to_str()) {
         Some(Ok(key)) if !key.is_empty() && key.len() <= MAX_KEY_LENGTH => Ok(key.to_owned()),
         Some(_) => Err(invalid("Idempotency-Key must be 1 to 255 visible ASCII characters")),
@@ -32,7 +50,7 @@ fn idempotency_key(request: &HttpRequest) -> Result<String, Reply> {
     }
 }
 
-fn request_id(request: &HttpRequest) -> Option<String> {
+pub(super) fn request_id(request: &HttpRequest) -> Option<String> {
     request.headers().get("x-request-id").and_then(|value| value.to_str().ok()).map(str::to_owned)
 }
 
@@ -184,7 +202,7 @@ pub(super) async fn list_disputes(
     }))
 }
 
-/// `GET /v1/disputes/{id}`
+/// `GET /v1/disputes/{id}`, and `GET /_admin/disputes/{id}` (the mock's own view on either wire)
 pub(super) async fn get_dispute(state: web::Data<MockState>, id: web::Path<String>) -> HttpResponse {
     match state.with_ledger(|ledger| ledger.dispute_by_id(&id)) {
         Some(dispute) => HttpResponse::Ok().json(dispute),
@@ -250,6 +268,11 @@ fn not_found(message: &str) -> HttpResponse {
 pub(super) async fn list_charges(state: web::Data<MockState>) -> HttpResponse {
     let charges = state.with_ledger(|ledger| ledger.admin_charges(Utc::now()));
     HttpResponse::Ok().json(json!({ "data": charges }))
+}
+
+/// `GET /_admin/disputes`: every dispute, oldest first, as the mock's contract shows it.
+pub(super) async fn list_all_disputes(state: web::Data<MockState>) -> HttpResponse {
+    HttpResponse::Ok().json(json!({ "data": state.with_ledger(|ledger| ledger.all_disputes()) }))
 }
 
 /// `GET /_admin/refunds`: every refund made, oldest first.

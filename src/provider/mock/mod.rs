@@ -17,11 +17,13 @@
 //! `POST /_admin/faults` adds random latency, held answers and 503s to every later write, and
 //! misbehaving webhooks; `POST /_admin/script` says what each next write does, in order (act now,
 //! act and hold the answer, act after N ms, never act, 503, act when the test says: [`Scripted`]). The modules: [`ledger`] (the books and their state machine, a file per job),
-//! [`handlers`] (HTTP), [`script`] (when a write acts), [`webhooks`] (signed event delivery).
+//! [`handlers`] (HTTP of the mock's own contract), [`stripe`] (the same ledger behind Stripe's
+//! API, `--wire stripe`), [`script`] (when a write acts), [`webhooks`] (signed event delivery).
 
 mod handlers;
 mod ledger;
 mod script;
+mod stripe;
 mod webhooks;
 
 pub use webhooks::MAX_ATTEMPTS as WEBHOOK_ATTEMPTS;
@@ -45,12 +47,24 @@ use tokio::sync::{Notify, mpsc};
 use self::ledger::{Ledger, Reply, Timing};
 use self::script::Script;
 pub use self::script::Scripted;
-use self::webhooks::{Delivery, Webhooks};
+use self::webhooks::{Delivery, Signer, Webhooks};
+use crate::provider::stripe::WebhookSecret;
 use crate::webhook_signature::Secret;
+
+/// The API the mock speaks: its own contract (docs/payments.md) or the subset of Stripe's the
+/// Stripe adapter calls (docs/providers.md), over the same ledger, faults and script.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Wire {
+    #[default]
+    Mock,
+    Stripe,
+}
 
 #[derive(Clone)]
 pub struct MockSettings {
     pub listen: String,
+    /// The API served under `/v1`.
+    pub wire: Wire,
     /// How long a `pm_provider_timeout` charge, a `pm_refund_timeout` refund (or a timeout
     /// fault) holds its answer.
     pub timeout_hold: Duration,
@@ -76,6 +90,7 @@ impl Default for MockSettings {
     fn default() -> Self {
         MockSettings {
             listen: "127.0.0.1:8081".to_owned(),
+            wire: Wire::Mock,
             timeout_hold: Duration::from_secs(30),
             settle_after: Duration::from_secs(3),
             api_key: None,
@@ -94,6 +109,7 @@ impl fmt::Debug for MockSettings {
         let redacted = |value: &Option<String>| value.as_ref().map(|_| "<redacted>");
         f.debug_struct("MockSettings")
             .field("listen", &self.listen)
+            .field("wire", &self.wire)
             .field("timeout_hold", &self.timeout_hold)
             .field("settle_after", &self.settle_after)
             .field("api_key", &redacted(&self.api_key))
@@ -207,11 +223,19 @@ impl MockProvider {
             (Some(url), Some(secret)) => {
                 url::Url::parse(url)
                     .map_err(|error| anyhow::anyhow!("MOCK_PROVIDER_WEBHOOK_URL {url:?}: {error}"))?;
-                let secret = Secret::parse(secret)
-                    .map_err(|error| anyhow::anyhow!("MOCK_PROVIDER_WEBHOOK_SECRET: {error}"))?;
+                let signer = match settings.wire {
+                    Wire::Mock => Signer::Standard(
+                        Secret::parse(secret)
+                            .map_err(|error| anyhow::anyhow!("MOCK_PROVIDER_WEBHOOK_SECRET: {error}"))?,
+                    ),
+                    Wire::Stripe => Signer::Stripe(
+                        WebhookSecret::parse(secret)
+                            .map_err(|error| anyhow::anyhow!("MOCK_PROVIDER_WEBHOOK_SECRET: {error}"))?,
+                    ),
+                };
                 let (webhooks, deliveries) = Webhooks::new(
                     url.clone(),
-                    secret,
+                    signer,
                     settings.webhook_retry_base,
                     settings.webhooks_by_hand,
                 );
@@ -235,6 +259,7 @@ impl MockProvider {
             webhooks,
         });
         let app_state = state.clone();
+        let wire = state.settings.wire;
         let server = HttpServer::new(move || {
             App::new()
                 .app_data(app_state.clone())
@@ -247,22 +272,12 @@ impl MockProvider {
                     actix_web::error::InternalError::from_response(error, response).into()
                 }))
                 .service(
-                    web::scope("/v1")
-                        .wrap(from_fn(count_requests))
-                        .wrap(from_fn(authenticate))
-                        .route("/charges", web::post().to(handlers::create_charge))
-                        .route("/charges", web::get().to(handlers::find_charge_by_key))
-                        .route("/charges/{id}", web::get().to(handlers::get_charge))
-                        .route("/charges/{id}/capture", web::post().to(handlers::capture_charge))
-                        .route("/charges/{id}/cancel", web::post().to(handlers::cancel_charge))
-                        .route("/refunds", web::post().to(handlers::create_refund))
-                        .route("/refunds", web::get().to(handlers::find_refund_by_key))
-                        .route("/refunds/{id}", web::get().to(handlers::get_refund))
-                        .route("/disputes", web::get().to(handlers::list_disputes))
-                        .route("/disputes/{id}", web::get().to(handlers::get_dispute))
-                        .route("/disputes/{id}", web::post().to(handlers::update_dispute))
-                        .route("/disputes/{id}/close", web::post().to(handlers::close_dispute))
-                        .route("/balance_transactions", web::get().to(handlers::list_balance_transactions)),
+                    web::scope("/v1").wrap(from_fn(count_requests)).wrap(from_fn(authenticate)).configure(
+                        match wire {
+                            Wire::Mock => handlers::routes,
+                            Wire::Stripe => stripe::routes,
+                        },
+                    ),
                 )
                 // Outside /v1: no key, not counted; what `orderpay provider check` asks.
                 .route(
@@ -271,7 +286,9 @@ impl MockProvider {
                 )
                 .route("/_admin/charges", web::get().to(handlers::list_charges))
                 .route("/_admin/refunds", web::get().to(handlers::list_refunds))
+                .route("/_admin/disputes", web::get().to(handlers::list_all_disputes))
                 .route("/_admin/disputes", web::post().to(handlers::open_dispute))
+                .route("/_admin/disputes/{id}", web::get().to(handlers::get_dispute))
                 .route("/_admin/disputes/{id}/decide", web::post().to(handlers::decide_dispute))
                 .route("/_admin/balance_transactions", web::post().to(handlers::inject_balance_transaction))
                 .route(

@@ -103,8 +103,8 @@ async fn plan(state: &MockState) -> Scripted {
     }
 }
 
-fn unavailable(message: &str) -> HttpResponse {
-    respond(Reply::error(StatusCode::SERVICE_UNAVAILABLE, "api_error", None, message))
+fn unavailable(message: &str) -> Reply {
+    Reply::error(StatusCode::SERVICE_UNAVAILABLE, "api_error", None, message)
 }
 
 /// Carries out the write of idempotency key `key` as the script or the faults say: `operation`
@@ -115,20 +115,31 @@ pub(super) async fn act(
     key: &str,
     operation: impl FnOnce(&mut Ledger, bool) -> Reply + Send + 'static,
 ) -> HttpResponse {
+    act_rendering(state, key, operation, |reply| reply).await
+}
+
+/// [`act`], with every answer (the ledger's, or the script's refusal) passed through `render`
+/// first: the Stripe wire's spelling of it.
+pub(super) async fn act_rendering(
+    state: web::Data<MockState>,
+    key: &str,
+    operation: impl FnOnce(&mut Ledger, bool) -> Reply + Send + 'static,
+    render: impl FnOnce(Reply) -> Reply,
+) -> HttpResponse {
     let reply = match plan(&state).await {
-        Scripted::Unavailable => return unavailable("injected fault: unavailable"),
+        Scripted::Unavailable => unavailable("injected fault: unavailable"),
         Scripted::Unauthorized => {
             let refused = "scripted: the API key was revoked";
-            return respond(Reply::error(StatusCode::UNAUTHORIZED, "authentication_error", None, refused));
+            Reply::error(StatusCode::UNAUTHORIZED, "authentication_error", None, refused)
         }
         Scripted::Park => {
             state.with_script(|script| script.parked.push((key.to_owned(), Box::new(operation))));
             tokio::time::sleep(state.settings.timeout_hold).await;
-            return unavailable("scripted: parked, not acted on yet");
+            unavailable("scripted: parked, not acted on yet")
         }
         Scripted::Never => {
             tokio::time::sleep(state.settings.timeout_hold).await;
-            return unavailable("scripted: the provider never acted");
+            unavailable("scripted: the provider never acted")
         }
         Scripted::Now => state.with_ledger(|ledger| operation(ledger, false)),
         Scripted::Hold => state.with_ledger(|ledger| operation(ledger, true)),
@@ -140,14 +151,11 @@ pub(super) async fn act(
                 tokio::time::sleep(Duration::from_millis(after_ms)).await;
                 acting.with_ledger(|ledger| operation(ledger, false))
             });
-            match later.await {
-                Ok(reply) => reply,
-                Err(_) => return unavailable("the scripted act did not finish"),
-            }
+            later.await.unwrap_or_else(|_| unavailable("the scripted act did not finish"))
         }
     };
     if reply.hold {
         tokio::time::sleep(state.settings.timeout_hold).await;
     }
-    respond(reply)
+    respond(render(reply))
 }

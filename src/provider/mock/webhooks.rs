@@ -1,5 +1,5 @@
 //! The mock provider's webhooks: every event the ledger emits is signed (Standard Webhooks, see
-//! [`crate::webhook_signature`]) and POSTed to `MOCK_PROVIDER_WEBHOOK_URL`, retried with
+//! [`crate::webhook_signature`]; on the Stripe wire, Stripe's event with `Stripe-Signature`) and POSTed to `MOCK_PROVIDER_WEBHOOK_URL`, retried with
 //! exponential backoff until a 2xx answer or the last attempt, and logged with every attempt for
 //! `GET /_admin/webhooks`.
 //!
@@ -17,8 +17,16 @@ use uuid::Uuid;
 
 use super::ledger::Emitted;
 use super::{Faults, chance};
+use crate::provider::stripe::WebhookSecret;
 use crate::provider::wire::{EventBody, EventData, EventObject};
 use crate::webhook_signature::{Secret, sign};
+
+/// How events are written and signed: the mock's contract with Standard Webhooks headers, or
+/// Stripe's events with `Stripe-Signature`.
+pub(super) enum Signer {
+    Standard(Secret),
+    Stripe(WebhookSecret),
+}
 
 /// Attempts per delivery: the first and four retries (500 ms, 1 s, 2 s, 4 s at the default base).
 pub const MAX_ATTEMPTS: u32 = 5;
@@ -28,7 +36,7 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub(super) struct Webhooks {
     url: String,
-    secret: Secret,
+    signer: Signer,
     retry_base: Duration,
     /// Events are logged but not sent: a test delivers each itself
     /// (`POST /_admin/webhooks/{id}/deliver`).
@@ -80,12 +88,12 @@ impl Webhooks {
     /// Webhooks to `url`, and the queue that [`Webhooks::run`] delivers from.
     pub fn new(
         url: String,
-        secret: Secret,
+        signer: Signer,
         retry_base: Duration,
         by_hand: bool,
     ) -> (Arc<Webhooks>, mpsc::UnboundedReceiver<Delivery>) {
         let (queue, deliveries) = mpsc::unbounded_channel();
-        let webhooks = Webhooks { url, secret, retry_base, by_hand, log: Mutex::new(Vec::new()), queue };
+        let webhooks = Webhooks { url, signer, retry_base, by_hand, log: Mutex::new(Vec::new()), queue };
         (Arc::new(webhooks), deliveries)
     }
 
@@ -111,7 +119,11 @@ impl Webhooks {
             data: EventData { object: emitted.object },
         };
         let object = serde_json::to_value(&event.data.object).unwrap_or_default();
-        let body = match serde_json::to_vec(&event) {
+        let sent = match &self.signer {
+            Signer::Standard(_) => serde_json::to_vec(&event),
+            Signer::Stripe(_) => serde_json::to_vec(&super::stripe::event(&event)),
+        };
+        let body = match sent {
             Ok(body) => body,
             Err(error) => {
                 tracing::error!(%error, "a webhook event could not be serialised");
@@ -166,16 +178,15 @@ impl Webhooks {
         // Each attempt is signed with its own timestamp, so a receiver's tolerance window
         // applies to the attempt, not to the event's age.
         let timestamp = at.timestamp();
-        let signature = sign(&self.secret, id, timestamp, body);
-        let sent = client
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("webhook-id", id)
-            .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", signature)
-            .body(body.to_vec())
-            .send()
-            .await;
+        let post = client.post(&self.url).header("content-type", "application/json");
+        let post = match &self.signer {
+            Signer::Standard(secret) => post
+                .header("webhook-id", id)
+                .header("webhook-timestamp", timestamp.to_string())
+                .header("webhook-signature", sign(secret, id, timestamp, body)),
+            Signer::Stripe(secret) => post.header("stripe-signature", secret.header(timestamp, body)),
+        };
+        let sent = post.body(body.to_vec()).send().await;
         let (status, error) = match sent {
             Ok(response) => (Some(response.status().as_u16()), None),
             Err(error) => (None, Some(error.without_url().to_string())),

@@ -349,8 +349,11 @@ impl StripeProvider {
             ("created[gte]", query.created_gte.timestamp().to_string()),
             ("created[lt]", query.created_lt.timestamp().to_string()),
             ("limit", query.limit.to_string()),
-            // The source names the PaymentIntent and carries our metadata.
+            // The source names the PaymentIntent and carries our metadata; a dispute's carries
+            // none, so its PaymentIntent comes expanded too, with ours (one call, not one per
+            // dispute).
             ("expand[]", "data.source".to_owned()),
+            ("expand[]", "data.source.payment_intent".to_owned()),
         ];
         pairs.extend(query.starting_after.iter().map(|after| ("starting_after", after.clone())));
         let page: List<BalanceTransactionObject> =

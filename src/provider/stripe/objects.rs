@@ -374,24 +374,53 @@ pub struct BalanceTransactionObject {
 }
 
 /// What a balance transaction's expanded `source` says of itself: a charge, a refund or a
-/// dispute, each with its PaymentIntent and metadata when it has them.
+/// dispute, each with its PaymentIntent (expanded too: `data.source.payment_intent`) and
+/// metadata when it has them.
 #[derive(Debug, Clone, Deserialize)]
 pub struct SourceObject {
     pub id: String,
     #[serde(default)]
     pub object: Option<String>,
     #[serde(default)]
-    pub payment_intent: Option<String>,
+    pub payment_intent: Option<Expandable<PaymentIntentRef>>,
     #[serde(default)]
     pub metadata: HashMap<String, String>,
+}
+
+/// A source's PaymentIntent, expanded: its id and our metadata on it. A dispute carries nothing
+/// of ours but its PaymentIntent, so this is where a dispute's movement finds our payment.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PaymentIntentRef {
+    pub id: String,
+    #[serde(default)]
+    pub metadata: HashMap<String, String>,
+}
+
+impl SourceObject {
+    fn payment_intent_id(&self) -> Option<&str> {
+        self.payment_intent.as_ref().map(|intent| match intent {
+            Expandable::Id(id) => id.as_str(),
+            Expandable::Object(intent) => intent.id.as_str(),
+        })
+    }
+
+    /// Our payment's id: on the source (Stripe copies a PaymentIntent's metadata to its
+    /// charge), else on its expanded PaymentIntent (a dispute's only link to us).
+    fn payment_reference(&self) -> Option<&str> {
+        let on_intent = match &self.payment_intent {
+            Some(Expandable::Object(intent)) => intent.metadata.get(PAYMENT_ID_METADATA),
+            _ => None,
+        };
+        self.metadata.get(PAYMENT_ID_METADATA).or(on_intent).map(String::as_str)
+    }
 }
 
 impl BalanceTransactionObject {
     /// The trait's view. `source` is the PaymentIntent for a charge or a dispute (our charge
     /// ids), the refund's id for a refund. `source_key` is the downstream key rebuilt from our
-    /// metadata on the source (a refund's `orderpay_refund_id`, a charge's
-    /// `orderpay_payment_id` when Stripe copied the PaymentIntent's metadata to it); a dispute
-    /// carries none of ours, so its key is `None`.
+    /// metadata: a refund's `orderpay_refund_id`, a charge's `orderpay_payment_id` (on the charge,
+    /// where Stripe copies the PaymentIntent's metadata, or on its expanded PaymentIntent), a
+    /// dispute's from its expanded PaymentIntent (the dispute itself carries none of ours).
     pub fn to_balance_transaction(&self) -> Result<BalanceTransaction, ProviderError> {
         let currency = currency(&self.currency)?;
         let magnitude =
@@ -402,8 +431,8 @@ impl BalanceTransactionObject {
             Some(Expandable::Id(id)) => (id.clone(), None),
             Some(Expandable::Object(source)) => {
                 let is_refund = source.object.as_deref() == Some("refund");
-                let id = match (&source.payment_intent, is_refund) {
-                    (Some(payment_intent), false) => payment_intent.clone(),
+                let id = match (source.payment_intent_id(), is_refund) {
+                    (Some(payment_intent), false) => payment_intent.to_owned(),
                     _ => source.id.clone(),
                 };
                 let key = if is_refund {
@@ -413,11 +442,7 @@ impl BalanceTransactionObject {
                         .and_then(|id| RefundId::parse(id))
                         .map(refunds::downstream_key)
                 } else {
-                    source
-                        .metadata
-                        .get(PAYMENT_ID_METADATA)
-                        .and_then(|id| PaymentId::parse(id))
-                        .map(payments::downstream_key)
+                    source.payment_reference().and_then(PaymentId::parse).map(payments::downstream_key)
                 };
                 (id, key)
             }
@@ -687,7 +712,16 @@ mod tests {
             refund.source_key.as_deref(),
             Some("orderpay_refund_01900000-0000-7000-8000-000000000002")
         );
-        // A dispute carries nothing of ours; a charge without our metadata, none either.
+        // A dispute names our payment only through its PaymentIntent, expanded; unexpanded, or a
+        // charge without our metadata, names nothing.
+        let dispute = movement(
+            "dispute",
+            -1000,
+            json!({"id": "du_1", "object": "dispute", "payment_intent": {"id": "pi_1", "object": "payment_intent",
+            "metadata": {"orderpay_payment_id": "01900000-0000-7000-8000-000000000001"}}}),
+        );
+        assert_eq!(dispute.source.as_str(), "pi_1");
+        assert_eq!(dispute.source_key.as_deref(), Some("orderpay_pay_01900000-0000-7000-8000-000000000001"));
         let dispute =
             movement("dispute", -1000, json!({"id": "du_1", "object": "dispute", "payment_intent": "pi_1"}));
         assert_eq!((dispute.source.as_str(), dispute.source_key), ("pi_1", None));

@@ -50,6 +50,13 @@ impl WebhookSecret {
     fn mac(&self, timestamp: &str, payload: &[u8]) -> hmac::Tag {
         hmac_sha256(&self.keyed, &[timestamp.as_bytes(), b".", payload])
     }
+
+    /// The `Stripe-Signature` header Stripe would send with `payload` at `timestamp`: what the
+    /// mock's Stripe wire signs its webhooks with.
+    pub fn header(&self, timestamp: i64, payload: &[u8]) -> String {
+        let tag = self.mac(&timestamp.to_string(), payload);
+        format!("t={timestamp},v1={}", hex::encode(tag.as_ref()))
+    }
 }
 
 impl fmt::Debug for WebhookSecret {

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use super::Ledger;
+use crate::provider::wire::{ChargeBody, DisputeBody, RefundBody};
 
 impl Ledger {
     /// `GET /_admin/charges`: every charge, oldest first, with what the mock knows about it.
@@ -58,5 +59,20 @@ impl Ledger {
                 })
             })
             .collect()
+    }
+
+    /// Every charge as its `GET` answers it, oldest first (the Stripe wire's listing).
+    pub fn all_charges(&mut self, now: DateTime<Utc>) -> Vec<ChargeBody> {
+        (0..self.charges.len()).map(|index| self.charge_view(index, now)).collect()
+    }
+
+    /// Every refund as its `GET` answers it, oldest first.
+    pub fn all_refunds(&mut self, now: DateTime<Utc>) -> Vec<RefundBody> {
+        (0..self.refunds.len()).map(|index| self.refund_view(index, now)).collect()
+    }
+
+    /// Every dispute as its `GET` answers it, oldest first.
+    pub fn all_disputes(&self) -> Vec<DisputeBody> {
+        (0..self.disputes.len()).map(|index| self.dispute_body(index)).collect()
     }
 }
