@@ -209,12 +209,32 @@ const STRIPE_WEBHOOK_SECRET: &str = "whsec_orderpay_mock_stripe_wire";
 impl TestWire {
     /// Puts the app and its mock on this wire, for `spawn_app_with`'s `configure`.
     pub fn configure(self, settings: &mut Settings, mock: &mut MockSettings) {
+        self.configure_mock(mock);
+        settings.provider.wire = self.client_wire();
+    }
+
+    /// Puts a mock provider on this wire.
+    pub fn configure_mock(self, mock: &mut MockSettings) {
         if self == TestWire::Stripe {
-            let api_key = ApiKey::parse(STRIPE_TEST_KEY).expect("a Stripe test key");
-            settings.provider.wire = orderpay::config::Wire::Stripe { api_key };
             mock.wire = mock::Wire::Stripe;
             mock.api_key = Some(STRIPE_TEST_KEY.to_owned());
         }
+    }
+
+    /// What the app's provider client speaks on this wire.
+    pub fn client_wire(self) -> orderpay::config::Wire {
+        match self {
+            TestWire::Mock => orderpay::config::Wire::Mock { api_key: None },
+            TestWire::Stripe => orderpay::config::Wire::Stripe {
+                api_key: ApiKey::parse(STRIPE_TEST_KEY).expect("a Stripe test key"),
+            },
+        }
+    }
+
+    /// The app's provider client on this wire, for a mock at `url`, giving up after `timeout`.
+    pub fn client(self, url: &str, timeout: Duration) -> Arc<dyn PaymentProvider> {
+        let config = ProviderConfig { url: url.to_owned(), timeout, wire: self.client_wire() };
+        orderpay::app::provider(&config).expect("the provider client")
     }
 
     /// The id the app holds for the mock's charge `ch_...`: on Stripe's wire, its PaymentIntent's.
