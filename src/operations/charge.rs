@@ -116,7 +116,9 @@ pub fn outcome_of(payment: &Payment, answer: Result<Charge, ProviderError>) -> F
         Ok(Charge { id, status: ChargeStatus::Canceled { reason }, .. }) => {
             unknown(format!("charge {id} is canceled at the provider ({reason})"))
         }
-        Err(error @ ProviderError::Unauthorized { .. }) => Finding::of_error(&error),
+        Err(error @ (ProviderError::Unauthorized { .. } | ProviderError::KeyReused { .. })) => {
+            Finding::of_error(&error)
+        }
         Err(error @ ProviderError::Timeout) => unknown(error.to_string()),
         Err(error @ ProviderError::Connection(_)) => unknown(error.to_string()),
         Err(error @ ProviderError::ServerError(_)) => unknown(error.to_string()),

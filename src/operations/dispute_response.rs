@@ -290,6 +290,7 @@ mod tests {
             Finding::NotReceived => "not received",
             Finding::Unknown { .. } => "unknown",
             Finding::Unsent { .. } => "unsent",
+            Finding::KeyConflict { .. } => "key conflict",
         }
     }
 

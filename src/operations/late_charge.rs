@@ -270,7 +270,8 @@ async fn drive_system_refund(
         Finding::Final(outcome) => {
             Refunds::settle(&engine.pool, &held, outcome, Actor::System).await?;
         }
-        Finding::Unknown { reason } | Finding::Unsent { reason } => {
+        // A key conflict is held for a person by the reconciler's next look at it.
+        Finding::Unknown { reason } | Finding::Unsent { reason } | Finding::KeyConflict { reason } => {
             leave(engine, &held, lease.id, &reason).await?
         }
         Finding::NotReceived => {

@@ -161,7 +161,8 @@ async fn look(
             refunds::watch_late_again(&mut conn, refund, if definite { None } else { next }).await?;
             Ok(false)
         }
-        Finding::Unknown { reason } => {
+        // A lookup never conflicts with a key; should the provider say so, it is no answer yet.
+        Finding::Unknown { reason } | Finding::KeyConflict { reason } => {
             tracing::info!(refund_id = %refund.id, %reason, "a refund given up on: no answer yet");
             refunds::watch_late_again(&mut conn, refund, next).await?;
             Ok(false)

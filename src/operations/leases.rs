@@ -101,6 +101,16 @@ macro_rules! operation_tables {
                     }
 
                     crate::prepared_statement! {
+                        pub struct Hold<'a>(template "leases/hold.sql", "operation_table" => $table) -> () {
+                            1 => account_id: AccountId as Uuid,
+                            2 => id: uuid::Uuid as Uuid,
+                            3 => lease_id: LeaseId as Uuid,
+                            4 => last_error: &'a str as Text,
+                            5 => now: DateTime<Utc> as Timestamptz,
+                        }
+                    }
+
+                    crate::prepared_statement! {
                         pub struct Standing<'a>(template "leases/standing.sql", "operation_table" => $table)
                             -> (Nullable<Int2>, Nullable<Bytea>, Nullable<Timestamptz>, Nullable<Uuid>, Text, Bool)
                         {
@@ -128,6 +138,7 @@ macro_rules! operation_tables {
                 declared::<statements::$variant::Lease<'static>>(),
                 declared::<statements::$variant::MarkSending<'static>>(),
                 declared::<statements::$variant::Release<'static>>(),
+                declared::<statements::$variant::Hold<'static>>(),
                 declared::<statements::$variant::Standing<'static>>(),
                 declared::<statements::$variant::CountWaiting<'static>>(),
             )*]
@@ -246,6 +257,23 @@ pub async fn release_unsent(
     now: DateTime<Utc>,
 ) -> diesel::QueryResult<bool> {
     let_go(conn, table, id, lease, LetGo { next_check_at, last_error: reason, now, checks_returned: 1 }).await
+}
+
+/// Holds an in-flight operation for a person (the provider holds its key with other
+/// parameters: [`super::Finding::KeyConflict`]): no check scheduled, so the reconciler leaves it
+/// alone and never gives it up; the lease let go; `reason` noted. Returns whether it did.
+pub async fn hold(
+    conn: &mut AsyncPgConnection,
+    table: Table,
+    (account_id, id): (AccountId, Uuid),
+    lease: LeaseId,
+    reason: &str,
+    now: DateTime<Utc>,
+) -> diesel::QueryResult<bool> {
+    let updated = on_table!(table, |statements| {
+        statements::Hold { account_id, id, lease_id: lease, last_error: reason, now }.execute(conn).await
+    })?;
+    Ok(updated == 1)
 }
 
 /// What `release.sql` writes besides the lease it lets go.

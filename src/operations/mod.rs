@@ -106,6 +106,11 @@ pub enum Finding<F> {
     /// `provider-unavailable` and its retry sends again. (After an earlier send, a refused
     /// lookup says nothing about that send: the answer is 202, as for `Unknown`.)
     Unsent { reason: String },
+    /// The provider holds the operation's downstream key with other parameters: it did not act
+    /// on this call, and no later send can (a bug, ours or another's). The operation is held
+    /// for a person: `processing`, no check scheduled (the reconciler leaves it alone, so it is
+    /// never given up on), listed as stuck, until an operator resolves it.
+    KeyConflict { reason: String },
 }
 
 impl<F> Finding<F> {
@@ -116,6 +121,9 @@ impl<F> Finding<F> {
         match error {
             crate::provider::ProviderError::Unauthorized { .. } => {
                 Finding::Unsent { reason: error.to_string() }
+            }
+            crate::provider::ProviderError::KeyReused { .. } => {
+                Finding::KeyConflict { reason: error.to_string() }
             }
             _ => Finding::Unknown { reason: error.to_string() },
         }

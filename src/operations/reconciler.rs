@@ -257,6 +257,14 @@ async fn reconcile<K: Kind>(
                 .await?;
             return Ok(());
         }
+        Finding::KeyConflict { reason } => {
+            tracing::error!(%id, kind = K::TABLE.label(), %reason,
+                "the provider holds the operation's key with other parameters; held for a person");
+            report.stuck += 1;
+            let mut conn = engine.pool.get().await?;
+            leases::hold(&mut conn, K::TABLE, K::id(op), lease, &reason, Utc::now()).await?;
+            return Ok(());
+        }
         Finding::Unknown { reason } => {
             let wait = if last_check {
                 tracing::error!(%id, kind = K::TABLE.label(), attempts, %reason,

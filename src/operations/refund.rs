@@ -60,7 +60,9 @@ pub fn outcome_of(answer: Result<ProviderRefund, ProviderError>) -> Finding<Refu
         Err(ProviderError::Refused { code, message }) => {
             Finding::Final(RefundOutcome::Failed { code, message })
         }
-        Err(error @ ProviderError::Unauthorized { .. }) => Finding::of_error(&error),
+        Err(error @ (ProviderError::Unauthorized { .. } | ProviderError::KeyReused { .. })) => {
+            Finding::of_error(&error)
+        }
         Err(error @ ProviderError::Timeout) => Finding::Unknown { reason: error.to_string() },
         Err(error @ ProviderError::Connection(_)) => Finding::Unknown { reason: error.to_string() },
         Err(error @ ProviderError::ServerError(_)) => Finding::Unknown { reason: error.to_string() },

@@ -351,8 +351,20 @@ async fn record<K: Kind>(
                 }
             };
         }
-        Finding::Unsent { reason } => reason,
-        Finding::Unknown { reason } => reason,
+        Finding::KeyConflict { reason } => {
+            tracing::error!(%reason, kind = K::TABLE.label(),
+                "the provider holds the operation's key with other parameters; held for a person");
+            let held = async {
+                let mut conn = engine.pool.get().await?;
+                leases::hold(&mut conn, K::TABLE, K::id(op), lease, &reason, Utc::now()).await?;
+                answer_after_release::<K>(&mut conn, op).await
+            };
+            return Ok(held.await.unwrap_or_else(|error: super::EngineError| {
+                tracing::error!(error = %error, "could not hold an operation for a person");
+                Answer::Pending(K::pending_answer(op))
+            }));
+        }
+        Finding::Unsent { reason } | Finding::Unknown { reason } => reason,
         Finding::NotReceived => "the provider has not received the request".to_owned(),
     };
     tracing::warn!(%reason, kind = K::TABLE.label(), "operation outcome unknown; left processing");
@@ -396,14 +408,22 @@ async fn leave_processing<K: Kind>(
 ) -> Result<Answer, super::EngineError> {
     let mut conn = engine.pool.get().await?;
     let next_check = after(Utc::now(), engine.timing.recheck_after);
+    leases::release(&mut conn, K::TABLE, K::id(op), lease, next_check, reason, Utc::now()).await?;
+    answer_after_release::<K>(&mut conn, op).await
+}
+
+/// The answer once a request has let its operation go unsettled: 202 with the operation as it
+/// stands, unless someone else settled it meanwhile (their answer is the answer).
+async fn answer_after_release<K: Kind>(
+    conn: &mut diesel_async::AsyncPgConnection,
+    op: &K::Op,
+) -> Result<Answer, super::EngineError> {
     let id = K::id(op);
-    leases::release(&mut conn, K::TABLE, id, lease, next_check, reason, Utc::now()).await?;
-    // Someone else may have settled it meanwhile: their answer is the answer.
     if let Some((status, body)) =
-        leases::standing(&mut conn, K::TABLE, id).await?.and_then(|standing| standing.answer())
+        leases::standing(conn, K::TABLE, id).await?.and_then(|standing| standing.answer())
     {
         return Ok(Answer::Final(Execution::Executed(K::stored_answer(id.1, status, body))));
     }
-    let current = K::load(&mut conn, id).await?.unwrap_or_else(|| op.clone());
+    let current = K::load(conn, id).await?.unwrap_or_else(|| op.clone());
     Ok(Answer::Pending(K::pending_answer(&current)))
 }

@@ -413,9 +413,10 @@ async fn apply_charge(
                 subject,
             )),
             // Pending (or a state that is no outcome for this payment): nothing to record.
-            Finding::Unknown { .. } | Finding::NotReceived | Finding::Unsent { .. } => {
-                Ok(Step::Done(Received::Stale, Some(subject)))
-            }
+            Finding::Unknown { .. }
+            | Finding::NotReceived
+            | Finding::Unsent { .. }
+            | Finding::KeyConflict { .. } => Ok(Step::Done(Received::Stale, Some(subject))),
         };
     }
     // A capture or void in flight: the charge's state is its outcome too, asked first (a capture
@@ -437,9 +438,10 @@ async fn apply_charge(
                 ))
             }
             // Still authorized (the capture or void has not happened yet), or not final.
-            Finding::Unknown { .. } | Finding::NotReceived | Finding::Unsent { .. } => {
-                Ok(Step::Done(Received::Stale, Some(subject)))
-            }
+            Finding::Unknown { .. }
+            | Finding::NotReceived
+            | Finding::Unsent { .. }
+            | Finding::KeyConflict { .. } => Ok(Step::Done(Received::Stale, Some(subject))),
         };
     }
     // An authorization that ended with nothing of ours in flight: it expired (or was voided or
@@ -512,9 +514,10 @@ async fn apply_refund(
                     <Refunds as Kind>::settle_on(conn, &held, outcome, Actor::Webhook).await?,
                     subject,
                 )),
-                Finding::Unknown { .. } | Finding::NotReceived | Finding::Unsent { .. } => {
-                    Ok(Step::Done(Received::Stale, Some(subject)))
-                }
+                Finding::Unknown { .. }
+                | Finding::NotReceived
+                | Finding::Unsent { .. }
+                | Finding::KeyConflict { .. } => Ok(Step::Done(Received::Stale, Some(subject))),
             };
         }
         // A refund we gave up on, reported failed: the late-refund watch's lookup on its way

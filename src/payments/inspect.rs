@@ -133,7 +133,9 @@ pub async fn inspect(conn: &mut AsyncPgConnection, filter: &Inspect) -> QueryRes
         query = query.filter(payments::created_at.lt(before));
     }
     if let Some(attempts) = filter.stuck_after {
-        let charge = payments::answer_status.is_null().and(payments::attempts.ge(attempts));
+        // Out of checks, or held for a person with no check scheduled (a key conflict).
+        let out_of_checks = payments::attempts.ge(attempts).or(payments::next_check_at.is_null());
+        let charge = payments::answer_status.is_null().and(out_of_checks);
         let action = actions::attempts.nullable().ge(attempts);
         let in_flight_too_long = payments::status.eq(PaymentStatus::Processing).and(charge.or(action));
         query = query.filter(in_flight_too_long.nullable().or(late_charge_unrefunded().nullable()));

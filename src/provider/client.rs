@@ -304,6 +304,7 @@ fn status_error(status: StatusCode, bytes: &[u8]) -> ProviderError {
     let known_refusal = code.as_deref().is_some_and(|code| REFUSAL_CODES.contains(&code));
     if kind.as_deref() == Some("idempotency_error") {
         crate::telemetry::metrics::provider_error("idempotency");
+        return ProviderError::KeyReused { status: status.as_u16(), message };
     }
     match status {
         StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
@@ -354,6 +355,9 @@ mod tests {
         let unknown = r#"{"error":{"type":"invalid_request","code":"in_progress","message":"m"}}"#;
         assert!(matches!(error(409, unknown), ProviderError::Rejected { status: 409, .. }));
         assert!(matches!(error(422, too_large), ProviderError::Rejected { status: 422, .. }));
+        // A key the provider holds with other parameters: a conflict for a person, not a guess.
+        let reused = r#"{"error":{"type":"idempotency_error","message":"m"}}"#;
+        assert!(matches!(error(422, reused), ProviderError::KeyReused { status: 422, .. }));
         assert!(matches!(error(401, "{}"), ProviderError::Unauthorized { status: 401, .. }));
         assert!(matches!(error(403, "{}"), ProviderError::Unauthorized { status: 403, .. }));
         assert_eq!(error(503, refusal), ProviderError::ServerError(503));

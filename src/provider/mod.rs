@@ -383,6 +383,12 @@ pub enum ProviderError {
     /// 4xx: our bug (or theirs), not an answer about the money.
     #[error("the provider refused the request with HTTP {status}: {message}")]
     Rejected { status: u16, message: String },
+    /// The provider holds our downstream key with other parameters (`idempotency_error`): it
+    /// did not act on this call, and sending it again cannot help. One key always carries one
+    /// request, so this is a bug (ours, or whoever else used the key): the operation is held
+    /// for a person, never failed on it.
+    #[error("the provider holds this key with other parameters (HTTP {status}): {message}")]
+    KeyReused { status: u16, message: String },
     /// The provider refused our credentials (401, 403: an API key wrong, revoked or lacking a
     /// permission). It did not act on the call; nothing succeeds until an operator fixes the
     /// settings, and no answer about the money is to be read from it.

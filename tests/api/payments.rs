@@ -743,3 +743,68 @@ async fn the_provider_charge_is_the_wire_s_own_object(wire: TestWire) {
     assert_eq!(read(other_route).await.unwrap().status(), 404);
 }
 }
+
+/// A key Stripe holds with other parameters (someone else used our downstream key, or a bug of
+/// ours changed what it carries): our send is refused with `idempotency_error`, unacted. Our
+/// lookup by metadata finds nothing of ours, yet the key is taken, so "never received" would
+/// be a guess: the payment is held for a person. It stays `processing`, the reconciler leaves it
+/// alone (no check scheduled, never given up), `payments list --stuck` lists it with why.
+/// Only on Stripe's wire: on the mock's contract the lookup is by key itself and finds the
+/// other charge, which then disagrees with the payment.
+#[tokio::test]
+async fn a_key_the_provider_holds_with_other_parameters_holds_the_payment_for_a_person() {
+    let app = spawn_app_on_wire(TestWire::Stripe).await;
+    let order = app.create_order().await;
+    app.provider.script(json!([{"act": "unavailable"}])).await;
+    let accepted = app.pay(order["id"].as_str().unwrap(), "pm_card_ok", &new_key()).await;
+    assert_eq!(accepted.status(), 202, "the first send met a 503");
+    let payment_id = json(accepted).await["id"].as_str().unwrap().to_owned();
+
+    // Another request takes our downstream key first, with another amount and none of ours.
+    let form = "amount=999&currency=usd&confirm=true&payment_method=pm_card_ok&payment_method_types[]=card";
+    let taken = app
+        .provider
+        .client
+        .post(format!("{}/v1/payment_intents", app.provider.address))
+        .bearer_auth("sk_test_orderpay_mock_stripe_wire")
+        .header("Idempotency-Key", format!("orderpay_pay_{payment_id}"))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(form)
+        .send()
+        .await
+        .unwrap();
+    assert!(taken.status().is_success(), "{}", taken.status());
+
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!((pass.claimed, pass.stuck, pass.gave_up, pass.settled), (1, 1, 0, 0), "{pass:?}");
+    let held = "SELECT count(*) FROM payments WHERE status = 'processing' AND next_check_at IS NULL \
+                AND lease_id IS NULL AND last_error LIKE '%other parameters%'";
+    assert_eq!(app.count(held).await, 1, "held, with why");
+    for _ in 0..2 {
+        let pass = app.reconcile_once().await;
+        assert_eq!((pass.claimed, pass.gave_up), (0, 0), "left alone, never given up: {pass:?}");
+    }
+    assert_eq!(app.get_payment(&payment_id).await["status"], "processing");
+    let stuck = app.cli_json(&["payments", "list", "--stuck"]).await;
+    assert_eq!(stuck[0]["id"], payment_id.as_str(), "{stuck:#}");
+    assert_eq!(stuck[0]["stuck"], true);
+    let charges = app.provider.charges().await;
+    assert_eq!(charges.len(), 1, "only the other request's: {charges:?}");
+    assert_eq!(charges[0]["amount"], "9.99");
+
+    // The person finds the key was not ours: nothing of ours is at the provider, so failed
+    // (once the last send is quiet past the provider timeout and the margin, 1.1 s here).
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let args = [
+        "payments",
+        "resolve",
+        &payment_id,
+        "--as",
+        "failed",
+        "--reason",
+        "key taken by another integration",
+    ];
+    app.cli_json(&args).await;
+    assert_eq!(app.get_payment(&payment_id).await["status"], "failed");
+}

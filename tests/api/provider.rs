@@ -194,7 +194,7 @@ async fn authorize_then_capture_everything_and_a_replayed_capture_captures_once(
     let reused = CaptureRequest { amount: Some(usd("5.00")), ..capture.clone() };
     assert!(matches!(
         provider.capture_charge(&reused).await,
-        Err(ProviderError::Rejected { status, .. }) if status == wired.reused_key_status()
+        Err(ProviderError::KeyReused { status, .. }) if status == wired.reused_key_status()
     ));
 
     let admin = mock.charges().await;
@@ -360,7 +360,7 @@ async fn a_refund_succeeds_once_per_key_and_is_found_by_its_key(wire: TestWire) 
     let reused = RefundRequest { amount: usd("3.00"), ..request.clone() };
     assert!(matches!(
         provider.create_refund(&reused).await,
-        Err(ProviderError::Rejected { status, .. }) if status == wired.reused_key_status()
+        Err(ProviderError::KeyReused { status, .. }) if status == wired.reused_key_status()
     ));
 
     let refunds = mock.refunds().await;

@@ -77,7 +77,11 @@ impl PaymentView {
             operating.last_error = action.last_error;
             operating.lease_until = held(action.lease_until);
         }
-        operating.stuck = (operating.in_flight.is_some() && operating.attempts >= max_attempts)
+        // Out of checks, or held for a person with none scheduled (a key the provider holds
+        // with other parameters).
+        let held_for_person = operating.next_check_at.is_none() && operating.lease_until.is_none();
+        operating.stuck = (operating.in_flight.is_some()
+            && (operating.attempts >= max_attempts || held_for_person))
             || late_charge.is_some_and(|late| late.needs_person);
         PaymentView { payment, operating }
     }

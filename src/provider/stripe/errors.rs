@@ -116,7 +116,7 @@ impl StripeFailure {
             }
             StripeFailure::Bug { status, message } => {
                 crate::telemetry::metrics::provider_error("idempotency");
-                ProviderError::Rejected { status, message: format!("idempotency_error: {message}") }
+                ProviderError::KeyReused { status, message }
             }
             StripeFailure::Rejected { code: Some(code), message, .. }
                 if REFUSAL_CODES.contains(&code.as_str()) =>
@@ -263,7 +263,10 @@ mod tests {
             matches!(&key, ProviderError::Unauthorized { status: 401, message } if message.contains("API key")),
             "{key:?}"
         );
-        assert!(matches!(error(400, "idempotency_error", None), ProviderError::Rejected { status: 400, .. }));
+        assert!(matches!(
+            error(400, "idempotency_error", None),
+            ProviderError::KeyReused { status: 400, .. }
+        ));
         let unknown = error(400, "invalid_request_error", Some("parameter_unknown"));
         assert_eq!(
             unknown,
