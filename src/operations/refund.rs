@@ -111,7 +111,8 @@ impl Kind for Refunds {
         held: &Held,
         request_id: Option<&str>,
     ) -> Finding<RefundOutcome> {
-        match provider.find_refund(&held.refund.downstream_key(), request_id).await {
+        match provider.find_refund(&held.refund.downstream_key(), held.charge_id.as_deref(), request_id).await
+        {
             Ok(Some(refund)) => outcome_of(Ok(refund)),
             Ok(None) => Finding::NotReceived,
             Err(error) => outcome_of(Err(error)),

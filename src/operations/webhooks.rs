@@ -109,8 +109,9 @@ enum Verify {
     /// holds it (one read; on Stripe, a lookup by key lists a window of PaymentIntents), else
     /// found by the key.
     Charge { key: String, id: Option<String> },
-    /// The refund made for a refund's downstream key.
-    Refund(String),
+    /// The refund made for a refund's downstream key, among its charge's refunds when we hold
+    /// the charge's id.
+    Refund { key: String, charge_id: Option<String> },
     /// A dispute, by the provider's id (a dispute has no key of ours).
     Dispute(String),
 }
@@ -249,10 +250,12 @@ async fn verify(engine: &Engine, what: &Verify) -> Result<Verified, EngineError>
                 None => Verified::Absent,
             }
         }
-        Verify::Refund(key) => match provider.find_refund(key, None).await.map_err(unverified)? {
-            Some(refund) => Verified::Refund(refund),
-            None => Verified::Absent,
-        },
+        Verify::Refund { key, charge_id } => {
+            match provider.find_refund(key, charge_id.as_deref(), None).await.map_err(unverified)? {
+                Some(refund) => Verified::Refund(refund),
+                None => Verified::Absent,
+            }
+        }
         Verify::Dispute(id) => match provider.get_dispute(id, None).await.map_err(unverified)? {
             Some(dispute) => Verified::Dispute(Box::new(dispute)),
             None => Verified::Absent,
@@ -488,7 +491,7 @@ async fn apply_refund(
     };
     let subject =
         Subject { account_id, table: Some(Table::Refunds), kind: "refund", id: refund_id.as_uuid() };
-    let verify = Verify::Refund(held.refund.downstream_key());
+    let verify = Verify::Refund { key: held.refund.downstream_key(), charge_id: held.charge_id.clone() };
     let refund = match verified {
         Some(Verified::Refund(refund)) => refund,
         Some(Verified::Charge(_) | Verified::Dispute(_) | Verified::Absent) => {

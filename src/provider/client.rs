@@ -115,9 +115,11 @@ impl HttpProvider {
         refund.to_refund()
     }
 
+    /// The mock's contract looks a refund up by its key itself; the charge is not needed.
     async fn find_refund_by_key(
         &self,
         downstream_key: &str,
+        _charge_id: Option<&str>,
         request_id: Option<&str>,
     ) -> Result<Option<Refund>, ProviderError> {
         let get = traced(self.http.get(self.lookup_url("refunds", downstream_key)?), request_id);

@@ -89,9 +89,11 @@ impl<P: PaymentProvider> Delegating for Coalescing<P> {
     fn find_refund<'a>(
         &'a self,
         downstream_key: &'a str,
+        charge_id: Option<&'a str>,
         request_id: Option<&'a str>,
     ) -> BoxFuture<'a, Lookup<Refund>> {
-        Box::pin(self.refunds_by_key.run(downstream_key, self.inner.find_refund(downstream_key, request_id)))
+        let lookup = self.inner.find_refund(downstream_key, charge_id, request_id);
+        Box::pin(self.refunds_by_key.run(downstream_key, lookup))
     }
 
     fn get_dispute<'a>(

@@ -54,7 +54,7 @@ delegating! {
     fn capture_charge<'a>(request: &'a CaptureRequest) -> Result<Charge, ProviderError>;
     fn cancel_charge<'a>(request: &'a CancelRequest) -> Result<Charge, ProviderError>;
     fn create_refund<'a>(request: &'a RefundRequest) -> Result<Refund, ProviderError>;
-    fn find_refund<'a>(downstream_key: &'a str, request_id: Option<&'a str>) -> Result<Option<Refund>, ProviderError>;
+    fn find_refund<'a>(downstream_key: &'a str, charge_id: Option<&'a str>, request_id: Option<&'a str>) -> Result<Option<Refund>, ProviderError>;
     fn get_dispute<'a>(dispute_id: &'a str, request_id: Option<&'a str>) -> Result<Option<Dispute>, ProviderError>;
     fn list_disputes<'a>(created_gte: DateTime<Utc>, starting_after: Option<&'a str>) -> Result<DisputePage, ProviderError>;
     fn list_balance_transactions<'a>(query: &'a BalanceQuery) -> Result<BalancePage, ProviderError>;

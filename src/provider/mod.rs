@@ -81,12 +81,13 @@ macro_rules! payment_provider_by_methods {
             fn find_refund<'a>(
                 &'a self,
                 downstream_key: &'a str,
+                charge_id: Option<&'a str>,
                 request_id: Option<&'a str>,
             ) -> $crate::provider::BoxFuture<
                 'a,
                 Result<Option<$crate::provider::Refund>, $crate::provider::ProviderError>,
             > {
-                Box::pin(self.find_refund_by_key(downstream_key, request_id))
+                Box::pin(self.find_refund_by_key(downstream_key, charge_id, request_id))
             }
 
             fn get_dispute<'a>(
@@ -442,11 +443,13 @@ pub trait PaymentProvider: Send + Sync + 'static {
         request: &'a RefundRequest,
     ) -> BoxFuture<'a, Result<Refund, ProviderError>>;
 
-    /// Finds the refund made for `downstream_key`; `None` when the provider made none for it
-    /// (it never received the key, or refused the refund).
+    /// Finds the refund made for `downstream_key`, a refund of the charge `charge_id` when we
+    /// hold it (Stripe's adapter then lists that PaymentIntent's refunds only); `None` when the
+    /// provider made none for it (it never received the key, or refused the refund).
     fn find_refund<'a>(
         &'a self,
         downstream_key: &'a str,
+        charge_id: Option<&'a str>,
         request_id: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Option<Refund>, ProviderError>>;
 

@@ -29,13 +29,13 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 use uuid::Uuid;
 
-use crate::ids::{AccountId, RefundId};
+use crate::ids::AccountId;
 use crate::ledger::MovementType;
-use crate::operations::Actor;
 use crate::operations::late_refund::{self, Corrected, Correction};
+use crate::operations::refund::{Held, Refunds};
+use crate::operations::{Actor, Kind};
 use crate::provider::wire::reporting_category;
 use crate::provider::{BalanceQuery, BalanceTransaction, PaymentProvider, ProviderError};
-use crate::refunds::repository as refunds;
 
 crate::text_enum! {
     /// Where a movement landed. Every one but `matched` is an exception for a person.
@@ -568,10 +568,10 @@ async fn confirm_refunds(
 ) -> Result<u64, RunError> {
     let mut written = 0;
     for (account_id, refund_id) in repository::refunds_to_confirm(conn, window).await? {
-        let Some(refund) = refunds::find(conn, account_id, RefundId::from_uuid(refund_id)).await? else {
+        let Some(Held { refund, charge_id }) = Refunds::load(conn, (account_id, refund_id)).await? else {
             continue;
         };
-        let found = match provider.find_refund(&refund.downstream_key(), None).await {
+        let found = match provider.find_refund(&refund.downstream_key(), charge_id.as_deref(), None).await {
             Ok(found) => found,
             Err(error) => {
                 tracing::warn!(%error, %refund_id, "settlement: a refund's lookup failed; its exception stays open");

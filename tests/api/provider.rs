@@ -348,7 +348,7 @@ async fn a_refund_succeeds_once_per_key_and_is_found_by_its_key(wire: TestWire) 
     let (mock, provider) = (&wired.mock, wired.client());
     let charged = charge(&provider, "pm_card_ok").await;
     let request = refund_request(&charged, "4.00");
-    assert_eq!(provider.find_refund(&request.downstream_key, None).await, Ok(None), "never received");
+    assert_eq!(provider.find_refund(&request.downstream_key, Some(&request.charge_id), None).await, Ok(None), "never received");
 
     let refund = provider.create_refund(&request).await.unwrap();
     assert_eq!(
@@ -356,7 +356,7 @@ async fn a_refund_succeeds_once_per_key_and_is_found_by_its_key(wire: TestWire) 
         (RefundStatus::Succeeded, decimal("4.00"), charged.id.as_str())
     );
     assert_eq!(provider.create_refund(&request).await.unwrap(), refund, "the same key: the same refund");
-    assert_eq!(provider.find_refund(&request.downstream_key, None).await, Ok(Some(refund.clone())));
+    assert_eq!(provider.find_refund(&request.downstream_key, Some(&request.charge_id), None).await, Ok(Some(refund.clone())));
     let reused = RefundRequest { amount: usd("3.00"), ..request.clone() };
     assert!(matches!(
         provider.create_refund(&reused).await,
@@ -398,7 +398,7 @@ async fn a_pending_refund_counts_at_once_and_succeeds_after_settling(wire: TestW
     );
     let (client, key) = (&provider, request.downstream_key.as_str());
     let settled = eventually("the refund to settle", move || async move {
-        let refund = client.find_refund(key, None).await.unwrap().unwrap();
+        let refund = client.find_refund(key, None, None).await.unwrap().unwrap();
         (refund.status != RefundStatus::Pending).then_some(refund)
     })
     .await;
@@ -431,7 +431,7 @@ async fn a_refund_answered_too_late_was_made_and_is_found_by_its_key(wire: TestW
     let request = refund_request(&charged, "2.00");
     assert_eq!(impatient.create_refund(&request).await, Err(ProviderError::Timeout));
     let found =
-        provider.find_refund(&request.downstream_key, None).await.unwrap().expect("the refund was made");
+        provider.find_refund(&request.downstream_key, Some(&request.charge_id), None).await.unwrap().expect("the refund was made");
     assert_eq!(found.status, RefundStatus::Succeeded);
     // Re-sent with the same key, it answers at once with the same refund.
     assert_eq!(impatient.create_refund(&request).await, Ok(found));
@@ -457,7 +457,7 @@ async fn refunds_of_charges_that_were_not_captured_are_refused(wire: TestWire) {
     // A refusal made no refund: nothing to find by its key.
     let request = refund_request(&authorized, "1.00");
     refused(provider.create_refund(&request).await);
-    assert_eq!(provider.find_refund(&request.downstream_key, None).await, Ok(None));
+    assert_eq!(provider.find_refund(&request.downstream_key, Some(&request.charge_id), None).await, Ok(None));
 }
 }
 
@@ -568,7 +568,7 @@ async fn faults_apply_to_captures_and_refunds_as_to_charges(wire: TestWire) {
     assert_eq!(provider.cancel_charge(&cancel).await, Err(ProviderError::ServerError(503)));
     mock.set_faults(json!({})).await;
     assert_eq!(get(&provider, &authorized).await.status, ChargeStatus::RequiresCapture);
-    assert_eq!(provider.find_refund(&refund.downstream_key, None).await, Ok(None));
+    assert_eq!(provider.find_refund(&refund.downstream_key, Some(&refund.charge_id), None).await, Ok(None));
 
     // Acted, then the answer is held past the client's timeout.
     mock.set_faults(json!({"timeout_rate": 1.0})).await;
@@ -577,7 +577,7 @@ async fn faults_apply_to_captures_and_refunds_as_to_charges(wire: TestWire) {
     mock.set_faults(json!({})).await;
     assert_eq!(get(&provider, &authorized).await.status, ChargeStatus::Succeeded);
     let made =
-        provider.find_refund(&refund.downstream_key, None).await.unwrap().expect("the refund was made");
+        provider.find_refund(&refund.downstream_key, Some(&refund.charge_id), None).await.unwrap().expect("the refund was made");
     assert_eq!(made.status, RefundStatus::Succeeded);
     // Re-sent with their keys: the same capture and refund, at once.
     assert_eq!(

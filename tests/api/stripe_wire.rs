@@ -172,9 +172,12 @@ async fn refunds_in_part_then_in_full_are_found_by_our_key() {
     let refunded = stripe.get_charge(&charge.id, None).await.unwrap().unwrap();
     assert_eq!((refunded.amount_captured, refunded.amount_refunded), (decimal("20"), decimal("20")));
 
-    assert_eq!(stripe.find_refund(&part_key, None).await.unwrap(), Some(refund));
+    // Among the PaymentIntent's refunds, and among every refund when its id is not at hand.
+    assert_eq!(stripe.find_refund(&part_key, Some(&charge.id), None).await.unwrap(), Some(refund.clone()));
+    assert_eq!(stripe.find_refund(&part_key, None, None).await.unwrap(), Some(refund));
     let never_sent = orderpay::refunds::downstream_key(RefundId::generate());
-    assert_eq!(stripe.find_refund(&never_sent, None).await.unwrap(), None);
+    assert_eq!(stripe.find_refund(&never_sent, Some(&charge.id), None).await.unwrap(), None);
+    assert_eq!(stripe.find_refund(&never_sent, None, None).await.unwrap(), None);
 }
 
 #[tokio::test]

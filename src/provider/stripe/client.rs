@@ -275,18 +275,25 @@ impl StripeProvider {
         found.map(|intent| intent.to_charge()).transpose()
     }
 
+    /// A refund of ours: among its PaymentIntent's refunds (`GET /v1/refunds?payment_intent=`,
+    /// a page or two however busy the account), else among every refund back to our refund id's
+    /// time, matching `metadata[orderpay_refund_id]`.
     async fn find_refund_by_key(
         &self,
         downstream_key: &str,
+        charge_id: Option<&str>,
         request_id: Option<&str>,
     ) -> Result<Option<Refund>, ProviderError> {
         let Some(refund) = refunds::refund_of_downstream_key(downstream_key) else { return Ok(None) };
         let reference = refund.to_string();
-        let found = self
-            .scan("refunds", refund.as_uuid(), &[], request_id, |refund: &RefundObject| {
-                refund.refund_reference() == Some(reference.as_str())
-            })
-            .await?;
+        let ours = |refund: &RefundObject| refund.refund_reference() == Some(reference.as_str());
+        let found = match charge_id {
+            Some(payment_intent) => {
+                let of_intent = [("payment_intent", payment_intent)];
+                self.scan("refunds", refund.as_uuid(), &of_intent, request_id, ours).await?
+            }
+            None => self.scan("refunds", refund.as_uuid(), &[], request_id, ours).await?,
+        };
         found.map(|refund| refund.to_refund()).transpose()
     }
 
