@@ -744,6 +744,63 @@ async fn the_provider_charge_is_the_wire_s_own_object(wire: TestWire) {
 }
 }
 
+/// Another request takes the downstream key of `payment_id` at the mock's Stripe wire, with
+/// another amount and none of our metadata; its answer's status.
+async fn take_the_key_of(app: &crate::helpers::TestApp, payment_id: &str) -> reqwest::StatusCode {
+    let form = "amount=999&currency=usd&confirm=true&payment_method=pm_card_ok&payment_method_types[]=card";
+    app.provider
+        .client
+        .post(format!("{}/v1/payment_intents", app.provider.address))
+        .bearer_auth("sk_test_orderpay_mock_stripe_wire")
+        .header("Idempotency-Key", format!("orderpay_pay_{payment_id}"))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(form)
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+/// The same on a first send: another request takes the payment's key while ours is on its way
+/// (the provider acts on ours 1.5 s late), so the first send itself is refused. The
+/// request answers 202 and the payment is held for a person at once; the reconciler never
+/// claims it.
+#[tokio::test]
+async fn a_first_send_refused_for_a_key_taken_meanwhile_answers_202_and_holds_the_payment() {
+    // Room on a loaded machine: the other request has 1.5 s to take the key, our answer 1.5 s
+    // more to come back within the provider timeout.
+    let app = spawn_app_with(|settings, mock| {
+        TestWire::Stripe.configure(settings, mock);
+        settings.provider.timeout = Duration::from_secs(3);
+    })
+    .await;
+    let order = app.create_order().await;
+    app.provider.script(json!([{"act": "later", "after_ms": 1500}])).await;
+    let key = new_key();
+    let paying = app.pay(order["id"].as_str().unwrap(), "pm_card_ok", &key);
+    let taking = async {
+        let started = "SELECT count(*) FROM payments WHERE status = 'processing'";
+        crate::helpers::wait_until("phase 1 commits", Duration::from_secs(3), async || {
+            app.count(started).await == 1
+        })
+        .await;
+        let payment_id = app.text("SELECT id::text AS text FROM payments").await;
+        take_the_key_of(&app, &payment_id).await
+    };
+    let (paid, taken) = tokio::join!(paying, taking);
+    assert!(taken.is_success(), "{taken}");
+    assert_eq!(paid.status(), 202, "refused unacted, the key taken: held, not failed");
+    let payment_id = json(paid).await["id"].as_str().unwrap().to_owned();
+    let held = "SELECT count(*) FROM payments WHERE status = 'processing' AND next_check_at IS NULL \
+                AND lease_id IS NULL AND last_error LIKE '%other parameters%'";
+    assert_eq!(app.count(held).await, 1, "held, with why");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!((pass.claimed, pass.gave_up), (0, 0), "left alone: {pass:?}");
+    assert_eq!(app.get_payment(&payment_id).await["status"], "processing");
+    assert_eq!(app.provider.charges().await.len(), 1, "only the other request's");
+}
+
 /// A key Stripe holds with other parameters (someone else used our downstream key, or a bug of
 /// ours changed what it carries): our send is refused with `idempotency_error`, unacted. Our
 /// lookup by metadata finds nothing of ours, yet the key is taken, so "never received" would
@@ -761,19 +818,8 @@ async fn a_key_the_provider_holds_with_other_parameters_holds_the_payment_for_a_
     let payment_id = json(accepted).await["id"].as_str().unwrap().to_owned();
 
     // Another request takes our downstream key first, with another amount and none of ours.
-    let form = "amount=999&currency=usd&confirm=true&payment_method=pm_card_ok&payment_method_types[]=card";
-    let taken = app
-        .provider
-        .client
-        .post(format!("{}/v1/payment_intents", app.provider.address))
-        .bearer_auth("sk_test_orderpay_mock_stripe_wire")
-        .header("Idempotency-Key", format!("orderpay_pay_{payment_id}"))
-        .header("Content-Type", "application/x-www-form-urlencoded")
-        .body(form)
-        .send()
-        .await
-        .unwrap();
-    assert!(taken.status().is_success(), "{}", taken.status());
+    let taken = take_the_key_of(&app, &payment_id).await;
+    assert!(taken.is_success(), "{taken}");
 
     tokio::time::sleep(Duration::from_millis(100)).await;
     let pass = app.reconcile_once().await;
