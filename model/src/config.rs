@@ -60,10 +60,16 @@ pub enum Mutation {
     /// A refund's correction to failed (the provider reversed it) moves the refund's status,
     /// and so writes the ledger's `refund_reversal`, but not the payment's `amount_refunded`.
     ReversalLeavesTheColumn,
+    /// The charge's lookup by our key can miss a charge the provider made, read as "never
+    /// received": an eventually consistent search (Stripe's Search API) still indexing it, or a
+    /// listing whose window starts after the charge (a clock ahead by more than the slack). The
+    /// service's lookup is exact (Stripe's List is strongly consistent, its window five minutes
+    /// wide); this mutant is what either would cost.
+    LookupMissesACharge,
 }
 
 impl Mutation {
-    pub const ALL: [Mutation; 10] = [
+    pub const ALL: [Mutation; 11] = [
         Mutation::NoInFlightGuard,
         Mutation::NoSystemRefundRetry,
         Mutation::NoLateRefundWatch,
@@ -74,6 +80,7 @@ impl Mutation {
         Mutation::DisputeWithoutGuard,
         Mutation::EvidenceTakenOnAnyMove,
         Mutation::ReversalLeavesTheColumn,
+        Mutation::LookupMissesACharge,
     ];
 
     /// Mutants no property kills, each kept so that the reason stays checked: a dispute's
@@ -96,6 +103,7 @@ impl Mutation {
             Mutation::DisputeWebhookOnItsWord => "a dispute webhook recorded on its word",
             Mutation::EvidenceTakenOnAnyMove => "evidence counted as taken once the dispute moved on",
             Mutation::ReversalLeavesTheColumn => "a reversal that leaves amount_refunded as it was",
+            Mutation::LookupMissesACharge => "a lookup that misses a charge (search lag, a short window)",
         }
     }
 }
@@ -443,6 +451,14 @@ impl Config {
                 name: "mutant: dispute response lookup",
                 webhooks: false,
                 ..Config::unit_responses()
+            },
+            Mutation::LookupMissesACharge => Config {
+                name: "mutant: lookup lag",
+                intents: vec![Intent::Pay],
+                requests_per_key: 1,
+                faults: Faults::NONE,
+                webhooks: false,
+                ..Config::unit_charges()
             },
             Mutation::ReversalLeavesTheColumn => Config {
                 name: "mutant: reversal",

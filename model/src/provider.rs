@@ -72,6 +72,7 @@ pub fn dispute_state(config: &Config, state: &State, k: u8, dispute: Dispute) ->
 /// `Kind::look_up`: the provider's view of `op` by its downstream key, now.
 pub fn look_up(config: &Config, state: &State, op: Op) -> Finding {
     match op {
+        Op::Charge if config.mutated(Mutation::LookupMissesACharge) => Finding::NotReceived,
         Op::Charge => state.provider.charge.map_or(Finding::NotReceived, |c| charge_outcome(config, c)),
         Op::Action(_) => state.provider.charge.map_or(Finding::Unknown, action_outcome),
         Op::Refund(k) => match state.provider.refunds[k as usize] {
