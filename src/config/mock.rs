@@ -19,6 +19,11 @@ pub struct MockProviderArgs {
     #[arg(long, env = "MOCK_PROVIDER_WIRE", value_enum, default_value_t = Wire::Mock)]
     pub wire: Wire,
 
+    /// On the Stripe wire, how long a PaymentIntent stays out of search results after it is
+    /// created (Stripe's search index lags; its listings do not).
+    #[arg(long, env = "MOCK_PROVIDER_SEARCH_LAG_MS", default_value_t = 60_000)]
+    pub search_lag_ms: u64,
+
     /// How long `pm_provider_timeout` charges, `pm_refund_timeout` refunds (and timeout faults)
     /// hold their answer.
     #[arg(long, env = "MOCK_PROVIDER_TIMEOUT_HOLD_MS", default_value_t = 30_000)]
@@ -57,6 +62,7 @@ impl MockProviderArgs {
         MockSettings {
             listen: self.listen.clone(),
             wire: self.wire,
+            search_lag: Duration::from_millis(self.search_lag_ms),
             timeout_hold: Duration::from_millis(self.timeout_hold_ms),
             settle_after: Duration::from_millis(self.settle_ms),
             api_key: secret(&self.api_key),

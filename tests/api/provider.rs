@@ -1059,3 +1059,34 @@ async fn webhooks_by_hand_leave_only_when_delivered_and_as_often_as_delivered() 
     assert_eq!(mock.webhooks().await[0]["attempts"].as_array().unwrap().len(), 2);
     assert_eq!(deliver("evt_unknown".to_owned()).await.status(), 404);
 }
+
+/// Why the Stripe adapter lists and never searches: on the mock's Stripe wire, as at Stripe, a
+/// new PaymentIntent is missing from Search until its index catches up, while the listing the
+/// adapter's lookup reads finds it at once. A lookup by Search read as "never received" would
+/// give up a charged payment (the model's mutant "a lookup that misses a charge").
+#[tokio::test]
+async fn stripe_s_search_lags_where_the_adapter_s_listing_does_not() {
+    let lag = Duration::from_millis(400);
+    let wired = wired_with(TestWire::Stripe, |settings| settings.search_lag = lag).await;
+    let provider = wired.client();
+    let request = charge_request("pm_card_ok", true);
+    let charged = provider.create_charge(&request).await.unwrap();
+    let search = || async {
+        let query = format!("metadata['orderpay_payment_id']:'{}'", request.reference);
+        let url = reqwest::Url::parse_with_params(
+            &format!("{}/v1/payment_intents/search", wired.mock.address),
+            &[("query", query.as_str())],
+        )
+        .unwrap();
+        let response =
+            http_client().get(url).bearer_auth("sk_test_orderpay_mock_stripe_wire").send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let found: Value = response.json().await.unwrap();
+        found["data"].as_array().unwrap().iter().map(|intent| intent["id"].clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(search().await, Vec::<Value>::new(), "not indexed yet");
+    let found = provider.find_charge(&request.downstream_key, None).await.unwrap();
+    assert_eq!(found.map(|charge| charge.id), Some(charged.id.clone()), "the listing sees it at once");
+    tokio::time::sleep(lag + Duration::from_millis(100)).await;
+    assert_eq!(search().await, vec![json!(charged.id)], "indexed after the lag");
+}

@@ -65,6 +65,9 @@ pub struct MockSettings {
     pub listen: String,
     /// The API served under `/v1`.
     pub wire: Wire,
+    /// On the Stripe wire, how long a PaymentIntent stays out of `GET /v1/payment_intents/search`
+    /// after it was created, as Stripe's search index lags (its listings never do).
+    pub search_lag: Duration,
     /// How long a `pm_provider_timeout` charge, a `pm_refund_timeout` refund (or a timeout
     /// fault) holds its answer.
     pub timeout_hold: Duration,
@@ -91,6 +94,7 @@ impl Default for MockSettings {
         MockSettings {
             listen: "127.0.0.1:8081".to_owned(),
             wire: Wire::Mock,
+            search_lag: Duration::from_secs(60),
             timeout_hold: Duration::from_secs(30),
             settle_after: Duration::from_secs(3),
             api_key: None,
@@ -110,6 +114,7 @@ impl fmt::Debug for MockSettings {
         f.debug_struct("MockSettings")
             .field("listen", &self.listen)
             .field("wire", &self.wire)
+            .field("search_lag", &self.search_lag)
             .field("timeout_hold", &self.timeout_hold)
             .field("settle_after", &self.settle_after)
             .field("api_key", &redacted(&self.api_key))

@@ -37,6 +37,7 @@ pub(super) fn routes(config: &mut web::ServiceConfig) {
         .route("/balance", web::get().to(balance))
         .route("/payment_intents", web::post().to(create_payment_intent))
         .route("/payment_intents", web::get().to(list_payment_intents))
+        .route("/payment_intents/search", web::get().to(search_payment_intents))
         .route("/payment_intents/{id}", web::get().to(get_payment_intent))
         .route("/payment_intents/{id}/capture", web::post().to(capture_payment_intent))
         .route("/payment_intents/{id}/cancel", web::post().to(cancel_payment_intent))
@@ -626,6 +627,39 @@ async fn list_payment_intents(state: web::Data<MockState>, request: HttpRequest)
     let expand = fields.expands("data.latest_charge");
     let charges = state.with_ledger(|ledger| ledger.all_charges(Utc::now()));
     listing(charges.iter().rev().map(|charge| payment_intent(charge, expand)).collect(), &fields)
+}
+
+/// `GET /v1/payment_intents/search?query=metadata['orderpay_payment_id']:'<id>'`: Stripe's
+/// Search, eventually consistent: a PaymentIntent created less than `search_lag` ago is not in
+/// it yet. Only that query is understood (the one a search for our payment would make). The
+/// Stripe adapter never searches (its lookups list, which never lags); this is here so that a
+/// client that does can be shown what the lag costs.
+async fn search_payment_intents(state: web::Data<MockState>, request: HttpRequest) -> HttpResponse {
+    let fields = Fields::of_query(&request);
+    if let Err(reply) = fields.only(&["query", "limit", "page", "expand[]"]) {
+        return respond(reply);
+    }
+    let prefix = format!("metadata['{PAYMENT_ID_METADATA}']:'");
+    let wanted = match fields.get("query").and_then(|query| query.strip_prefix(&prefix)?.strip_suffix('\'')) {
+        Some(reference) => reference.to_owned(),
+        None => return respond(invalid(&format!("the mock searches only by {prefix}<id>'"))),
+    };
+    let indexed_before = Utc::now() - state.settings.search_lag;
+    let expand = fields.expands("data.latest_charge");
+    let charges = state.with_ledger(|ledger| ledger.all_charges(Utc::now()));
+    let data: Vec<Value> = charges
+        .iter()
+        .rev()
+        .filter(|charge| charge.reference == wanted && charge.created_at <= indexed_before)
+        .map(|charge| payment_intent(charge, expand))
+        .collect();
+    HttpResponse::Ok().json(json!({
+        "object": "search_result",
+        "url": "/v1/payment_intents/search",
+        "data": data,
+        "has_more": false,
+        "next_page": null,
+    }))
 }
 
 /// `GET /v1/refunds?limit=&starting_after=`, newest first.
