@@ -67,13 +67,54 @@ pub(super) fn dispute_state(
         }
         ResponseKind::Accept => dispute.closed_reason == Some(crate::disputes::ClosedReason::Accepted),
     };
+    // Lost without evidence, by a provider that does not say who closed it (Stripe): our accept
+    // or a lapse. Only the close itself, sent again with its key, tells: the provider replays
+    // the close it took, or refuses one of a dispute already closed.
+    let accepted_or_lapsed = response.kind == ResponseKind::Accept
+        && dispute.closed_reason_inferred
+        && dispute.status == DisputeStatus::Lost
+        && dispute.submission_count == 0;
     if taken {
         Finding::Final(ResponseOutcome::Taken(Box::new(dispute)))
-    } else if waits_for_a_response(dispute.status) {
+    } else if waits_for_a_response(dispute.status) || accepted_or_lapsed {
         // Not taken (yet): re-sent with its key.
         Finding::NotReceived
     } else {
         Finding::Final(ResponseOutcome::Refused(Box::new(dispute)))
+    }
+}
+
+/// The provider's view of `held`'s dispute, or what its absence or a failed read means.
+async fn provider_view(
+    provider: &dyn PaymentProvider,
+    held: &Held,
+    request_id: Option<&str>,
+) -> Result<ProviderDispute, Finding<ResponseOutcome>> {
+    let id = held.dispute.provider_dispute_id.as_str();
+    match provider.get_dispute(id, request_id).await {
+        Ok(Some(dispute)) => Ok(dispute),
+        Ok(None) => Err(Finding::Unknown { reason: format!("the provider does not know dispute {id}") }),
+        Err(error) => Err(Finding::of_error(&error)),
+    }
+}
+
+/// What the dispute is after the provider refused `held`'s response: as [`dispute_state`] says,
+/// except that an accept refused is refused, even where a lookup cannot say who closed the
+/// dispute (re-sending it would only be refused again).
+async fn after_a_refusal(
+    provider: &dyn PaymentProvider,
+    held: &Held,
+    request_id: Option<&str>,
+) -> Finding<ResponseOutcome> {
+    let dispute = match provider_view(provider, held, request_id).await {
+        Ok(dispute) => dispute,
+        Err(finding) => return finding,
+    };
+    match dispute_state(&held.response, dispute.clone()) {
+        Finding::NotReceived if held.response.kind == ResponseKind::Accept && dispute.status.is_final() => {
+            Finding::Final(ResponseOutcome::Refused(Box::new(dispute)))
+        }
+        found => found,
     }
 }
 
@@ -122,8 +163,9 @@ impl Kind for DisputeResponses {
                 }
                 found => found,
             },
-            // The dispute moved on without this response: what it is now is the answer.
-            Err(ProviderError::Refused { .. }) => Self::look_up(provider, held, request_id).await,
+            // The dispute moved on without this response: what it is now is the answer. (An
+            // accept refused is refused, whatever the dispute's close reads as.)
+            Err(ProviderError::Refused { .. }) => after_a_refusal(provider, held, request_id).await,
             Err(error) => Finding::of_error(&error),
         }
     }
@@ -133,11 +175,9 @@ impl Kind for DisputeResponses {
         held: &Held,
         request_id: Option<&str>,
     ) -> Finding<ResponseOutcome> {
-        let id = held.dispute.provider_dispute_id.as_str();
-        match provider.get_dispute(id, request_id).await {
-            Ok(Some(dispute)) => dispute_state(&held.response, dispute),
-            Ok(None) => Finding::Unknown { reason: format!("the provider does not know dispute {id}") },
-            Err(error) => Finding::of_error(&error),
+        match provider_view(provider, held, request_id).await {
+            Ok(dispute) => dispute_state(&held.response, dispute),
+            Err(finding) => finding,
         }
     }
 
@@ -273,6 +313,7 @@ mod tests {
             reason: "fraudulent".into(),
             status,
             closed_reason: closed,
+            closed_reason_inferred: false,
             evidence_due_by: None,
             evidence: evidence.map(str::to_owned),
             submission_count: u32::from(evidence.is_some()),
@@ -329,6 +370,16 @@ mod tests {
             (dispute(DisputeStatus::WarningClosed, Some(ClosedReason::Accepted), None), "taken"),
             (dispute(DisputeStatus::Lost, Some(ClosedReason::Decided), None), "refused"),
             (dispute(DisputeStatus::UnderReview, None, Some("x")), "refused"),
+            (dispute(DisputeStatus::Lost, Some(ClosedReason::EvidenceNotSubmitted), None), "refused"),
+            // Where the provider does not say why it closed (Stripe), lost without evidence may
+            // be our accept: the close is sent again with its key, whose answer tells.
+            (
+                ProviderDispute {
+                    closed_reason_inferred: true,
+                    ..dispute(DisputeStatus::Lost, Some(ClosedReason::EvidenceNotSubmitted), None)
+                },
+                "not received",
+            ),
         ];
         for (provider, expected) in cases {
             let status = provider.status;

@@ -316,6 +316,10 @@ pub struct Dispute {
     pub reason: String,
     pub status: DisputeStatus,
     pub closed_reason: Option<ClosedReason>,
+    /// Whether `closed_reason` is our inference rather than the provider's word. Stripe does not
+    /// say why a dispute closed: one lost without evidence may have been accepted by us or let
+    /// lapse, which only the answer to our own close (replayed for its key) tells.
+    pub closed_reason_inferred: bool,
     pub evidence_due_by: Option<DateTime<Utc>>,
     /// The evidence the merchant gave so far, and how often it was submitted: what tells a
     /// lookup whether our evidence reached the provider.

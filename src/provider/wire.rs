@@ -407,6 +407,7 @@ impl DisputeBody {
             reason: self.reason.clone(),
             status,
             closed_reason,
+            closed_reason_inferred: false,
             evidence_due_by: self.evidence_due_by,
             evidence: self.evidence.clone(),
             submission_count: self.submission_count,

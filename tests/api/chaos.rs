@@ -11,7 +11,9 @@ use serde_json::{Value, json};
 
 use orderpay::webhook_signature::Secret;
 
-use crate::helpers::{TestApp, http_client, json, new_key, order_body, spawn_app_with, use_servers};
+use crate::helpers::{
+    TestApp, TestWire, http_client, json, new_key, order_body, spawn_app_with, use_servers,
+};
 use crate::process::ServiceProcess;
 use crate::proxy::ChaosProxy;
 
@@ -21,6 +23,23 @@ mod failover;
 
 fn env_number(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
+}
+
+/// The wire of the crash chaos: the mock's own contract, or with `CHAOS_WIRE=stripe` the Stripe
+/// adapter against the mock's Stripe wire (the same faults, kills and webhooks).
+fn chaos_wire() -> TestWire {
+    match std::env::var("CHAOS_WIRE").as_deref() {
+        Ok("stripe") => TestWire::Stripe,
+        _ => TestWire::Mock,
+    }
+}
+
+/// `env` after the wire's own settings, so that the chaos's win (its webhook secret).
+fn on_the_wire(wire: TestWire, env: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+    let mut all: Vec<(&'static str, String)> =
+        wire.env().into_iter().map(|(name, value)| (name, value.to_owned())).collect();
+    all.extend(env.iter().cloned());
+    all
 }
 
 /// A number in `0..bound` from the OS's randomness (timing only).
@@ -133,7 +152,9 @@ async fn payments_stay_exactly_once_through_kills_and_provider_faults() {
     // The service's port is fixed across restarts, so the mock's webhooks can follow it.
     let port = free_port();
     let secret = Secret::generate().unwrap();
+    let wire = chaos_wire();
     let app = spawn_app_with(|settings, mock| {
+        wire.configure(settings, mock);
         mock.timeout_hold = Duration::from_millis(700);
         mock.webhook_url = Some(format!("http://127.0.0.1:{port}/provider/webhooks"));
         mock.webhook_secret = Some(secret.reveal());
@@ -166,6 +187,7 @@ async fn payments_stay_exactly_once_through_kills_and_provider_faults() {
         ("ORDERPAY_RECONCILE_BACKOFF_CAP_MS", "400".to_owned()),
         ("ORDERPAY_RECONCILE_MAX_ATTEMPTS", "1000".to_owned()),
     ];
+    let env = on_the_wire(wire, &env);
     let env_refs: Vec<(&str, &str)> = env.iter().map(|(name, value)| (*name, value.as_str())).collect();
     let start = || ServiceProcess::start(&app.database_url, &app.provider.address, &env_refs);
     let mut service = start().await;
@@ -298,7 +320,8 @@ async fn send_until_final(
 /// them (a reconciler pass lists them); our dispute ids, in the same order.
 async fn disputed(app: &TestApp, payment_ids: &[String]) -> Vec<String> {
     for payment_id in payment_ids {
-        let charge_id = app.get_payment(payment_id).await["provider_charge_id"].as_str().unwrap().to_owned();
+        // The mock's own id of the charge, whichever wire the app speaks.
+        let charge_id = app.provider.charges_for(payment_id).await[0]["id"].as_str().unwrap().to_owned();
         let url = format!("{}/_admin/disputes", app.provider.address);
         let body = json!({"charge": charge_id, "reason": "fraudulent", "amount": "10.00"});
         assert!(app.client.post(url).json(&body).send().await.unwrap().status().is_success());
@@ -317,7 +340,9 @@ async fn disputed(app: &TestApp, payment_ids: &[String]) -> Vec<String> {
 async fn refunds_stay_within_what_was_captured_through_kills_and_provider_faults() {
     let orders = env_number("CHAOS_ORDERS", 40) / 2;
     let kills = env_number("CHAOS_KILLS", 3);
+    let wire = chaos_wire();
     let app = spawn_app_with(|settings, mock| {
+        wire.configure(settings, mock);
         mock.timeout_hold = Duration::from_millis(700);
         settings.reconciler.max_attempts = 1000;
     })
@@ -343,6 +368,7 @@ async fn refunds_stay_within_what_was_captured_through_kills_and_provider_faults
         ("ORDERPAY_RECONCILE_BACKOFF_CAP_MS", "400".to_owned()),
         ("ORDERPAY_RECONCILE_MAX_ATTEMPTS", "1000".to_owned()),
     ];
+    let env = on_the_wire(wire, &env);
     let env_refs: Vec<(&str, &str)> = env.iter().map(|(name, value)| (*name, value.as_str())).collect();
     let start = || ServiceProcess::start(&app.database_url, &app.provider.address, &env_refs);
     let mut service = start().await;
@@ -431,7 +457,8 @@ async fn refunds_stay_within_what_was_captured_through_kills_and_provider_faults
         let charge_id = payment["provider_charge_id"].as_str().unwrap();
         let at_provider: rust_decimal::Decimal = provider_refunds
             .iter()
-            .filter(|refund| refund["charge"] == charge_id && refund["status"] == "succeeded")
+            .filter(|refund| app.wire().charge_id(refund["charge"].as_str().unwrap()) == charge_id)
+            .filter(|refund| refund["status"] == "succeeded")
             .map(|refund| refund["amount"].as_str().unwrap().parse::<rust_decimal::Decimal>().unwrap())
             .sum();
         let ours: rust_decimal::Decimal = payment["amount_refunded"].as_str().unwrap().parse().unwrap();
@@ -446,7 +473,7 @@ async fn refunds_stay_within_what_was_captured_through_kills_and_provider_faults
     for (index, (status, body)) in dispute_answers.iter().enumerate() {
         assert_eq!(*status, 200, "every answer to a dispute ends taken: {body}");
         let provider_id = body["provider_dispute_id"].as_str().unwrap();
-        let url = format!("{}/v1/disputes/{provider_id}", app.provider.address);
+        let url = format!("{}/_admin/disputes/{provider_id}", app.provider.address);
         let at_provider: Value = app.client.get(url).send().await.unwrap().json().await.unwrap();
         if index % 2 == 0 {
             assert_eq!(at_provider["submission_count"], 1, "evidence submitted once: {at_provider}");

@@ -811,6 +811,31 @@ async fn evidence_whose_answer_is_lost_is_found_taken_by_the_reconciler_and_not_
 }
 
 over_both_wires! {
+/// An accept whose answer is lost: the mock's contract says the dispute closed as accepted, so
+/// the lookup finds it taken; Stripe says only that it is lost, with no evidence (our accept, or
+/// a lapse), so the close is sent again with its key and the provider's replay of the close it
+/// took says it. Either way the response is taken once and the dispute closed once.
+async fn an_accept_whose_answer_is_lost_is_found_taken(wire: TestWire) {
+    let app = app_on(wire).await;
+    let (provider_id, dispute_id) = disputed(&app).await;
+    app.provider.set_faults(json!({"timeout_rate": 1.0})).await;
+    let key = new_key();
+    assert_eq!(accept(&app, &dispute_id, &key).await.status(), 202);
+    app.provider.set_faults(json!({})).await;
+    assert_eq!(provider_dispute(&app, &provider_id).await["closed_reason"], "accepted", "it acted");
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let pass = app.reconcile_once().await;
+    let resent = usize::from(wire == TestWire::Stripe);
+    assert_eq!((pass.settled, pass.redriven), (1, resent), "{pass:?}");
+    let replay = accept(&app, &dispute_id, &key).await;
+    assert_eq!(replay.status(), 200);
+    assert_eq!(json(replay).await["status"], "lost");
+    let taken = "SELECT count(*) FROM dispute_responses WHERE status = 'succeeded'";
+    assert_eq!(app.count(taken).await, 1);
+}
+}
+
+over_both_wires! {
 async fn an_accept_the_provider_never_received_is_sent_again_by_the_reconciler_with_its_key(wire: TestWire) {
     let app = app_on(wire).await;
     let (provider_id, dispute_id) = disputed(&app).await;

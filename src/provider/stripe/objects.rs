@@ -342,6 +342,7 @@ impl DisputeObject {
             reason: self.reason.clone(),
             status,
             closed_reason,
+            closed_reason_inferred: status.is_final(),
             evidence_due_by: self.evidence_details.due_by.map(time).transpose()?,
             evidence: self.evidence.uncategorized_text.clone(),
             submission_count: self.evidence_details.submission_count,
@@ -355,7 +356,7 @@ impl DisputeObject {
     pub fn accepted(&self) -> Result<Dispute, ProviderError> {
         let dispute = self.to_dispute()?;
         let closed_reason = dispute.status.is_final().then_some(ClosedReason::Accepted);
-        Ok(Dispute { closed_reason, ..dispute })
+        Ok(Dispute { closed_reason, closed_reason_inferred: false, ..dispute })
     }
 }
 
