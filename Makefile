@@ -256,11 +256,14 @@ demo: node clients-build ## the checkout example (http://127.0.0.1:3000) beside 
 	ORDERPAY_URL="http://$(ORDERPAY_LISTEN)" ORDERPAY_KEY="$$key" node examples/checkout/server.mjs
 
 .PHONY: chaos
-chaos: db ## crash, fault, outage and database failover tests (CHAOS_ORDERS, CHAOS_KILLS make them bigger)
+chaos: db ## crash, fault, outage and database failover tests (CHAOS_ORDERS, CHAOS_KILLS make them bigger), the crash chaos again over the Stripe wire
 	if cargo nextest --version >/dev/null 2>&1; then
 	  cargo nextest run --test api --no-fail-fast --no-capture -E 'test(/^chaos::/)'
+	  CHAOS_WIRE=stripe cargo nextest run --test api --no-fail-fast --no-capture \
+	    -E 'test(/^chaos::(payments_stay_exactly_once|refunds_stay_within)/)'
 	else
 	  cargo test --test api --no-fail-fast -- chaos:: --nocapture
+	  CHAOS_WIRE=stripe cargo test --test api --no-fail-fast -- chaos::payments_stay_exactly_once chaos::refunds_stay_within --nocapture
 	fi
 
 .PHONY: test-stripe
