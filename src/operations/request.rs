@@ -354,12 +354,7 @@ async fn record<K: Kind>(
         Finding::KeyConflict { reason } => {
             tracing::error!(%reason, kind = K::TABLE.label(),
                 "the provider holds the operation's key with other parameters; held for a person");
-            let held = async {
-                let mut conn = engine.pool.get().await?;
-                leases::hold(&mut conn, K::TABLE, K::id(op), lease, &reason, Utc::now()).await?;
-                answer_after_release::<K>(&mut conn, op).await
-            };
-            return Ok(held.await.unwrap_or_else(|error: super::EngineError| {
+            return Ok(hold_for_person::<K>(engine, op, lease, &reason).await.unwrap_or_else(|error| {
                 tracing::error!(error = %error, "could not hold an operation for a person");
                 Answer::Pending(K::pending_answer(op))
             }));
@@ -409,6 +404,19 @@ async fn leave_processing<K: Kind>(
     let mut conn = engine.pool.get().await?;
     let next_check = after(Utc::now(), engine.timing.recheck_after);
     leases::release(&mut conn, K::TABLE, K::id(op), lease, next_check, reason, Utc::now()).await?;
+    answer_after_release::<K>(&mut conn, op).await
+}
+
+/// As [`leave_processing`], but with no check scheduled: held for a person
+/// ([`super::Finding::KeyConflict`]).
+async fn hold_for_person<K: Kind>(
+    engine: &Engine,
+    op: &K::Op,
+    lease: LeaseId,
+    reason: &str,
+) -> Result<Answer, super::EngineError> {
+    let mut conn = engine.pool.get().await?;
+    leases::hold(&mut conn, K::TABLE, K::id(op), lease, reason, Utc::now()).await?;
     answer_after_release::<K>(&mut conn, op).await
 }
 

@@ -201,7 +201,7 @@ pub enum TestWire {
 }
 
 /// The test-mode key the app sends on the Stripe wire, and the mock requires.
-const STRIPE_TEST_KEY: &str = "sk_test_orderpay_mock_stripe_wire";
+pub const STRIPE_TEST_KEY: &str = "sk_test_orderpay_mock_stripe_wire";
 /// The endpoint secret of a service subprocess on the Stripe wire (which refuses to start
 /// without one); tests that deliver webhooks to an in-process app use their own.
 const STRIPE_WEBHOOK_SECRET: &str = "whsec_orderpay_mock_stripe_wire";

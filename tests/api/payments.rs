@@ -734,7 +734,7 @@ async fn the_provider_charge_is_the_wire_s_own_object(wire: TestWire) {
         TestWire::Stripe => ("pi_", "/v1/payment_intents/"),
     };
     assert!(charge_id.starts_with(prefix), "{charge_id}");
-    let key = "sk_test_orderpay_mock_stripe_wire";
+    let key = crate::helpers::STRIPE_TEST_KEY;
     let other_route = if wire == TestWire::Mock { "/v1/payment_intents/" } else { "/v1/charges/" };
     let read = |route: &str| {
         app.provider.client.get(format!("{}{route}{charge_id}", app.provider.address)).bearer_auth(key).send()
@@ -751,7 +751,7 @@ async fn take_the_key_of(app: &crate::helpers::TestApp, payment_id: &str) -> req
     app.provider
         .client
         .post(format!("{}/v1/payment_intents", app.provider.address))
-        .bearer_auth("sk_test_orderpay_mock_stripe_wire")
+        .bearer_auth(crate::helpers::STRIPE_TEST_KEY)
         .header("Idempotency-Key", format!("orderpay_pay_{payment_id}"))
         .header("Content-Type", "application/x-www-form-urlencoded")
         .body(form)

@@ -1079,7 +1079,7 @@ async fn stripe_s_search_lags_where_the_adapter_s_listing_does_not() {
         )
         .unwrap();
         let response =
-            http_client().get(url).bearer_auth("sk_test_orderpay_mock_stripe_wire").send().await.unwrap();
+            http_client().get(url).bearer_auth(crate::helpers::STRIPE_TEST_KEY).send().await.unwrap();
         assert_eq!(response.status(), 200);
         let found: Value = response.json().await.unwrap();
         found["data"].as_array().unwrap().iter().map(|intent| intent["id"].clone()).collect::<Vec<_>>()

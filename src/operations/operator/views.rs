@@ -78,8 +78,8 @@ impl PaymentView {
             operating.lease_until = held(action.lease_until);
         }
         // Out of checks, or held for a person with none scheduled (a key the provider holds
-        // with other parameters).
-        let held_for_person = operating.next_check_at.is_none() && operating.lease_until.is_none();
+        // with other parameters; a lease always schedules the next check, so none means none).
+        let held_for_person = operating.next_check_at.is_none();
         operating.stuck = (operating.in_flight.is_some()
             && (operating.attempts >= max_attempts || held_for_person))
             || late_charge.is_some_and(|late| late.needs_person);

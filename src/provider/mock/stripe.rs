@@ -74,7 +74,7 @@ impl Fields {
     /// Refuses any field not in `known`, as Stripe does (`parameter_unknown`).
     fn only(&self, known: &[&str]) -> Result<(), Reply> {
         match self.0.iter().find(|(field, _)| !known.contains(&field.as_str())) {
-            Some((field, _)) => Err(stripe_error(
+            Some((field, _)) => Err(Reply::error(
                 StatusCode::BAD_REQUEST,
                 "invalid_request_error",
                 Some("parameter_unknown"),
@@ -86,7 +86,7 @@ impl Fields {
 
     fn required(&self, name: &str) -> Result<&str, Reply> {
         self.get(name).ok_or_else(|| {
-            stripe_error(
+            Reply::error(
                 StatusCode::BAD_REQUEST,
                 "invalid_request_error",
                 Some("parameter_missing"),
@@ -96,21 +96,13 @@ impl Fields {
     }
 }
 
-fn stripe_error(status: StatusCode, kind: &str, code: Option<&str>, message: &str) -> Reply {
-    Reply {
-        status,
-        body: json!({ "error": { "type": kind, "code": code, "message": message } }),
-        hold: false,
-    }
-}
-
 fn invalid(message: &str) -> Reply {
-    stripe_error(StatusCode::BAD_REQUEST, "invalid_request_error", None, message)
+    Reply::error(StatusCode::BAD_REQUEST, "invalid_request_error", None, message)
 }
 
 fn missing(what: &str) -> Reply {
     let message = format!("No such {what}");
-    stripe_error(StatusCode::NOT_FOUND, "invalid_request_error", Some("resource_missing"), &message)
+    Reply::error(StatusCode::NOT_FOUND, "invalid_request_error", Some("resource_missing"), &message)
 }
 
 /// The idempotency key of a write, as the mock's wire requires it (Stripe makes it optional;
@@ -395,7 +387,7 @@ fn render_error(status: StatusCode, error: &Value) -> Reply {
     let code = error["code"].as_str();
     let message = error["message"].as_str().unwrap_or("");
     match (kind, code) {
-        ("card_error", Some("authorization_expired")) => stripe_error(
+        ("card_error", Some("authorization_expired")) => Reply::error(
             StatusCode::BAD_REQUEST,
             "invalid_request_error",
             Some("charge_expired_for_capture"),
@@ -408,9 +400,9 @@ fn render_error(status: StatusCode, error: &Value) -> Reply {
             }}),
             hold: false,
         },
-        ("idempotency_error", _) => stripe_error(StatusCode::BAD_REQUEST, "idempotency_error", None, message),
+        ("idempotency_error", _) => Reply::error(StatusCode::BAD_REQUEST, "idempotency_error", None, message),
         ("invalid_request", Some("charge_canceled" | "charge_not_capturable" | "charge_not_cancelable")) => {
-            stripe_error(
+            Reply::error(
                 StatusCode::BAD_REQUEST,
                 "invalid_request_error",
                 Some("payment_intent_unexpected_state"),
@@ -420,9 +412,9 @@ fn render_error(status: StatusCode, error: &Value) -> Reply {
         ("invalid_request", code) => {
             // 404 stays; every other refusal is Stripe's 400 (its 409 means "still running").
             let status = if status == StatusCode::NOT_FOUND { status } else { StatusCode::BAD_REQUEST };
-            stripe_error(status, "invalid_request_error", code, message)
+            Reply::error(status, "invalid_request_error", code, message)
         }
-        (kind, code) => stripe_error(status, kind, code, message),
+        (kind, code) => Reply::error(status, kind, code, message),
     }
 }
 

@@ -287,13 +287,9 @@ impl StripeProvider {
         let Some(refund) = refunds::refund_of_downstream_key(downstream_key) else { return Ok(None) };
         let reference = refund.to_string();
         let ours = |refund: &RefundObject| refund.refund_reference() == Some(reference.as_str());
-        let found = match charge_id {
-            Some(payment_intent) => {
-                let of_intent = [("payment_intent", payment_intent)];
-                self.scan("refunds", refund.as_uuid(), &of_intent, request_id, ours).await?
-            }
-            None => self.scan("refunds", refund.as_uuid(), &[], request_id, ours).await?,
-        };
+        let of_intent: Vec<_> =
+            charge_id.map(|payment_intent| ("payment_intent", payment_intent)).into_iter().collect();
+        let found = self.scan("refunds", refund.as_uuid(), &of_intent, request_id, ours).await?;
         found.map(|refund| refund.to_refund()).transpose()
     }
 
