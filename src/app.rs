@@ -44,8 +44,11 @@ pub fn provider(settings: &crate::config::ProviderConfig) -> anyhow::Result<Arc<
             let client = HttpProvider::new(&settings.url, settings.timeout, api_key)?;
             Ok(Arc::new(Coalescing::new(client)))
         }
-        Wire::Stripe { api_key } => {
-            let client = StripeProvider::new(&settings.url, settings.timeout, api_key)?;
+        Wire::Stripe { api_key, created_filter } => {
+            let mut client = StripeProvider::new(&settings.url, settings.timeout, api_key)?;
+            if !created_filter {
+                client = client.without_created_filter();
+            }
             Ok(Arc::new(Coalescing::new(client)))
         }
     }

@@ -62,9 +62,10 @@ pub enum Mutation {
     ReversalLeavesTheColumn,
     /// The charge's lookup by our key can miss a charge the provider made, read as "never
     /// received": an eventually consistent search (Stripe's Search API) still indexing it, or a
-    /// listing whose window starts after the charge (a clock ahead by more than the slack). The
-    /// service's lookup is exact (Stripe's List is strongly consistent, its window five minutes
-    /// wide); this mutant is what either would cost.
+    /// listing whose window misses the charge (clocks apart by more than the slack). The
+    /// service's lookup is exact (Stripe's List is strongly consistent, its window from five
+    /// minutes before our id to five minutes after our last send); this mutant is what either
+    /// would cost.
     LookupMissesACharge,
 }
 

@@ -9,9 +9,9 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 
 use orderpay::config::{ProviderArgs, ProviderKind, StripeSettings, WebhookArgs};
-use orderpay::provider::ProviderError;
 use orderpay::provider::client::install_crypto_provider;
 use orderpay::provider::stripe::{Mode, StripeProvider};
+use orderpay::provider::{ChargeLookup, ProviderError};
 
 #[derive(Subcommand)]
 pub enum ProviderCommand {
@@ -80,7 +80,9 @@ async fn check_health(provider: &ProviderArgs) -> anyhow::Result<()> {
     println!("url       {}", config.url);
     println!("health    ok (GET {url}: HTTP {})", status.as_u16());
     // A lookup moves nothing: a key no payment has is answered "none" once the key is accepted.
-    let lookup = orderpay::app::provider(&config)?.find_charge("orderpay_provider_check", None).await;
+    let lookup = orderpay::app::provider(&config)?
+        .find_charge(&ChargeLookup::by_key("orderpay_provider_check"), None)
+        .await;
     match lookup {
         Ok(_) => println!("api key   ok (a lookup was answered)"),
         Err(error @ ProviderError::Unauthorized { .. }) => {

@@ -45,6 +45,12 @@ pub struct ProviderArgs {
     /// required with ORDERPAY_PROVIDER=stripe: a secret key `sk_...` or a restricted key `rk_...`).
     #[arg(long, env = "ORDERPAY_PROVIDER_API_KEY", hide_env_values = true)]
     pub provider_api_key: Option<SecretString>,
+
+    /// With ORDERPAY_PROVIDER=stripe: send a lookup's window as `created[gte]`/`created[lte]`
+    /// on its listing. Off only for a stand-in that refuses the filter (localstripe); the
+    /// window is then applied to what comes back, over more pages.
+    #[arg(long, env = "ORDERPAY_STRIPE_CREATED_FILTER", default_value_t = true, action = clap::ArgAction::Set)]
+    pub stripe_created_filter: bool,
 }
 
 impl ProviderArgs {
@@ -64,7 +70,9 @@ impl ProviderArgs {
     pub fn config(&self) -> anyhow::Result<ProviderConfig> {
         let wire = match self.kind {
             ProviderKind::Mock => Wire::Mock { api_key: super::non_empty(&self.provider_api_key) },
-            ProviderKind::Stripe => Wire::Stripe { api_key: self.stripe_api_key()? },
+            ProviderKind::Stripe => {
+                Wire::Stripe { api_key: self.stripe_api_key()?, created_filter: self.stripe_created_filter }
+            }
         };
         Ok(ProviderConfig { url: self.url(), timeout: Duration::from_millis(self.provider_timeout_ms), wire })
     }
@@ -150,8 +158,9 @@ pub struct ProviderConfig {
 pub enum Wire {
     /// The mock's contract; `api_key` is sent as `Authorization: Bearer` when set.
     Mock { api_key: Option<SecretString> },
-    /// Stripe's API, with its key (required).
-    Stripe { api_key: ApiKey },
+    /// Stripe's API, with its key (required), and whether lookups send their window on
+    /// `created`.
+    Stripe { api_key: ApiKey, created_filter: bool },
 }
 
 #[derive(Debug, Clone, Args)]
@@ -337,7 +346,7 @@ mod tests {
         let Check { provider, .. } = check(&["--provider", "stripe", "--provider-api-key", KEY]);
         let config = provider.config().unwrap();
         assert!(
-            matches!(&config.wire, Wire::Stripe { api_key } if api_key.mode() == stripe::Mode::Test),
+            matches!(&config.wire, Wire::Stripe { api_key, .. } if api_key.mode() == stripe::Mode::Test),
             "{config:?}"
         );
         assert!(!format!("{config:?}").contains(KEY), "no key in debug output");

@@ -377,7 +377,7 @@ pub async fn watch(
     // downstream key; one the provider does not know is not looked at again: a person decides.
     let found = match payment.provider_charge_id.as_deref() {
         Some(charge_id) => engine.provider.get_charge(charge_id, None).await,
-        None => engine.provider.find_charge(&payment.downstream_key(), None).await,
+        None => engine.provider.find_charge(&payment.charge_lookup(), None).await,
     };
     let mut conn = engine.pool.get().await?;
     if let Ok(None) = found {

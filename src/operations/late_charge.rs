@@ -83,7 +83,7 @@ async fn look(
     payment: &Payment,
     watch_until: chrono::DateTime<Utc>,
 ) -> Result<bool, EngineError> {
-    let found = engine.provider.find_charge(&payment.downstream_key(), None).await;
+    let found = engine.provider.find_charge(&payment.charge_lookup(), None).await;
     let taken = match found {
         Ok(Some(charge)) => take_back(engine, config, payment, &charge, LANDED_LATE).await?,
         // Nothing (yet): keep looking until the watch ends.

@@ -53,7 +53,7 @@ use crate::payments::watches;
 use crate::payments::{CaptureMethod, Payment, PaymentStatus};
 pub use crate::provider::event::{Event, Object};
 use crate::provider::{
-    Charge, ChargeStatus, Dispute as ProviderDispute, Refund as ProviderRefund,
+    Charge, ChargeLookup, ChargeStatus, Dispute as ProviderDispute, Refund as ProviderRefund,
     RefundStatus as ProviderRefundStatus,
 };
 use crate::refunds::RefundStatus;
@@ -108,7 +108,7 @@ enum Verify {
     /// The charge made for a payment's downstream key: read by the provider's id once the payment
     /// holds it (one read; on Stripe, a lookup by key lists a window of PaymentIntents), else
     /// found by the key.
-    Charge { key: String, id: Option<String> },
+    Charge { lookup: ChargeLookup, id: Option<String> },
     /// The refund made for a refund's downstream key, among its charge's refunds when we hold
     /// the charge's id.
     Refund { key: String, charge_id: Option<String> },
@@ -240,10 +240,10 @@ async fn verify(engine: &Engine, what: &Verify) -> Result<Verified, EngineError>
     let provider = engine.provider.as_ref();
     let unverified = |error: crate::provider::ProviderError| EngineError::Unverified(error.to_string());
     Ok(match what {
-        Verify::Charge { key, id } => {
+        Verify::Charge { lookup, id } => {
             let found = match id {
                 Some(id) => provider.get_charge(id, None).await,
-                None => provider.find_charge(key, None).await,
+                None => provider.find_charge(lookup, None).await,
             };
             match found.map_err(unverified)? {
                 Some(charge) => Verified::Charge(charge),
@@ -382,7 +382,7 @@ async fn apply_charge(
     };
     let subject =
         Subject { account_id, table: Some(Table::Payments), kind: "payment", id: payment_id.as_uuid() };
-    let verify = Verify::Charge { key: payment.downstream_key(), id: payment.provider_charge_id.clone() };
+    let verify = Verify::Charge { lookup: payment.charge_lookup(), id: payment.provider_charge_id.clone() };
     let charge = match verified {
         Some(Verified::Charge(charge)) => charge,
         Some(Verified::Refund(_) | Verified::Dispute(_) | Verified::Absent) => {

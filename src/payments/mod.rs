@@ -24,6 +24,7 @@ use chrono::{DateTime, Utc};
 use crate::ids::{AccountId, OrderId, PaymentId};
 use crate::money::{Amount, Currency};
 use crate::operations::leases::Lease;
+use crate::provider::ChargeLookup;
 
 crate::text_enum! {
     /// Payment lifecycle (see the module doc). Spelled as Stripe spells them.
@@ -96,6 +97,8 @@ pub struct Payment {
     /// Who drives the payment now, and until when (`None`: nobody; a retry or the reconciler
     /// may take it over).
     pub lease: Option<Lease>,
+    /// When its charge was last sent, noted under the lease before it left.
+    pub last_send_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -104,6 +107,11 @@ impl Payment {
     /// The idempotency key of every provider call for this payment.
     pub fn downstream_key(&self) -> String {
         downstream_key(self.id)
+    }
+
+    /// A lookup of its charge: by its downstream key, made no later than its last send.
+    pub fn charge_lookup(&self) -> ChargeLookup {
+        ChargeLookup { downstream_key: self.downstream_key(), last_send_at: self.last_send_at }
     }
 
     pub fn currency(&self) -> Currency {
@@ -164,6 +172,7 @@ pub(crate) fn in_flight_for_tests(capture_method: CaptureMethod) -> Payment {
         next_check_at: None,
         last_error: None,
         lease: None,
+        last_send_at: None,
         created_at: Utc::now(),
         updated_at: Utc::now(),
     }

@@ -51,6 +51,7 @@ pub(crate) struct PaymentRow {
     last_error: Option<String>,
     lease_until: Option<DateTime<Utc>>,
     lease_id: Option<LeaseId>,
+    last_send_at: Option<DateTime<Utc>>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -93,6 +94,7 @@ impl PaymentRow {
             next_check_at: self.next_check_at,
             last_error: self.last_error,
             lease,
+            last_send_at: self.last_send_at,
             created_at: self.created_at,
             updated_at: self.updated_at,
         })

@@ -169,6 +169,8 @@ fn new_payment(
         next_check_at: Some(lease.until),
         last_error: None,
         lease: Some(lease),
+        // The statement noted the send at the database's clock, a moment after `now`.
+        last_send_at: Some(now),
         created_at: now,
         updated_at: now,
     }

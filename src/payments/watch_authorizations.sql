@@ -8,5 +8,5 @@ WHERE (account_id, id) IN (
     ORDER BY next_check_at LIMIT $2 FOR UPDATE SKIP LOCKED)
 RETURNING account_id, id, order_id, status, amount, currency, capture_method, amount_captured,
     amount_refunded, amount_disputed, authorization_expires_at, payment_method, provider_charge_id, failure_code,
-    failure_message, idempotency_key, attempts, next_check_at, last_error, lease_until, lease_id,
+    failure_message, idempotency_key, attempts, next_check_at, last_error, lease_until, lease_id, last_send_at,
     created_at, updated_at

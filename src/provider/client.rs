@@ -19,8 +19,8 @@ use super::wire::{
     UpdateDisputeBody,
 };
 use super::{
-    BalancePage, BalanceQuery, CancelRequest, CaptureRequest, Charge, ChargeRequest, Dispute, DisputeAnswer,
-    DisputePage, DisputeResponseRequest, ProviderError, Refund, RefundRequest,
+    BalancePage, BalanceQuery, CancelRequest, CaptureRequest, Charge, ChargeLookup, ChargeRequest, Dispute,
+    DisputeAnswer, DisputePage, DisputeResponseRequest, ProviderError, Refund, RefundRequest,
 };
 
 #[derive(Debug, Clone)]
@@ -67,10 +67,11 @@ impl HttpProvider {
 
     async fn find(
         &self,
-        downstream_key: &str,
+        charge: &ChargeLookup,
         request_id: Option<&str>,
     ) -> Result<Option<Charge>, ProviderError> {
-        let get = traced(self.http.get(self.lookup_url("charges", downstream_key)?), request_id);
+        // The mock looks up by key: the send time bounds nothing.
+        let get = traced(self.http.get(self.lookup_url("charges", &charge.downstream_key)?), request_id);
         let charge: Option<ChargeBody> = lookup(get).await?;
         charge.map(|charge| charge.to_charge()).transpose()
     }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::OnceCell;
 
 use super::delegate::Delegating;
-use super::{BoxFuture, Charge, Dispute, PaymentProvider, ProviderError, Refund};
+use super::{BoxFuture, Charge, ChargeLookup, Dispute, PaymentProvider, ProviderError, Refund};
 
 type Lookup<T> = Result<Option<T>, ProviderError>;
 
@@ -70,12 +70,19 @@ impl<P: PaymentProvider> Delegating for Coalescing<P> {
         &self.inner
     }
 
+    /// Shared only by lookups that bound their search alike: one that knows of a later send
+    /// never takes the answer of a narrower one.
     fn find_charge<'a>(
         &'a self,
-        downstream_key: &'a str,
+        lookup: &'a ChargeLookup,
         request_id: Option<&'a str>,
     ) -> BoxFuture<'a, Lookup<Charge>> {
-        Box::pin(self.charges_by_key.run(downstream_key, self.inner.find_charge(downstream_key, request_id)))
+        let flight = match lookup.last_send_at {
+            Some(sent) => format!("{} sent {}", lookup.downstream_key, sent.timestamp_micros()),
+            None => lookup.downstream_key.clone(),
+        };
+        let fetch = self.inner.find_charge(lookup, request_id);
+        Box::pin(async move { self.charges_by_key.run(&flight, fetch).await })
     }
 
     fn get_charge<'a>(

@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 use crate::money::Amount;
 
 use super::{
-    BalancePage, BalanceQuery, BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeRequest, Dispute,
-    DisputePage, DisputeResponseRequest, PaymentProvider, ProviderError, Refund, RefundRequest,
+    BalancePage, BalanceQuery, BoxFuture, CancelRequest, CaptureRequest, Charge, ChargeLookup, ChargeRequest,
+    Dispute, DisputePage, DisputeResponseRequest, PaymentProvider, ProviderError, Refund, RefundRequest,
 };
 
 /// Declares [`Delegating`] with a default for each of [`PaymentProvider`]'s calls (the inner
@@ -49,7 +49,7 @@ macro_rules! delegating {
 
 delegating! {
     fn create_charge<'a>(request: &'a ChargeRequest) -> Result<Charge, ProviderError>;
-    fn find_charge<'a>(downstream_key: &'a str, request_id: Option<&'a str>) -> Result<Option<Charge>, ProviderError>;
+    fn find_charge<'a>(lookup: &'a ChargeLookup, request_id: Option<&'a str>) -> Result<Option<Charge>, ProviderError>;
     fn get_charge<'a>(charge_id: &'a str, request_id: Option<&'a str>) -> Result<Option<Charge>, ProviderError>;
     fn capture_charge<'a>(request: &'a CaptureRequest) -> Result<Charge, ProviderError>;
     fn cancel_charge<'a>(request: &'a CancelRequest) -> Result<Charge, ProviderError>;

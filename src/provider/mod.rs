@@ -28,13 +28,13 @@ macro_rules! payment_provider_by_methods {
 
             fn find_charge<'a>(
                 &'a self,
-                downstream_key: &'a str,
+                lookup: &'a $crate::provider::ChargeLookup,
                 request_id: Option<&'a str>,
             ) -> $crate::provider::BoxFuture<
                 'a,
                 Result<Option<$crate::provider::Charge>, $crate::provider::ProviderError>,
             > {
-                Box::pin(self.find(downstream_key, request_id))
+                Box::pin(self.find(lookup, request_id))
             }
 
             fn get_charge<'a>(
@@ -159,6 +159,23 @@ use crate::disputes::{ClosedReason, DisputeStatus};
 use crate::money::Amount;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What a lookup of a charge by our key knows: the key, and when we last sent it (noted under
+/// the lease before every send, so no charge for the key can have been made later than that,
+/// give or take the clocks). A provider without a lookup by key (Stripe) bounds its listing by
+/// it; `last_send_at` is `None` when unknown (nothing sent yet, or a key from elsewhere).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChargeLookup {
+    pub downstream_key: String,
+    pub last_send_at: Option<DateTime<Utc>>,
+}
+
+impl ChargeLookup {
+    /// A lookup by `downstream_key` alone, with no send time to bound it.
+    pub fn by_key(downstream_key: impl Into<String>) -> Self {
+        ChargeLookup { downstream_key: downstream_key.into(), last_send_at: None }
+    }
+}
 
 /// A charge to create. `downstream_key` is derived from our payment id, so every call for one
 /// payment, however often re-driven, names the same charge at the provider.
@@ -415,10 +432,11 @@ pub trait PaymentProvider: Send + Sync + 'static {
         request: &'a ChargeRequest,
     ) -> BoxFuture<'a, Result<Charge, ProviderError>>;
 
-    /// Finds the charge made for `downstream_key`; `None` when the provider never received it.
+    /// Finds the charge made for the lookup's downstream key; `None` when the provider never
+    /// received it.
     fn find_charge<'a>(
         &'a self,
-        downstream_key: &'a str,
+        lookup: &'a ChargeLookup,
         request_id: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Option<Charge>, ProviderError>>;
 

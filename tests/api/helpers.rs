@@ -227,6 +227,7 @@ impl TestWire {
             TestWire::Mock => orderpay::config::Wire::Mock { api_key: None },
             TestWire::Stripe => orderpay::config::Wire::Stripe {
                 api_key: ApiKey::parse(STRIPE_TEST_KEY).expect("a Stripe test key"),
+                created_filter: true,
             },
         }
     }

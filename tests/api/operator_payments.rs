@@ -11,7 +11,7 @@ use diesel::sql_types::Text;
 use orderpay::ids::PaymentId;
 use orderpay::operations::operator::{self, Refusal, Resolve, Resolved, Target};
 use orderpay::provider::delegate::Delegating;
-use orderpay::provider::{BoxFuture, Charge, PaymentProvider, ProviderError};
+use orderpay::provider::{BoxFuture, Charge, ChargeLookup, PaymentProvider, ProviderError};
 use reqwest::Method;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -536,7 +536,7 @@ impl Delegating for Paused {
 
     fn find_charge<'a>(
         &'a self,
-        key: &'a str,
+        lookup: &'a ChargeLookup,
         request_id: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Option<Charge>, ProviderError>> {
         Box::pin(async move {
@@ -544,7 +544,7 @@ impl Delegating for Paused {
                 self.reached.notify_one();
                 self.resume.notified().await;
             }
-            self.inner.find_charge(key, request_id).await
+            self.inner.find_charge(lookup, request_id).await
         })
     }
 }

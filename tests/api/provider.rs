@@ -14,8 +14,8 @@ use orderpay::money::{Amount, Currency};
 use orderpay::provider::client::HttpProvider;
 use orderpay::provider::mock::MockSettings;
 use orderpay::provider::{
-    CancelRequest, CaptureRequest, Charge, ChargeRequest, ChargeStatus, PaymentProvider, ProviderError,
-    RefundRequest, RefundStatus,
+    CancelRequest, CaptureRequest, Charge, ChargeLookup, ChargeRequest, ChargeStatus, PaymentProvider,
+    ProviderError, RefundRequest, RefundStatus,
 };
 use orderpay::webhook_signature::{self, Secret};
 use rust_decimal::Decimal;
@@ -536,7 +536,7 @@ async fn calls_without_the_right_credential_get_401_and_admin_stays_open() {
         let error = refused_client.create_charge(&request).await.unwrap_err();
         assert!(matches!(error, ProviderError::Unauthorized { status: 401, .. }), "{error:?}");
         // A lookup refused is not "never received".
-        let lookup = refused_client.find_charge(&request.downstream_key, None).await;
+        let lookup = refused_client.find_charge(&ChargeLookup::by_key(&request.downstream_key), None).await;
         assert!(matches!(lookup, Err(ProviderError::Unauthorized { status: 401, .. })), "{lookup:?}");
     }
     let raw = http_client().get(format!("{}/v1/charges/ch_1", mock.address)).send().await.unwrap();
@@ -546,7 +546,10 @@ async fn calls_without_the_right_credential_get_401_and_admin_stays_open() {
 
     let charged = right.create_charge(&request).await.unwrap();
     assert_eq!(charged.status, ChargeStatus::Succeeded);
-    assert_eq!(right.find_charge(&request.downstream_key, None).await, Ok(Some(charged)));
+    assert_eq!(
+        right.find_charge(&ChargeLookup::by_key(&request.downstream_key), None).await,
+        Ok(Some(charged))
+    );
     assert_eq!(mock.charges().await.len(), 1, "/_admin needs no credential");
 }
 
@@ -609,7 +612,7 @@ async fn a_script_says_what_each_next_write_does_in_order_then_the_faults_apply_
     let found = |request: &ChargeRequest| {
         let key = request.downstream_key.clone();
         let provider = &provider;
-        async move { provider.find_charge(&key, None).await.unwrap().map(|charge| charge.status) }
+        async move { provider.find_charge(&ChargeLookup::by_key(&key), None).await.unwrap().map(|charge| charge.status) }
     };
 
     let down = charge_request("pm_card_ok", true);
@@ -641,7 +644,7 @@ async fn a_script_says_what_each_next_write_does_in_order_then_the_faults_apply_
     // The script is spent: the faults apply again (none here), to captures and refunds alike.
     mock.script(json!([{"act": "unavailable"}])).await;
     let authorized =
-        get(&provider, &provider.find_charge(&now.downstream_key, None).await.unwrap().unwrap()).await;
+        get(&provider, &provider.find_charge(&ChargeLookup::by_key(&now.downstream_key), None).await.unwrap().unwrap()).await;
     let capture = capture_request(&authorized, None);
     assert_eq!(provider.capture_charge(&capture).await, Err(ProviderError::ServerError(503)));
     assert_eq!(
@@ -673,7 +676,7 @@ async fn a_parked_write_is_acted_on_when_the_test_says_or_never(wire: TestWire) 
     }
     assert_eq!(get_json(mock, "/_admin/parked").await, json!([late.downstream_key, never.downstream_key]));
     tokio::time::sleep(Duration::from_millis(700)).await;
-    assert_eq!(provider.find_charge(&late.downstream_key, None).await, Ok(None), "not acted on while parked");
+    assert_eq!(provider.find_charge(&ChargeLookup::by_key(&late.downstream_key), None).await, Ok(None), "not acted on while parked");
 
     let address = mock.address.clone();
     let post = |path: String| {
@@ -685,13 +688,13 @@ async fn a_parked_write_is_acted_on_when_the_test_says_or_never(wire: TestWire) 
     };
     let acted = post(format!("/_admin/parked/{}/act", late.downstream_key)).await;
     assert_eq!(acted, (200, json!({"act": 1})));
-    let found = provider.find_charge(&late.downstream_key, None).await.unwrap().map(|charge| charge.status);
+    let found = provider.find_charge(&ChargeLookup::by_key(&late.downstream_key), None).await.unwrap().map(|charge| charge.status);
     assert_eq!(found, Some(ChargeStatus::Succeeded), "acted on, long after its sender gave up");
     assert_eq!(
         post(format!("/_admin/parked/{}/drop", never.downstream_key)).await,
         (200, json!({"drop": 1}))
     );
-    assert_eq!(provider.find_charge(&never.downstream_key, None).await, Ok(None), "dropped: never acted on");
+    assert_eq!(provider.find_charge(&ChargeLookup::by_key(&never.downstream_key), None).await, Ok(None), "dropped: never acted on");
     assert_eq!(get_json(mock, "/_admin/parked").await, json!([]));
     assert_eq!(post(format!("/_admin/parked/{}/twice", late.downstream_key)).await.0, 404);
 }
@@ -1085,8 +1088,54 @@ async fn stripe_s_search_lags_where_the_adapter_s_listing_does_not() {
         found["data"].as_array().unwrap().iter().map(|intent| intent["id"].clone()).collect::<Vec<_>>()
     };
     assert_eq!(search().await, Vec::<Value>::new(), "not indexed yet");
-    let found = provider.find_charge(&request.downstream_key, None).await.unwrap();
+    let found = provider.find_charge(&ChargeLookup::by_key(&request.downstream_key), None).await.unwrap();
     assert_eq!(found.map(|charge| charge.id), Some(charged.id.clone()), "the listing sees it at once");
     tokio::time::sleep(lag + Duration::from_millis(100)).await;
     assert_eq!(search().await, vec![json!(charged.id)], "indexed after the lag");
+}
+
+/// The Stripe adapter's lookup lists only the PaymentIntents created in its window, which ends
+/// five minutes after our last send: it sends the window with the listing, and the mock's
+/// Stripe wire applies it as Stripe does. A lookup told of a send six minutes before the
+/// charge was made does not see it; one told of the real send does, as does one told of none.
+#[tokio::test]
+async fn a_stripe_lookup_lists_up_to_five_minutes_after_the_last_send() {
+    let wired = wired(TestWire::Stripe).await;
+    let provider = wired.client();
+    let request = charge_request("pm_card_ok", true);
+    let sent_at = Utc::now();
+    let charged = provider.create_charge(&request).await.unwrap();
+    let find = |last_send_at| {
+        let lookup = ChargeLookup { downstream_key: request.downstream_key.clone(), last_send_at };
+        let provider = provider.clone();
+        async move { provider.find_charge(&lookup, None).await.unwrap().map(|charge| charge.id) }
+    };
+    assert_eq!(find(Some(sent_at)).await, Some(charged.id.clone()));
+    assert_eq!(find(None).await, Some(charged.id.clone()), "no send time: no end to the window");
+    let long_before = sent_at - chrono::Duration::minutes(6);
+    assert_eq!(find(Some(long_before)).await, None, "made after the window's end");
+
+    // The window is applied by the listing itself, not only by the adapter.
+    let list = |window: [(&str, i64); 2]| {
+        let pairs = window.map(|(name, unix)| (name, unix.to_string()));
+        let url =
+            reqwest::Url::parse_with_params(&format!("{}/v1/payment_intents", wired.mock.address), &pairs)
+                .unwrap();
+        async move {
+            let response =
+                http_client().get(url).bearer_auth(crate::helpers::STRIPE_TEST_KEY).send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            let page: Value = response.json().await.unwrap();
+            page["data"].as_array().unwrap().iter().map(|intent| intent["id"].clone()).collect::<Vec<_>>()
+        }
+    };
+    let (now, minute) = (sent_at.timestamp(), 60);
+    assert_eq!(
+        list([("created[gte]", now - minute), ("created[lte]", now + minute)]).await,
+        vec![json!(charged.id)]
+    );
+    assert_eq!(
+        list([("created[gte]", now - 2 * minute), ("created[lte]", now - minute)]).await,
+        Vec::<Value>::new()
+    );
 }

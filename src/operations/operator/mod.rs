@@ -150,5 +150,5 @@ pub(super) async fn inspect_one(
 pub(super) type Lookup = Result<Option<Charge>, ProviderError>;
 
 pub(super) async fn look_up(engine: &Engine, payment: &Payment) -> Lookup {
-    engine.provider.find_charge(&payment.downstream_key(), None).await
+    engine.provider.find_charge(&payment.charge_lookup(), None).await
 }

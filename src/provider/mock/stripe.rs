@@ -15,7 +15,7 @@
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpRequest, HttpResponse, web};
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use super::handlers::{self, request_id};
@@ -603,6 +603,37 @@ fn page(items: Vec<Value>, fields: &Fields) -> Result<Value, Reply> {
     Ok(json!({ "object": "list", "data": data, "has_more": has_more }))
 }
 
+/// The `created[...]` bound `name` of a listing, in unix seconds, if given.
+fn unix_seconds(fields: &Fields, name: &str) -> Result<Option<i64>, Reply> {
+    fields
+        .get(name)
+        .map(|text| text.parse::<i64>().map_err(|_| invalid(&format!("{name} must be unix seconds"))))
+        .transpose()
+}
+
+/// A listing's window on `created`: `created[gte]` and `created[lte]`, both ends included.
+struct CreatedWindow {
+    gte: Option<i64>,
+    lte: Option<i64>,
+}
+
+impl CreatedWindow {
+    /// The window of a listing whose query may hold only the window and `others`.
+    fn of(fields: &Fields, others: &[&str]) -> Result<Self, Reply> {
+        let allowed: Vec<&str> = ["created[gte]", "created[lte]"].iter().chain(others).copied().collect();
+        fields.only(&allowed)?;
+        Ok(CreatedWindow {
+            gte: unix_seconds(fields, "created[gte]")?,
+            lte: unix_seconds(fields, "created[lte]")?,
+        })
+    }
+
+    fn holds(&self, created: DateTime<Utc>) -> bool {
+        let created = created.timestamp();
+        self.gte.is_none_or(|gte| created >= gte) && self.lte.is_none_or(|lte| created <= lte)
+    }
+}
+
 fn listing(items: Vec<Value>, fields: &Fields) -> HttpResponse {
     match page(items, fields) {
         Ok(page) => HttpResponse::Ok().json(page),
@@ -610,15 +641,18 @@ fn listing(items: Vec<Value>, fields: &Fields) -> HttpResponse {
     }
 }
 
-/// `GET /v1/payment_intents?limit=&starting_after=&expand[]=data.latest_charge`, newest first.
+/// `GET /v1/payment_intents?created[gte]=&created[lte]=&limit=&starting_after=&expand[]=data.latest_charge`,
+/// newest first.
 async fn list_payment_intents(state: web::Data<MockState>, request: HttpRequest) -> HttpResponse {
     let fields = Fields::of_query(&request);
-    if let Err(reply) = fields.only(&["limit", "starting_after", "expand[]"]) {
-        return respond(reply);
-    }
+    let window = match CreatedWindow::of(&fields, &["limit", "starting_after", "expand[]"]) {
+        Ok(window) => window,
+        Err(reply) => return respond(reply),
+    };
     let expand = fields.expands("data.latest_charge");
     let charges = state.with_ledger(|ledger| ledger.all_charges(Utc::now()));
-    listing(charges.iter().rev().map(|charge| payment_intent(charge, expand)).collect(), &fields)
+    let in_window = charges.iter().rev().filter(|charge| window.holds(charge.created_at));
+    listing(in_window.map(|charge| payment_intent(charge, expand)).collect(), &fields)
 }
 
 /// `GET /v1/payment_intents/search?query=metadata['orderpay_payment_id']:'<id>'`: Stripe's
@@ -654,27 +688,31 @@ async fn search_payment_intents(state: web::Data<MockState>, request: HttpReques
     }))
 }
 
-/// `GET /v1/refunds?limit=&starting_after=`, newest first.
+/// `GET /v1/refunds?payment_intent=&created[gte]=&created[lte]=&limit=&starting_after=`, newest
+/// first.
 async fn list_refunds(state: web::Data<MockState>, request: HttpRequest) -> HttpResponse {
     let fields = Fields::of_query(&request);
-    if let Err(reply) = fields.only(&["limit", "starting_after", "payment_intent"]) {
-        return respond(reply);
-    }
+    let window = match CreatedWindow::of(&fields, &["limit", "starting_after", "payment_intent"]) {
+        Ok(window) => window,
+        Err(reply) => return respond(reply),
+    };
     let of = fields.get("payment_intent").map(charge_id);
     let all = state.with_ledger(|ledger| ledger.all_refunds(Utc::now()));
-    let refunds = all.iter().rev().filter(|body| of.as_ref().is_none_or(|charge| &body.charge == charge));
+    let refunds = all.iter().rev().filter(|body| {
+        of.as_ref().is_none_or(|charge| &body.charge == charge) && window.holds(body.created_at)
+    });
     listing(refunds.map(refund).collect(), &fields)
 }
 
 /// `GET /v1/disputes?created[gte]=&limit=&starting_after=`, newest first.
 async fn list_disputes(state: web::Data<MockState>, request: HttpRequest) -> HttpResponse {
     let fields = Fields::of_query(&request);
-    if let Err(reply) = fields.only(&["created[gte]", "limit", "starting_after"]) {
-        return respond(reply);
-    }
-    let since = match fields.get("created[gte]").map(str::parse::<i64>).transpose() {
+    let since = fields
+        .only(&["created[gte]", "limit", "starting_after"])
+        .and_then(|()| unix_seconds(&fields, "created[gte]"));
+    let since = match since {
         Ok(since) => since,
-        Err(_) => return respond(invalid("created[gte] must be unix seconds")),
+        Err(reply) => return respond(reply),
     };
     let disputes = state.with_ledger(|ledger| ledger.all_disputes());
     let newest_first = disputes

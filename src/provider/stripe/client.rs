@@ -4,12 +4,15 @@
 //! `Stripe-Version`, and is bounded by `ORDERPAY_PROVIDER_TIMEOUT_MS` like the mock's client;
 //! every write is a form with our downstream key as its `Idempotency-Key`.
 //!
-//! Lookups by our key list PaymentIntents or refunds, newest first, back to five minutes
-//! before the time in our payment's or refund's UUIDv7 (no first send can be older), and match
-//! our id in their metadata: Stripe has no lookup by idempotency key, and its Search API is
-//! eventually consistent. The filter on `created` is applied here, not sent: localstripe
-//! refuses it, and Stripe's newest-first order lets the listing stop at the first page older
-//! than the bound either way. A lookup never creates or changes anything.
+//! Lookups by our key list PaymentIntents or refunds and match our id in their metadata:
+//! Stripe has no lookup by idempotency key, and its Search API is eventually consistent. The
+//! listing is bounded by a window on `created`: from five minutes before the time in our
+//! payment's or refund's UUIDv7 (no first send can be older) to five minutes after our last
+//! send of a charge, when we know it (none can be newer). The window is sent as
+//! `created[gte]`/`created[lte]` (off with `ORDERPAY_STRIPE_CREATED_FILTER=false`, for an
+//! emulator that refuses the filter, as localstripe does) and applied here as well, and
+//! Stripe's newest-first order lets the listing stop at the first page older than the window.
+//! A lookup never creates or changes anything.
 
 use std::time::Duration;
 
@@ -30,13 +33,15 @@ use crate::provider::client::{
     base_url_of, bearer, endpoint, http_client, install_crypto_provider, traced, transport_error,
 };
 use crate::provider::{
-    BalancePage, BalanceQuery, CancelRequest, CaptureRequest, Charge, ChargeRequest, ChargeStatus, Dispute,
-    DisputeAnswer, DisputePage, DisputeResponseRequest, ProviderError, Refund, RefundRequest,
+    BalancePage, BalanceQuery, CancelRequest, CaptureRequest, Charge, ChargeLookup, ChargeRequest,
+    ChargeStatus, Dispute, DisputeAnswer, DisputePage, DisputeResponseRequest, ProviderError, Refund,
+    RefundRequest,
 };
 use crate::{payments, refunds};
 
-/// How far before its id's time a lookup looks: the id is taken before the first send, and
-/// clocks (ours, Stripe's) disagree a little.
+/// How far past our times a lookup's window reaches on each side: the id is taken before the
+/// first send, the last send is noted before it leaves, and clocks (ours, Stripe's) disagree
+/// a little.
 const LOOKUP_SLACK_SECS: i64 = 300;
 /// Objects per page of a listing: Stripe's largest.
 const PAGE_SIZE: &str = "100";
@@ -47,6 +52,9 @@ const LATEST_CHARGE: &str = "latest_charge";
 pub struct StripeProvider {
     base_url: url::Url,
     http: reqwest::Client,
+    /// Whether listings are sent the lookup's window on `created` (Stripe's API takes it;
+    /// localstripe refuses it).
+    created_filter: bool,
 }
 
 /// An answer as it came: what a 2xx, a 404 or an error means is decided by each call.
@@ -105,11 +113,32 @@ impl Listed for RefundObject {
     }
 }
 
-/// The earliest `created` a Stripe object made for our UUIDv7 `id` can have; `None` for an id
-/// that carries no time (not one of ours).
-fn created_bound(id: Uuid) -> Option<i64> {
-    let (seconds, _) = id.get_timestamp()?.to_unix();
-    i64::try_from(seconds).ok().map(|seconds| seconds - LOOKUP_SLACK_SECS)
+/// The `created` times (unix seconds, both ends included) a Stripe object made for one of our
+/// operations can have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Window {
+    since: i64,
+    until: Option<i64>,
+}
+
+impl Window {
+    /// From our UUIDv7 `id`'s time to `last_send_at`, each widened by the slack; `None` for an
+    /// id that carries no time (not one of ours).
+    fn of(id: Uuid, last_send_at: Option<DateTime<Utc>>) -> Option<Window> {
+        let (seconds, _) = id.get_timestamp()?.to_unix();
+        let since = i64::try_from(seconds).ok()? - LOOKUP_SLACK_SECS;
+        Some(Window { since, until: last_send_at.map(|sent| sent.timestamp() + LOOKUP_SLACK_SECS) })
+    }
+
+    fn holds(&self, created: i64) -> bool {
+        created >= self.since && self.until.is_none_or(|until| created <= until)
+    }
+
+    /// The window as a listing's query.
+    fn pairs(&self) -> Vec<(&'static str, String)> {
+        let since = ("created[gte]", self.since.to_string());
+        std::iter::once(since).chain(self.until.map(|until| ("created[lte]", until.to_string()))).collect()
+    }
 }
 
 impl StripeProvider {
@@ -119,7 +148,17 @@ impl StripeProvider {
         let mut headers = HeaderMap::new();
         headers.insert(AUTHORIZATION, bearer(api_key.reveal())?);
         headers.insert(HeaderName::from_static("stripe-version"), HeaderValue::from_static(STRIPE_VERSION));
-        Ok(StripeProvider { base_url: base_url_of(base_url)?, http: http_client(timeout, headers)? })
+        Ok(StripeProvider {
+            base_url: base_url_of(base_url)?,
+            http: http_client(timeout, headers)?,
+            created_filter: true,
+        })
+    }
+
+    /// The same client, its lookups' listings sent without the window on `created` (still
+    /// applied to what comes back): for a stand-in for Stripe that refuses the filter.
+    pub fn without_created_filter(self) -> Self {
+        StripeProvider { created_filter: false, ..self }
     }
 
     /// `GET /v1/balance`, which any working key may read: whether Stripe accepts the key, and
@@ -257,16 +296,19 @@ impl StripeProvider {
 
     async fn find(
         &self,
-        downstream_key: &str,
+        lookup: &ChargeLookup,
         request_id: Option<&str>,
     ) -> Result<Option<Charge>, ProviderError> {
         // A key that is not one of ours was never sent by this adapter.
-        let Some(payment) = payments::payment_of_downstream_key(downstream_key) else { return Ok(None) };
+        let Some(payment) = payments::payment_of_downstream_key(&lookup.downstream_key) else {
+            return Ok(None);
+        };
+        let Some(window) = Window::of(payment.as_uuid(), lookup.last_send_at) else { return Ok(None) };
         let reference = payment.to_string();
         let found = self
             .scan(
                 "payment_intents",
-                payment.as_uuid(),
+                window,
                 &[("expand[]", "data.latest_charge")],
                 request_id,
                 |intent: &PaymentIntentObject| intent.payment_reference() == Some(reference.as_str()),
@@ -289,33 +331,38 @@ impl StripeProvider {
         let ours = |refund: &RefundObject| refund.refund_reference() == Some(reference.as_str());
         let of_intent: Vec<_> =
             charge_id.map(|payment_intent| ("payment_intent", payment_intent)).into_iter().collect();
-        let found = self.scan("refunds", refund.as_uuid(), &of_intent, request_id, ours).await?;
+        let Some(window) = Window::of(refund.as_uuid(), None) else { return Ok(None) };
+        let found = self.scan("refunds", window, &of_intent, request_id, ours).await?;
         found.map(|refund| refund.to_refund()).transpose()
     }
 
     /// Pages through `GET /v1/{collection}` for the first object `matches` accepts among those
-    /// created no earlier than our `id`'s time allows. Stops at the last page, or at a page
-    /// whose objects are all older than that (Stripe lists newest first).
+    /// created within `window`. Stops at the last page, or at a page whose objects are all
+    /// older than the window (Stripe lists newest first).
     async fn scan<T: Listed>(
         &self,
         collection: &str,
-        id: Uuid,
+        window: Window,
         extra: &[(&str, &str)],
         request_id: Option<&str>,
         matches: impl Fn(&T) -> bool,
     ) -> Result<Option<T>, ProviderError> {
-        let Some(since) = created_bound(id) else { return Ok(None) };
         let mut starting_after: Option<String> = None;
         loop {
             let mut pairs = vec![("limit", PAGE_SIZE.to_owned())];
+            if self.created_filter {
+                pairs.extend(window.pairs());
+            }
             pairs.extend(extra.iter().map(|(name, value)| (*name, (*value).to_owned())));
             pairs.extend(starting_after.take().map(|after| ("starting_after", after)));
             let page: List<T> = self.read(&["v1", collection], &pairs, request_id).await?.object()?;
             // Empty, or all older: no later page holds a newer one.
-            let all_older = page.data.iter().all(|item| item.created() < since);
+            let all_older = page.data.iter().all(|item| item.created() < window.since);
             let has_more = page.has_more;
             let last = page.data.last().map(|item| item.id().to_owned());
-            if let Some(found) = page.data.into_iter().find(|item| item.created() >= since && matches(item)) {
+            if let Some(found) =
+                page.data.into_iter().find(|item| window.holds(item.created()) && matches(item))
+            {
                 return Ok(Some(found));
             }
             match last {
@@ -422,10 +469,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_lookup_looks_back_five_minutes_before_the_time_in_our_id() {
+    fn a_lookup_looks_from_five_minutes_before_our_id_to_five_minutes_after_our_last_send() {
         let id = Uuid::new_v7(uuid::Timestamp::from_unix(uuid::NoContext, 1_750_000_000, 0));
-        assert_eq!(created_bound(id), Some(1_750_000_000 - 300));
-        assert_eq!(created_bound(Uuid::nil()), None, "an id without a time bounds nothing");
+        let unbounded = Window::of(id, None).unwrap();
+        assert_eq!(unbounded, Window { since: 1_750_000_000 - 300, until: None });
+        assert_eq!(unbounded.pairs(), [("created[gte]", "1749999700".to_owned())]);
+        assert!(unbounded.holds(1_749_999_700) && !unbounded.holds(1_749_999_699));
+        assert!(unbounded.holds(i64::MAX), "no send time: no end");
+
+        let sent = DateTime::from_timestamp(1_750_000_060, 0);
+        let window = Window::of(id, sent).unwrap();
+        assert_eq!(window.until, Some(1_750_000_360));
+        assert_eq!(
+            window.pairs(),
+            [("created[gte]", "1749999700".to_owned()), ("created[lte]", "1750000360".to_owned())]
+        );
+        assert!(window.holds(1_750_000_360) && !window.holds(1_750_000_361));
+        assert_eq!(Window::of(Uuid::nil(), sent), None, "an id without a time bounds nothing");
     }
 
     #[test]
