@@ -311,7 +311,7 @@ def wal_section(data):
              "|---|---|---|---|---|---|"]
     base = wal["operations"].get("new order", {}).get("bytes")
     for name, op in wal["operations"].items():
-        top = ", ".join(f"{rel} {size:.0f}" for rel, size in op["relations"][:4])
+        top = ", ".join(f"{rel} {size:.0f}" for rel, size, *_ in op["relations"][:4])
         versus = f"{op['bytes'] / base:.2f}" if base else ""
         lines.append(f"| {name} | {op['bytes']:.0f} | {op['fpi']:.0f} | {op['commits']:.2f} | {versus} | {top} |")
     return lines

@@ -87,7 +87,9 @@ def measure(name, prepare, operation):
         FROM pg_get_wal_records_info('{start}', '{end}')""")
     names = dict(psql("SELECT pg_relation_filenode(oid)::text, relname FROM pg_class WHERE pg_relation_filenode(oid) IS NOT NULL"))
     by_relation = collections.Counter()
+    fpi_by_relation = collections.Counter()
     by_record = collections.Counter()
+    bytes_by_record = collections.Counter()
     fpi = total = commits = 0
     for manager, record, length, fpi_length, block_ref in rows:
         if manager == "Transaction" and record.startswith("COMMIT"):
@@ -101,16 +103,22 @@ def measure(name, prepare, operation):
         total += length
         fpi += fpi_length
         by_relation[relation] += length
+        fpi_by_relation[relation] += fpi_length
         by_record[f"{manager}/{record}"] += 1
+        # What the record itself costs, its full-page image apart: the part a change of the
+        # statements can cut (the images follow from which pages a checkpoint left clean).
+        bytes_by_record[f"{manager}/{record}"] += length - fpi_length
     print(f"\n{name}: {total / OPS:.0f} bytes of WAL per operation ({fpi / OPS:.0f} of them full-page images), "
           f"{commits / OPS:.2f} commits per operation (server-wide)")
     for relation, length in by_relation.most_common(TOP):
-        print(f"  {relation:40} {length / OPS:8.0f} bytes")
+        print(f"  {relation:40} {length / OPS:8.0f} bytes ({fpi_by_relation[relation] / OPS:.0f} in images)")
     for record, count in by_record.most_common(TOP):
-        print(f"  {record:40} {count / OPS:8.2f} records")
+        print(f"  {record:40} {count / OPS:8.2f} records {bytes_by_record[record] / OPS:8.0f} bytes without images")
     return {"bytes": total / OPS, "fpi": fpi / OPS, "commits": commits / OPS,
-            "relations": [[relation, length / OPS] for relation, length in by_relation.most_common(TOP)],
-            "records": [[record, count / OPS] for record, count in by_record.most_common(TOP)]}
+            "relations": [[relation, length / OPS, fpi_by_relation[relation] / OPS]
+                          for relation, length in by_relation.most_common(TOP)],
+            "records": [[record, count / OPS, bytes_by_record[record] / OPS]
+                        for record, count in by_record.most_common(TOP)]}
 
 
 def main():
