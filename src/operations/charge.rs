@@ -181,7 +181,7 @@ impl Kind for Charges {
         payment: &Payment,
         request_id: Option<&str>,
     ) -> Finding<ChargeOutcome> {
-        match provider.find_charge(&payment.charge_lookup(), request_id).await {
+        match provider.find_charge(&payment.charge_lookup_since_sent(), request_id).await {
             Ok(Some(charge)) => outcome_of(payment, Ok(charge)),
             Ok(None) => Finding::NotReceived,
             Err(error) => outcome_of(payment, Err(error)),

@@ -109,9 +109,18 @@ impl Payment {
         downstream_key(self.id)
     }
 
-    /// A lookup of its charge: by its downstream key, made no later than its last send.
-    pub fn charge_lookup(&self) -> ChargeLookup {
+    /// A lookup of its charge made no later than a few minutes after its last send: the
+    /// drive's, whose miss is answered by a re-send with the same key (the provider replays a
+    /// charge it made) or, at the last check, by a give-up that the late-charge watch follows.
+    pub fn charge_lookup_since_sent(&self) -> ChargeLookup {
         ChargeLookup { downstream_key: self.downstream_key(), last_send_at: self.last_send_at }
+    }
+
+    /// A lookup of its charge however late the provider made it: the late-charge watch's, a
+    /// webhook's verification, an operator's. These look for exactly the charge a provider
+    /// acting late made, so the send time bounds nothing.
+    pub fn charge_lookup(&self) -> ChargeLookup {
+        ChargeLookup::by_key(self.downstream_key())
     }
 
     pub fn currency(&self) -> Currency {

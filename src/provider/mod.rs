@@ -163,7 +163,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// What a lookup of a charge by our key knows: the key, and when we last sent it (noted under
 /// the lease before every send, so no charge for the key can have been made later than that,
 /// give or take the clocks). A provider without a lookup by key (Stripe) bounds its listing by
-/// it; `last_send_at` is `None` when unknown (nothing sent yet, or a key from elsewhere).
+/// it; `last_send_at` is `None` for a lookup of a charge however late the provider made it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChargeLookup {
     pub downstream_key: String,

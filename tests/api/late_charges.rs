@@ -10,7 +10,7 @@ use serde_json::json;
 use orderpay::config::Settings;
 
 use crate::helpers::{
-    TestApp, assert_problem, json, new_key, provider_webhooks_on, spawn_app_with, wait_until,
+    TestApp, assert_problem, json, new_key, over_both_wires, provider_webhooks_on, spawn_app_with, wait_until,
 };
 
 /// An app whose provider calls time out after 300 ms, giving up after one check, and whose
@@ -148,6 +148,46 @@ async fn a_charge_that_lands_after_the_give_up_is_refunded_by_the_system() {
         .filter(|charge| charge["amount_refunded"] == "0.00")
         .collect();
     assert_eq!(kept.len(), 1, "the customer is charged once in the end");
+}
+
+over_both_wires! {
+/// The provider makes the charge long after our last send (on Stripe, a request it received
+/// late). The reconciler's lookups end their window five minutes after the last send, and
+/// would miss it; the late-charge watch looks however late the charge was made, finds it and
+/// refunds it. Here the last send is moved ten minutes back before the provider acts.
+async fn a_charge_made_long_after_the_last_send_is_found_and_refunded_by_the_watch(wire: TestWire) {
+    let app = spawn_app_with(|settings, mock| {
+        wire.configure(settings, mock);
+        impatient(settings);
+    })
+    .await;
+    let order = app.create_order().await;
+    let order_id = order["id"].as_str().unwrap().to_owned();
+    app.provider.script(json!([{"act": "park"}])).await;
+    let accepted = app.pay(&order_id, "pm_card_ok", &new_key()).await;
+    assert_eq!(accepted.status(), 202, "the provider holds the charge unacted");
+    let payment_id = json(accepted).await["id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!(pass.gave_up, 1, "never received, and quiet long enough: {pass:?}");
+
+    app.execute(&format!(
+        "UPDATE payments SET last_send_at = last_send_at - interval '10 minutes' WHERE id = '{payment_id}'"
+    ))
+    .await;
+    let act = format!("{}/_admin/parked/orderpay_pay_{payment_id}/act", app.provider.address);
+    assert_eq!(app.client.post(act).send().await.unwrap().status(), 200);
+    assert_eq!(app.provider.charges_for(&payment_id).await.len(), 1, "the provider made the charge now");
+
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!(pass.settled, 1, "the late charge was found: {pass:?}");
+    let refunds = app.provider.refunds().await;
+    assert_eq!(refunds.len(), 1, "refunded once: {refunds:?}");
+    assert_eq!(refunds[0]["status"], "succeeded");
+    assert_eq!(refunds[0]["amount"], order["total_amount"]);
+    assert_eq!(app.get_payment(&payment_id).await["status"], "failed");
+}
 }
 
 /// The provider's webhook for a charge that landed after the give-up brings the late-charge

@@ -8,7 +8,8 @@
 //! Stripe has no lookup by idempotency key, and its Search API is eventually consistent. The
 //! listing is bounded by a window on `created`: from five minutes before the time in our
 //! payment's or refund's UUIDv7 (no first send can be older) to five minutes after our last
-//! send of a charge, when we know it (none can be newer). The window is sent as
+//! send of a charge, when the lookup carries it (the drive's do; the late-charge watch's, which
+//! looks for a charge made late, do not). The window is sent as
 //! `created[gte]`/`created[lte]` (off with `ORDERPAY_STRIPE_CREATED_FILTER=false`, for an
 //! emulator that refuses the filter, as localstripe does) and applied here as well, and
 //! Stripe's newest-first order lets the listing stop at the first page older than the window.
