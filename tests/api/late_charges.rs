@@ -76,6 +76,18 @@ async fn a_send_noted_before_the_give_up_holds_it_back() {
     assert_eq!(app.get_payment(&payment_id).await["status"], "processing");
 }
 
+/// The late-charge watch's next look (past its recheck) finds the late charge and refunds all
+/// of it, once.
+async fn the_watch_refunds_the_late_charge(app: &TestApp, order: &serde_json::Value) {
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!(pass.settled, 1, "the late charge was found: {pass:?}");
+    let refunds = app.provider.refunds().await;
+    assert_eq!(refunds.len(), 1, "refunded once: {refunds:?}");
+    assert_eq!(refunds[0]["status"], "succeeded");
+    assert_eq!(refunds[0]["amount"], order["total_amount"]);
+}
+
 /// A charge that lands after the give-up anyway (a provider can act later than any timeout):
 /// the reconciler finds it, records it on the failed payment, and the system refunds it. The
 /// failed payment stays failed with its stored answer; the order is untouched and can be paid.
@@ -97,13 +109,7 @@ async fn a_charge_that_lands_after_the_give_up_is_refunded_by_the_system() {
     // The lost charge request reaches the provider after all.
     app.land_late_charge(&order, &payment_id, "pm_card_ok").await;
 
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    let pass = app.reconcile_once().await;
-    assert_eq!(pass.settled, 1, "the late charge was found: {pass:?}");
-    let refunds = app.provider.refunds().await;
-    assert_eq!(refunds.len(), 1, "refunded once: {refunds:?}");
-    assert_eq!(refunds[0]["status"], "succeeded");
-    assert_eq!(refunds[0]["amount"], order["total_amount"]);
+    the_watch_refunds_the_late_charge(&app, &order).await;
     let system_refunds = app.count(
         "SELECT count(*) AS count FROM refunds WHERE idempotency_key IS NULL AND status = 'succeeded'",
     );
@@ -179,13 +185,7 @@ async fn a_charge_made_long_after_the_last_send_is_found_and_refunded_by_the_wat
     assert_eq!(app.client.post(act).send().await.unwrap().status(), 200);
     assert_eq!(app.provider.charges_for(&payment_id).await.len(), 1, "the provider made the charge now");
 
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    let pass = app.reconcile_once().await;
-    assert_eq!(pass.settled, 1, "the late charge was found: {pass:?}");
-    let refunds = app.provider.refunds().await;
-    assert_eq!(refunds.len(), 1, "refunded once: {refunds:?}");
-    assert_eq!(refunds[0]["status"], "succeeded");
-    assert_eq!(refunds[0]["amount"], order["total_amount"]);
+    the_watch_refunds_the_late_charge(&app, &order).await;
     assert_eq!(app.get_payment(&payment_id).await["status"], "failed");
 }
 }
