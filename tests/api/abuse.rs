@@ -71,7 +71,10 @@ async fn huge_headers_get_a_4xx_or_a_closed_connection() {
 
 #[tokio::test]
 async fn a_slow_client_is_timed_out_and_disconnected() {
-    let app = spawn_app_with(|settings, _| settings.client_timeout = Duration::from_millis(500)).await;
+    // Two seconds for a request head: the slow head's case waits them out, and a machine busy
+    // with the whole suite once took longer than half a second to read a head that had arrived
+    // at once (the last request here was answered 408).
+    let app = spawn_app_with(|settings, _| settings.client_timeout = Duration::from_millis(2000)).await;
     let address = app.address.trim_start_matches("http://").to_owned();
     let started = Instant::now();
     let answer = tokio::task::spawn_blocking(move || {
@@ -289,7 +292,10 @@ async fn connections_beyond_the_cap_wait_for_a_free_one() {
 async fn what_the_http_layer_refuses_gets_its_status_and_a_closed_connection() {
     // These are answered by actix-http's HTTP/1 parser, before the application sees a request:
     // status codes without a body (see openapi.yaml, "Answers from the HTTP layer").
-    let app = spawn_app_with(|settings, _| settings.client_timeout = Duration::from_millis(500)).await;
+    // Two seconds for a request head: the slow head's case waits them out, and a machine busy
+    // with the whole suite once took longer than half a second to read a head that had arrived
+    // at once (the last request here was answered 408).
+    let app = spawn_app_with(|settings, _| settings.client_timeout = Duration::from_millis(2000)).await;
     let many_headers: String = (0..100).map(|i| format!("X-Header-{i}: {i}\r\n")).collect();
     let cases: Vec<(&str, Vec<u8>, u16)> = vec![
         ("a control character in a header", b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Note: a\x01b\r\n\r\n".to_vec(), 400),
