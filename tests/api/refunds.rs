@@ -557,3 +557,50 @@ async fn a_refund_refused_for_our_credentials_is_held_unsent_and_its_retry_refun
     assert_eq!(app.order_status(&order_id).await, "partially_refunded");
 }
 }
+
+/// A refund's downstream key taken at the provider by another request with other parameters:
+/// our re-send is refused with `idempotency_error`, unacted, so the refund is held for a person
+/// as a payment is. It stays `processing` with no check scheduled (the refunds table allows a
+/// refund in flight without one), and the reconciler leaves it alone and never gives it up.
+/// Only on Stripe's wire, where the lookup is by our metadata and cannot see the other refund.
+#[tokio::test]
+async fn a_refund_key_the_provider_holds_with_other_parameters_holds_the_refund_for_a_person() {
+    let app = spawn_app_on_wire(crate::helpers::TestWire::Stripe).await;
+    let (_, payment) = app.paid_order("40.00", "pm_card_ok").await;
+    let payment_id = payment["id"].as_str().unwrap();
+    app.provider.script(json!([{"act": "unavailable"}])).await;
+    let accepted = app.refund(payment_id, Some("15.00"), &new_key()).await;
+    assert_eq!(accepted.status(), 202, "the first send met a 503");
+    let refund_id = json(accepted).await["id"].as_str().unwrap().to_owned();
+
+    // Another request takes our downstream key first, with another amount and none of ours.
+    let intent =
+        app.text(&format!("SELECT provider_charge_id AS text FROM payments WHERE id = '{payment_id}'")).await;
+    let taken = app
+        .provider
+        .client
+        .post(format!("{}/v1/refunds", app.provider.address))
+        .bearer_auth(crate::helpers::STRIPE_TEST_KEY)
+        .header("Idempotency-Key", format!("orderpay_refund_{refund_id}"))
+        .header("Content-Type", "application/x-www-form-urlencoded")
+        .body(format!("payment_intent={intent}&amount=100"))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert!(taken.is_success(), "{taken}");
+
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!((pass.claimed, pass.stuck, pass.gave_up, pass.settled), (1, 1, 0, 0), "{pass:?}");
+    let held = format!(
+        "SELECT count(*) AS count FROM refunds WHERE id = '{refund_id}' AND status = 'processing' \
+         AND next_check_at IS NULL AND lease_id IS NULL AND last_error LIKE '%other parameters%'"
+    );
+    assert_eq!(app.count(&held).await, 1, "held, with why");
+    for _ in 0..2 {
+        let pass = app.reconcile_once().await;
+        assert_eq!((pass.claimed, pass.gave_up), (0, 0), "left alone, never given up: {pass:?}");
+    }
+    assert_eq!(app.provider_refunds_for(&refund_id).await.len(), 1, "only the other request's");
+}
