@@ -93,20 +93,10 @@ macro_rules! operation_tables {
                             1 => account_id: AccountId as Uuid,
                             2 => id: uuid::Uuid as Uuid,
                             3 => lease_id: LeaseId as Uuid,
-                            4 => next_check_at: DateTime<Utc> as Timestamptz,
+                            4 => next_check_at: Option<DateTime<Utc>> as Nullable<Timestamptz>,
                             5 => last_error: &'a str as Text,
                             6 => now: DateTime<Utc> as Timestamptz,
                             7 => checks_returned: i32 as Int4,
-                        }
-                    }
-
-                    crate::prepared_statement! {
-                        pub struct Hold<'a>(template "leases/hold.sql", "operation_table" => $table) -> () {
-                            1 => account_id: AccountId as Uuid,
-                            2 => id: uuid::Uuid as Uuid,
-                            3 => lease_id: LeaseId as Uuid,
-                            4 => last_error: &'a str as Text,
-                            5 => now: DateTime<Utc> as Timestamptz,
                         }
                     }
 
@@ -138,7 +128,6 @@ macro_rules! operation_tables {
                 declared::<statements::$variant::Lease<'static>>(),
                 declared::<statements::$variant::MarkSending<'static>>(),
                 declared::<statements::$variant::Release<'static>>(),
-                declared::<statements::$variant::Hold<'static>>(),
                 declared::<statements::$variant::Standing<'static>>(),
                 declared::<statements::$variant::CountWaiting<'static>>(),
             )*]
@@ -240,7 +229,14 @@ pub async fn release(
     last_error: &str,
     now: DateTime<Utc>,
 ) -> diesel::QueryResult<bool> {
-    let_go(conn, table, id, lease, LetGo { next_check_at, last_error, now, checks_returned: 0 }).await
+    let_go(
+        conn,
+        table,
+        id,
+        lease,
+        LetGo { next_check_at: Some(next_check_at), last_error, now, checks_returned: 0 },
+    )
+    .await
 }
 
 /// [`release`] after a call the provider refused unacted (our credentials) under the
@@ -256,7 +252,15 @@ pub async fn release_unsent(
     reason: &str,
     now: DateTime<Utc>,
 ) -> diesel::QueryResult<bool> {
-    let_go(conn, table, id, lease, LetGo { next_check_at, last_error: reason, now, checks_returned: 1 }).await
+    let checks_returned = 1;
+    let_go(
+        conn,
+        table,
+        id,
+        lease,
+        LetGo { next_check_at: Some(next_check_at), last_error: reason, now, checks_returned },
+    )
+    .await
 }
 
 /// Holds an in-flight operation for a person (the provider holds its key with other
@@ -265,20 +269,19 @@ pub async fn release_unsent(
 pub async fn hold(
     conn: &mut AsyncPgConnection,
     table: Table,
-    (account_id, id): (AccountId, Uuid),
+    id: (AccountId, Uuid),
     lease: LeaseId,
     reason: &str,
     now: DateTime<Utc>,
 ) -> diesel::QueryResult<bool> {
-    let updated = on_table!(table, |statements| {
-        statements::Hold { account_id, id, lease_id: lease, last_error: reason, now }.execute(conn).await
-    })?;
-    Ok(updated == 1)
+    let_go(conn, table, id, lease, LetGo { next_check_at: None, last_error: reason, now, checks_returned: 0 })
+        .await
 }
 
 /// What `release.sql` writes besides the lease it lets go.
 struct LetGo<'a> {
-    next_check_at: DateTime<Utc>,
+    /// `None`: no check scheduled (held for a person).
+    next_check_at: Option<DateTime<Utc>>,
     last_error: &'a str,
     now: DateTime<Utc>,
     checks_returned: i32,
