@@ -142,6 +142,7 @@ impl Application {
     /// address can be handed to the payment provider as the webhook URL before the app exists.
     pub async fn build_on(settings: Settings, listener: TcpListener) -> anyhow::Result<Application> {
         db::prepare(&settings.database).await?;
+        db::advise_on_write_settings(&settings.database).await;
         let port = listener.local_addr()?.port();
         let webhooks = !settings.api.provider_webhooks.is_off();
         let merchant_webhooks = settings.webhooks.clone().map(web::Data::new);

@@ -8,6 +8,7 @@ pub mod statement;
 pub mod text_enum;
 pub mod tls;
 pub mod wire;
+pub mod write_settings;
 
 use std::time::Duration;
 
@@ -247,6 +248,17 @@ pub async fn prepare(config: &DatabaseConfig) -> anyhow::Result<()> {
         tracing::info!(?applied, "applied migrations");
     }
     Ok(())
+}
+
+/// Logs which of the server's write settings hold orderpay's writes back ([`write_settings`]):
+/// what `serve` does once the database is prepared. Never fails.
+pub async fn advise_on_write_settings(config: &DatabaseConfig) {
+    match establish(&config.url, config.effective_connect_timeout()).await {
+        Ok(mut conn) => write_settings::advise_on(&mut conn).await,
+        Err(error) => {
+            tracing::debug!(error = %format!("{error:#}"), "cannot check the server's write settings")
+        }
+    }
 }
 
 /// The CHECK constraints that bound a payment's money (what is captured within what was

@@ -508,6 +508,7 @@ pub fn every_statement() -> Vec<Declared> {
         declared::<crate::accounts::ListAccounts>(),
         declared::<crate::ledger::CheckMovements>(),
         declared::<crate::db::IsWritable>(),
+        declared::<crate::db::write_settings::WriteSettings>(),
         declared::<crate::ledger::CheckPayments>(),
         declared::<crate::ledger::CheckOrders<'static>>(),
         declared::<crate::disputes::repository::RecordDispute<'static>>(),

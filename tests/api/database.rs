@@ -443,3 +443,20 @@ fn narrowed_by_the_account_alone(line: &str) -> bool {
     let Some((column, value)) = condition.split_once(" = ") else { return false };
     !condition.contains(" AND ") && column.rsplit('.').next() == Some("account_id") && value.starts_with('$')
 }
+
+#[tokio::test]
+async fn the_write_settings_serve_advises_on_are_read_from_the_server_by_name() {
+    let app = spawn_app().await;
+    let mut conn = connect(&app.database_url).await.unwrap();
+    let settings = orderpay::db::write_settings::read(&mut conn).await.unwrap();
+    let names: Vec<&str> = settings.iter().map(|(name, ..)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["checkpoint_timeout", "max_wal_size", "shared_buffers", "wal_buffers", "wal_compression"]
+    );
+    // Whatever this server runs with, each advice names one of them with its value as shown.
+    for advice in orderpay::db::write_settings::advise(&settings) {
+        let (_, _, _, shown) = settings.iter().find(|(name, ..)| *name == advice.name).unwrap();
+        assert_eq!(&advice.current, shown);
+    }
+}
