@@ -26,7 +26,7 @@ use orderpay_model::action::{Action, Choice};
 use orderpay_model::config::{CaptureMethod, Faults, Intent};
 use orderpay_model::state::{
     ActionKind, ChargeStatus, Key, LateCharge, Op, OpStatus, OrderStatus, PaymentStatus, Pc, Proc,
-    ProviderRefundStatus, State, Target, Webhook,
+    ProviderRefundStatus, RefundWatch, State, Target, Webhook,
 };
 use orderpay_model::{Config, Mutation, Protocol};
 use reqwest::Method;
@@ -59,7 +59,8 @@ fn config(max_attempts: u8) -> Config {
         requests_per_key: 2,
         reconcilers: 1,
         max_attempts,
-        system_refunds: 1,
+        // The service's limit on a late charge's system refunds is its attempt limit.
+        system_refunds: max_attempts,
         operator: false,
         webhooks: true,
         faults: Faults { late: 1, duplicates: 1, ..Faults::NONE },
@@ -156,6 +157,7 @@ fn starts_stretch(state: &State, action: Action) -> bool {
         Action::Request(_)
         | Action::Claim(0, _)
         | Action::LateChargeLook(0)
+        | Action::LateRefundLook(0, _)
         | Action::AuthorizationLook(0)
         | Action::SendsGoQuiet(_) => true,
         Action::ProviderActs { index, choice: Choice::Succeed } => {
@@ -378,7 +380,7 @@ fn every_stretch(protocol: &Protocol, state: &State) -> Vec<(Vec<Action>, State)
 /// The shortest path, in whole stretches as the harness drives them and at most [`STRETCHES`]
 /// of them, to a stretch whose steps `goal` accepts: the model's own search, restricted to what
 /// the harness can drive, for steps random walks rarely reach.
-fn shortest_drivable_path(protocol: &Protocol, goal: fn(&[Action], &State) -> bool) -> Option<Vec<Action>> {
+fn shortest_drivable_path(protocol: &Protocol, goal: Goal) -> Option<Vec<Action>> {
     let initial = protocol.initial();
     let mut seen = std::collections::HashSet::from([initial.clone()]);
     let mut level = vec![(initial, Vec::new())];
@@ -481,6 +483,9 @@ struct RefundRow {
     gave_up: bool,
     /// The system's (no key).
     system: bool,
+    /// The late-refund watch of a failed refund: `off`, `watching` (`next_check_at` set), or
+    /// `seen absent` (and `absent_since` set: a look found the provider never carried it out).
+    watch: &'static str,
 }
 
 /// The payments row as the model holds it.
@@ -553,6 +558,11 @@ fn model_books(protocol: &Protocol, state: &State) -> Books {
                 op: OpRow::of_model(r.status, r.amount, &r.row, max),
                 gave_up: r.gave_up && r.status == OpStatus::Failed,
                 system: r.system(),
+                watch: match (r.status, r.watch) {
+                    (OpStatus::Failed, RefundWatch::Watching) => "watching",
+                    (OpStatus::Failed, RefundWatch::SeenAbsent) => "seen absent",
+                    _ => "off",
+                },
             })
             .collect(),
         keys: state.keys.iter().map(|key| key_kind(*key)).collect(),
@@ -671,13 +681,22 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
     };
     let leased = "lease_until IS NOT NULL AND lease_until > now() AS leased, \
         last_send_at IS NOT NULL AND last_send_at > now() - interval '1 hour' AS send_recent";
+    // A late charge's state follows from its system refunds, as the late-charge watch's
+    // follow-up decides it (`late_charge::follow_up`): one succeeded, one that may still be
+    // carried out, the attempt limit reached (a person decides), or another one due. The model
+    // decides at the late-refund watch's act; the service at the follow-up's next pass.
+    let system = "SELECT 1 FROM refunds r WHERE r.payment_id = payments.id AND r.idempotency_key IS NULL";
     let payment = rows(format!(
         "SELECT status, answer_status IS NOT NULL AS answered, {leased}, provider_charge_id IS NOT NULL AS known, \
          amount_captured, amount_refunded, amount_refunding, attempts, \
          CASE WHEN late_watch_until IS NULL THEN 'off' \
-         WHEN late_charge_amount IS NOT NULL THEN CASE WHEN EXISTS (SELECT 1 FROM refunds r \
-           WHERE r.payment_id = payments.id AND r.idempotency_key IS NULL AND r.status = 'succeeded') \
-           THEN 'Refunded' ELSE 'Refunding' END \
+         WHEN late_charge_amount IS NOT NULL THEN CASE \
+           WHEN EXISTS ({system} AND r.status = 'succeeded') THEN 'Refunded' \
+           WHEN EXISTS ({system} AND (r.status = 'processing' OR (r.status = 'failed' \
+             AND r.failure_code = 'reconciliation_gave_up' AND r.absent_since IS NULL))) THEN 'Refunding' \
+           WHEN (SELECT count(*) FROM refunds r WHERE r.payment_id = payments.id AND r.idempotency_key IS NULL) \
+             >= {max} THEN 'Person' \
+           ELSE 'RefundDue' END \
          WHEN next_check_at IS NULL THEN 'ended' ELSE 'watching' END AS late FROM payments WHERE order_id = '{}'",
         path.order_id
     ))
@@ -713,7 +732,9 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
     });
     let refund_rows = rows(format!(
         "SELECT id, status, amount, answer_status IS NOT NULL AS answered, {leased}, attempts, \
-         failure_code IS NOT DISTINCT FROM 'reconciliation_gave_up' AS gave_up, idempotency_key IS NULL AS system \
+         failure_code IS NOT DISTINCT FROM 'reconciliation_gave_up' AS gave_up, idempotency_key IS NULL AS system, \
+         CASE WHEN status <> 'failed' OR next_check_at IS NULL THEN 'off' \
+         WHEN absent_since IS NULL THEN 'watching' ELSE 'seen absent' END AS watch \
          FROM refunds WHERE order_id = '{}' ORDER BY created_at, id",
         path.order_id
     ))
@@ -724,6 +745,11 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
             op: OpRow::of_service(r, max),
             gave_up: r["gave_up"].as_bool().unwrap(),
             system: r["system"].as_bool().unwrap(),
+            watch: match r["watch"].as_str().unwrap() {
+                "watching" => "watching",
+                "seen absent" => "seen absent",
+                _ => "off",
+            },
         })
         .collect();
     let action_rows = rows(format!(
@@ -973,6 +999,10 @@ async fn check_path(protocol: &Protocol, mut source: Source, name: &str) -> Vec<
         settings.timing.recheck_after = Duration::from_secs(3600);
         (settings.reconciler.backoff_base, settings.reconciler.backoff_cap) =
             (Duration::from_secs(3600), Duration::from_secs(3600));
+        // A watch ends only when a stretch says its window has passed (the model's watch ends
+        // once nothing can land), never because its next look, an hour on, falls past it.
+        settings.reconciler.late_charge_watch = Duration::from_secs(86_400);
+        settings.reconciler.late_refund_watch = Duration::from_secs(86_400);
         // A held answer outlasts the provider timeout (1 s); a parked write answers after it too.
         mock.timeout_hold = Duration::from_millis(1500);
     })
@@ -1016,7 +1046,7 @@ type StepKind = (&'static str, fn(&Action) -> bool);
 
 /// How many of `steps` are of each kind worth counting (the paths' reach).
 fn reach(steps: &[Action]) -> String {
-    let kinds: [StepKind; 12] = [
+    let kinds: [StepKind; 14] = [
         ("requests", |a| matches!(a, Action::Request(_))),
         ("claims", |a| matches!(a, Action::Claim(..))),
         ("settles", |a| matches!(a, Action::Settle(_))),
@@ -1025,6 +1055,8 @@ fn reach(steps: &[Action]) -> String {
         ("give-ups", |a| matches!(a, Action::GiveUp(_))),
         ("late-charge looks", |a| matches!(a, Action::LateChargeLook(_))),
         ("late-charge acts", |a| matches!(a, Action::LateChargeAct(_))),
+        ("late-refund looks", |a| matches!(a, Action::LateRefundLook(..))),
+        ("late-refund acts", |a| matches!(a, Action::LateRefundAct(_))),
         ("authorizations ended by the watch", |a| matches!(a, Action::AuthorizationEnd(_))),
         ("provider acts or drops", |a| matches!(a, Action::ProviderActs { .. } | Action::ProviderDrops(_))),
         ("webhooks delivered", |a| matches!(a, Action::Deliver { again: false, .. })),
@@ -1103,13 +1135,34 @@ async fn the_service_follows_every_mutants_counterexample_with_the_mutation_off(
     );
 }
 
+/// A stretch worth reaching: its steps and the state after them.
+type Goal = fn(&[Action], &State) -> bool;
+
+/// For each attempt setting, the shortest drivable path to each of `goals` in the configuration
+/// `config` makes, driven whole and checked; prints one line per path under `title`.
+async fn follow_shortest_paths(title: &str, config: fn(u8) -> Config, goals: &[(&str, Goal)]) {
+    let started = Instant::now();
+    let mut report = Vec::new();
+    for max_attempts in [1, 2] {
+        let protocol = Protocol::new(config(max_attempts));
+        for (what, goal) in goals {
+            let name = format!("{title} {what}, max_attempts {max_attempts}");
+            let path = shortest_drivable_path(&protocol, *goal)
+                .unwrap_or_else(|| panic!("no drivable path: {name}"));
+            let steps = check_path(&protocol, Source::Given(path.iter().copied().collect()), &name).await;
+            assert_eq!(steps, path, "the whole path is driven: {name}");
+            report.push(format!("{name}: {} steps ({})", steps.len(), reach(&steps)));
+        }
+    }
+    println!("conformance, {title} ({:.1} s):\n{}", started.elapsed().as_secs_f64(), report.join("\n"));
+}
+
 /// The authorization watch, which random walks rarely reach (an authorization whose capture or
 /// void was given up on, then carried out by the provider): for each attempt setting, the
 /// shortest drivable path to a stretch in which the watch records a capture, and one in which it
 /// records a void, driven and checked.
 #[tokio::test]
 async fn the_service_follows_the_shortest_paths_to_the_authorization_watch() {
-    type Goal = fn(&[Action], &State) -> bool;
     fn ended_as(steps: &[Action], after: &State, status: ChargeStatus) -> bool {
         steps.iter().any(|a| matches!(a, Action::AuthorizationEnd(_)))
             && after.provider.charge.is_some_and(|charge| charge.status == status)
@@ -1118,21 +1171,35 @@ async fn the_service_follows_the_shortest_paths_to_the_authorization_watch() {
         ("records a capture", |steps, after| ended_as(steps, after, ChargeStatus::Succeeded)),
         ("records a void", |steps, after| ended_as(steps, after, ChargeStatus::Voided)),
     ];
-    let started = Instant::now();
-    let mut report = Vec::new();
-    for max_attempts in [1, 2] {
-        let protocol = Protocol::new(manual_config(max_attempts));
-        for (what, goal) in goals {
-            let path = shortest_drivable_path(&protocol, goal).expect("a drivable path to the watch");
-            let name = format!("the authorization watch {what}, max_attempts {max_attempts}");
-            let steps = check_path(&protocol, Source::Given(path.iter().copied().collect()), &name).await;
-            assert_eq!(steps, path, "the whole path is driven");
-            report.push(format!("{name}: {} steps ({})", steps.len(), reach(&steps)));
-        }
+    follow_shortest_paths("the authorization watch", manual_config, &goals).await;
+}
+
+/// The late-refund watch, whose states the random walks reach only now and then (a refund given
+/// up on, then looked up by the watch): for each attempt setting, the shortest drivable path to
+/// a look that records the refund carried out late, to one that finds it absent and watches on,
+/// and to one that ends the watch of a refund the provider never carried out, driven and checked
+/// (the books compare each refund's watch: off, watching, seen absent).
+#[tokio::test]
+async fn the_service_follows_the_shortest_paths_to_the_late_refund_watch() {
+    fn looked(steps: &[Action]) -> bool {
+        steps.iter().any(|a| matches!(a, Action::LateRefundAct(_)))
     }
-    println!(
-        "conformance, the authorization watch ({:.1} s):\n{}",
-        started.elapsed().as_secs_f64(),
-        report.join("\n")
-    );
+    let goals: [(&str, Goal); 3] = [
+        ("records a refund carried out late", |steps, after| {
+            looked(steps) && after.refunds.iter().any(|r| r.gave_up && r.status == OpStatus::Succeeded)
+        }),
+        ("finds a refund absent and watches on", |steps, after| {
+            looked(steps) && after.refunds.iter().any(|r| r.watch == RefundWatch::SeenAbsent)
+        }),
+        ("ends the watch of a refund never carried out", |steps, after| {
+            looked(steps)
+                && after.refunds.iter().enumerate().any(|(k, r)| {
+                    r.gave_up
+                        && r.status == OpStatus::Failed
+                        && r.watch == RefundWatch::Off
+                        && after.provider.refunds[k].is_none()
+                })
+        }),
+    ];
+    follow_shortest_paths("the late-refund watch", config, &goals).await;
 }
