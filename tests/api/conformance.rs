@@ -158,6 +158,7 @@ fn starts_stretch(state: &State, action: Action) -> bool {
         | Action::Claim(0, _)
         | Action::LateChargeLook(0)
         | Action::LateRefundLook(0, _)
+        | Action::StartSystemRefund(0)
         | Action::AuthorizationLook(0)
         | Action::SendsGoQuiet(_) => true,
         Action::ProviderActs { index, choice: Choice::Succeed } => {
@@ -377,14 +378,14 @@ fn every_stretch(protocol: &Protocol, state: &State) -> Vec<(Vec<Action>, State)
     done
 }
 
-/// The shortest path, in whole stretches as the harness drives them and at most [`STRETCHES`]
+/// The shortest path, in whole stretches as the harness drives them and at most `stretches`
 /// of them, to a stretch whose steps `goal` accepts: the model's own search, restricted to what
 /// the harness can drive, for steps random walks rarely reach.
-fn shortest_drivable_path(protocol: &Protocol, goal: Goal) -> Option<Vec<Action>> {
+fn shortest_drivable_path(protocol: &Protocol, goal: Goal, stretches: usize) -> Option<Vec<Action>> {
     let initial = protocol.initial();
     let mut seen = std::collections::HashSet::from([initial.clone()]);
     let mut level = vec![(initial, Vec::new())];
-    for _ in 0..STRETCHES {
+    for _ in 0..stretches {
         let mut next = Vec::new();
         for (state, path) in &level {
             for (steps, after) in every_stretch(protocol, state) {
@@ -890,6 +891,18 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &mut Path, stretch: &St
                 // The authorization watch looks at a `requires_capture` payment whose
                 // `next_check_at` has come (watch_authorizations.sql).
                 Action::AuthorizationLook(_) => (Op::Charge, false),
+                // The late-charge watch's follow-up starts another system refund once the
+                // backoff since the last one has passed (`late_charge::follow_up`): an hour in
+                // these apps, counted from that refund's `updated_at`.
+                Action::StartSystemRefund(_) => {
+                    app.execute(&format!(
+                        "UPDATE refunds SET updated_at = updated_at - interval '2 hours' \
+                         WHERE order_id = '{}' AND idempotency_key IS NULL",
+                        path.order_id
+                    ))
+                    .await;
+                    (Op::Charge, false)
+                }
                 other => panic!("a reconciler stretch does not start with {other:?}"),
             };
             // A webhook may have brought a watch's look forward (`watch_late_now`, `look_again`),
@@ -1020,7 +1033,9 @@ async fn check_path(protocol: &Protocol, mut source: Source, name: &str) -> Vec<
     let mut state = protocol.initial();
     let mut lines = Vec::new();
     let mut steps = Vec::new();
-    for _ in 0..STRETCHES {
+    // A walk stops after [`STRETCHES`]; a given path runs to its end.
+    let stretches = if matches!(source, Source::Given(_)) { usize::MAX } else { STRETCHES };
+    for _ in 0..stretches {
         let Some(stretch) = take_stretch(protocol, &mut state, &mut source) else { break };
         let before = writes(&app).await;
         let driven = drive(&app, protocol, &mut path, &stretch).await;
@@ -1046,7 +1061,7 @@ type StepKind = (&'static str, fn(&Action) -> bool);
 
 /// How many of `steps` are of each kind worth counting (the paths' reach).
 fn reach(steps: &[Action]) -> String {
-    let kinds: [StepKind; 14] = [
+    let kinds: [StepKind; 15] = [
         ("requests", |a| matches!(a, Action::Request(_))),
         ("claims", |a| matches!(a, Action::Claim(..))),
         ("settles", |a| matches!(a, Action::Settle(_))),
@@ -1057,6 +1072,7 @@ fn reach(steps: &[Action]) -> String {
         ("late-charge acts", |a| matches!(a, Action::LateChargeAct(_))),
         ("late-refund looks", |a| matches!(a, Action::LateRefundLook(..))),
         ("late-refund acts", |a| matches!(a, Action::LateRefundAct(_))),
+        ("system refunds started again", |a| matches!(a, Action::StartSystemRefund(_))),
         ("authorizations ended by the watch", |a| matches!(a, Action::AuthorizationEnd(_))),
         ("provider acts or drops", |a| matches!(a, Action::ProviderActs { .. } | Action::ProviderDrops(_))),
         ("webhooks delivered", |a| matches!(a, Action::Deliver { again: false, .. })),
@@ -1140,14 +1156,19 @@ type Goal = fn(&[Action], &State) -> bool;
 
 /// For each attempt setting, the shortest drivable path to each of `goals` in the configuration
 /// `config` makes, driven whole and checked; prints one line per path under `title`.
-async fn follow_shortest_paths(title: &str, config: fn(u8) -> Config, goals: &[(&str, Goal)]) {
+async fn follow_shortest_paths(
+    title: &str,
+    config: fn(u8) -> Config,
+    goals: &[(&str, Goal)],
+    stretches: usize,
+) {
     let started = Instant::now();
     let mut report = Vec::new();
     for max_attempts in [1, 2] {
         let protocol = Protocol::new(config(max_attempts));
         for (what, goal) in goals {
             let name = format!("{title} {what}, max_attempts {max_attempts}");
-            let path = shortest_drivable_path(&protocol, *goal)
+            let path = shortest_drivable_path(&protocol, *goal, stretches)
                 .unwrap_or_else(|| panic!("no drivable path: {name}"));
             let steps = check_path(&protocol, Source::Given(path.iter().copied().collect()), &name).await;
             assert_eq!(steps, path, "the whole path is driven: {name}");
@@ -1171,7 +1192,7 @@ async fn the_service_follows_the_shortest_paths_to_the_authorization_watch() {
         ("records a capture", |steps, after| ended_as(steps, after, ChargeStatus::Succeeded)),
         ("records a void", |steps, after| ended_as(steps, after, ChargeStatus::Voided)),
     ];
-    follow_shortest_paths("the authorization watch", manual_config, &goals).await;
+    follow_shortest_paths("the authorization watch", manual_config, &goals, STRETCHES).await;
 }
 
 /// The late-refund watch, whose states the random walks reach only now and then (a refund given
@@ -1201,5 +1222,20 @@ async fn the_service_follows_the_shortest_paths_to_the_late_refund_watch() {
                 })
         }),
     ];
-    follow_shortest_paths("the late-refund watch", config, &goals).await;
+    follow_shortest_paths("the late-refund watch", config, &goals, STRETCHES).await;
+}
+
+/// A late charge whose system refund was given up on and found never carried out: the shortest
+/// drivable path to the follow-up starting another system refund (the second, under two checks)
+/// and to the person it needs once the system refunds ran out (one, under one check).
+#[tokio::test]
+async fn the_service_follows_the_shortest_paths_to_a_late_charges_next_system_refund() {
+    let goals: [(&str, Goal); 1] = [("starts another or needs a person", |steps, after| {
+        steps.iter().any(|a| matches!(a, Action::StartSystemRefund(_) | Action::LateRefundAct(_)))
+            && after.payment.as_ref().is_some_and(|p| {
+                p.late == LateCharge::Person || (p.system_refunds > 1 && p.late == LateCharge::Refunding)
+            })
+    })];
+    // Under two checks, each give-up takes two claims: the second refund starts at the 11th.
+    follow_shortest_paths("a late charge's next system refund", config, &goals, 11).await;
 }
