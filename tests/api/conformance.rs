@@ -52,7 +52,7 @@ const STRETCHES: usize = 10;
 /// when a quiet send was never received); with 2 it re-sends first.
 fn config(max_attempts: u8) -> Config {
     Config {
-        name: "conformance: a charge and a refund, answers lost, the provider late, give-ups",
+        name: "conformance: a charge and a refund, answers lost, the provider late, give-ups, a key expiring",
         total: 2,
         capture_method: CaptureMethod::Automatic,
         intents: vec![Intent::Pay, Intent::Refund(2)],
@@ -63,7 +63,7 @@ fn config(max_attempts: u8) -> Config {
         system_refunds: max_attempts,
         operator: false,
         webhooks: true,
-        faults: Faults { late: 1, duplicates: 1, ..Faults::NONE },
+        faults: Faults { late: 1, duplicates: 1, key_expiries: 1, ..Faults::NONE },
         mutation: None,
         defect: None,
     }
@@ -120,6 +120,9 @@ enum Driver {
     Reconciler,
     /// Time passes: the last send of this operation goes quiet.
     Time(Op),
+    /// Time passes: the key of this intent outlives its retention (the next request with it
+    /// expires it on the spot, `expire_key.sql`, and counts as new).
+    KeyExpires(u8),
     /// The provider acts on a send nobody waits for any more (late, or just after its sender
     /// gave up), or drops it for good (`acts: false`).
     Provider {
@@ -160,7 +163,8 @@ fn starts_stretch(state: &State, action: Action) -> bool {
         | Action::LateRefundLook(0, _)
         | Action::StartSystemRefund(0)
         | Action::AuthorizationLook(0)
-        | Action::SendsGoQuiet(_) => true,
+        | Action::SendsGoQuiet(_)
+        | Action::KeyExpires(_) => true,
         Action::ProviderActs { index, choice: Choice::Succeed } => {
             state.provider.requests[index as usize].from.is_none()
         }
@@ -289,6 +293,7 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
     let driver = match start {
         Action::Request(i) => Driver::Client(i),
         Action::SendsGoQuiet(op) => Driver::Time(op),
+        Action::KeyExpires(i) => Driver::KeyExpires(i),
         Action::ProviderActs { index, .. } => {
             Driver::Provider { target: state.provider.requests[index as usize].target, acts: true }
         }
@@ -342,7 +347,10 @@ fn delivery_steps(state: &State, start: Action) -> Vec<Action> {
 fn stretch_proc(start: Action) -> Option<Proc> {
     match start {
         Action::Request(i) => Some(Proc::Client(i)),
-        Action::SendsGoQuiet(_) | Action::ProviderActs { .. } | Action::ProviderDrops(_) => None,
+        Action::SendsGoQuiet(_)
+        | Action::KeyExpires(_)
+        | Action::ProviderActs { .. }
+        | Action::ProviderDrops(_) => None,
         _ => Some(Proc::Reconciler(0)),
     }
 }
@@ -766,7 +774,11 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
         .collect();
     let mut keys = Vec::new();
     for key in &path.keys {
-        let found = rows(format!("SELECT response_status FROM idempotency_keys WHERE key = '{key}'")).await;
+        // A key past its retention counts as new, swept or not (`expire_key.sql`).
+        let found = rows(format!(
+            "SELECT response_status FROM idempotency_keys WHERE key = '{key}' AND expires_at > now()"
+        ))
+        .await;
         keys.push(match found.first() {
             None => "free",
             Some(row) if row["response_status"].is_null() => "names its operation",
@@ -990,6 +1002,13 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &mut Path, stretch: &St
                 format!("UPDATE {table} SET last_send_at = last_send_at - interval '2 hours' WHERE {row}");
             app.execute(&sql).await;
         }
+        Driver::KeyExpires(i) => {
+            let key = &path.keys[i as usize];
+            app.execute(&format!(
+                "UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE key = '{key}'"
+            ))
+            .await;
+        }
     }
     Ok(())
 }
@@ -1004,6 +1023,9 @@ async fn check_path(protocol: &Protocol, mut source: Source, name: &str) -> Vec<
             provider_webhooks_on(settings);
             mock.webhooks_by_hand = true;
         }
+        // A key expires when the path says so (`KeyExpires` moves `expires_at` in the database),
+        // so no in-memory replay outlives it.
+        settings.api.replay_cache_bytes = 0;
         // A send goes quiet only when the path says so (`SendsGoQuiet` moves `last_send_at`).
         settings.reconciler.quiet_before_give_up = Duration::from_secs(3600);
         settings.reconciler.max_attempts = max_attempts.into();
@@ -1061,12 +1083,13 @@ type StepKind = (&'static str, fn(&Action) -> bool);
 
 /// How many of `steps` are of each kind worth counting (the paths' reach).
 fn reach(steps: &[Action]) -> String {
-    let kinds: [StepKind; 15] = [
+    let kinds: [StepKind; 16] = [
         ("requests", |a| matches!(a, Action::Request(_))),
         ("claims", |a| matches!(a, Action::Claim(..))),
         ("settles", |a| matches!(a, Action::Settle(_))),
         ("releases", |a| matches!(a, Action::Release(_))),
         ("sends gone quiet", |a| matches!(a, Action::SendsGoQuiet(_))),
+        ("keys expired", |a| matches!(a, Action::KeyExpires(_))),
         ("give-ups", |a| matches!(a, Action::GiveUp(_))),
         ("late-charge looks", |a| matches!(a, Action::LateChargeLook(_))),
         ("late-charge acts", |a| matches!(a, Action::LateChargeAct(_))),
