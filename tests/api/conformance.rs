@@ -52,7 +52,7 @@ const STRETCHES: usize = 10;
 /// when a quiet send was never received); with 2 it re-sends first.
 fn config(max_attempts: u8) -> Config {
     Config {
-        name: "conformance: a charge and a refund, answers lost, the provider late, give-ups, a key expiring",
+        name: "conformance: a charge and a refund, answers lost, the provider late or declining, give-ups, a key expiring",
         total: 2,
         capture_method: CaptureMethod::Automatic,
         intents: vec![Intent::Pay, Intent::Refund(2)],
@@ -63,7 +63,7 @@ fn config(max_attempts: u8) -> Config {
         system_refunds: max_attempts,
         operator: false,
         webhooks: true,
-        faults: Faults { late: 1, duplicates: 1, key_expiries: 1, ..Faults::NONE },
+        faults: Faults { late: 1, duplicates: 1, key_expiries: 1, declines: 1, ..Faults::NONE },
         mutation: None,
         defect: None,
     }
@@ -98,6 +98,9 @@ impl Rng {
 enum Scripted {
     Now,
     Hold,
+    /// Declined (a charge or a refund), the answer given or lost.
+    Decline,
+    DeclineAndHold,
     /// Not acted on while its sender waits: parked, for the provider to act on later (a
     /// provider stretch) or never.
     Park,
@@ -108,6 +111,8 @@ impl Scripted {
         match self {
             Scripted::Now => json!({"act": "now"}),
             Scripted::Hold => json!({"act": "hold"}),
+            Scripted::Decline => json!({"act": "decline"}),
+            Scripted::DeclineAndHold => json!({"act": "decline_and_hold"}),
             Scripted::Park => json!({"act": "park"}),
         }
     }
@@ -186,6 +191,12 @@ fn of_stretch(state: &State, proc: Proc, action: Action) -> bool {
     match action {
         Action::ProviderActs { index, choice: Choice::Succeed } => {
             state.provider.requests[index as usize].from == Some(proc)
+        }
+        // The mock's script declines a charge or a refund while its sender waits (`decline`);
+        // a capture's decline is decided by its payment method, not scripted.
+        Action::ProviderActs { index, choice: Choice::Decline } => {
+            let request = &state.provider.requests[index as usize];
+            request.from == Some(proc) && matches!(request.target, Target::Op(Op::Charge | Op::Refund(_)))
         }
         Action::LateChargeAct(r) | Action::LateRefundAct(r) | Action::AuthorizationEnd(r) => {
             proc == Proc::Reconciler(r)
@@ -313,16 +324,21 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
     // What the provider did with the send in flight: acted on it (before its answer arrives or
     // the sender stops waiting).
     let mut acted = false;
+    let mut declined = false;
     while let Some(proc) = proc.filter(|proc| state.pc(*proc) != Pc::Idle) {
         let choices: Vec<Action> =
             enabled(protocol, state).into_iter().filter(|a| of_stretch(state, proc, *a)).collect();
         assert!(!choices.is_empty(), "{proc:?} is stuck in the model at {:?}", state.pc(proc));
         let action = source.next(&choices).unwrap_or(choices[0]);
         match action {
-            Action::Send(_) => acted = false,
-            Action::ProviderActs { .. } => acted = true,
-            Action::AnswerArrives(_) => sends.push(Scripted::Now),
-            Action::TimesOut(_) => sends.push(if acted { Scripted::Hold } else { Scripted::Park }),
+            Action::Send(_) => (acted, declined) = (false, false),
+            Action::ProviderActs { choice, .. } => (acted, declined) = (true, choice == Choice::Decline),
+            Action::AnswerArrives(_) => sends.push(if declined { Scripted::Decline } else { Scripted::Now }),
+            Action::TimesOut(_) => sends.push(match (acted, declined) {
+                (true, true) => Scripted::DeclineAndHold,
+                (true, false) => Scripted::Hold,
+                (false, _) => Scripted::Park,
+            }),
             _ => {}
         }
         steps.push(action);
@@ -1083,7 +1099,7 @@ type StepKind = (&'static str, fn(&Action) -> bool);
 
 /// How many of `steps` are of each kind worth counting (the paths' reach).
 fn reach(steps: &[Action]) -> String {
-    let kinds: [StepKind; 16] = [
+    let kinds: [StepKind; 17] = [
         ("requests", |a| matches!(a, Action::Request(_))),
         ("claims", |a| matches!(a, Action::Claim(..))),
         ("settles", |a| matches!(a, Action::Settle(_))),
@@ -1098,6 +1114,7 @@ fn reach(steps: &[Action]) -> String {
         ("system refunds started again", |a| matches!(a, Action::StartSystemRefund(_))),
         ("authorizations ended by the watch", |a| matches!(a, Action::AuthorizationEnd(_))),
         ("provider acts or drops", |a| matches!(a, Action::ProviderActs { .. } | Action::ProviderDrops(_))),
+        ("declines", |a| matches!(a, Action::ProviderActs { choice: Choice::Decline, .. })),
         ("webhooks delivered", |a| matches!(a, Action::Deliver { again: false, .. })),
         ("copies delivered", |a| matches!(a, Action::Deliver { again: true, .. })),
     ];
@@ -1261,4 +1278,23 @@ async fn the_service_follows_the_shortest_paths_to_a_late_charges_next_system_re
     })];
     // Under two checks, each give-up takes two claims: the second refund starts at the 11th.
     follow_shortest_paths("a late charge's next system refund", config, &goals, 11).await;
+}
+
+/// Declines, scripted on the mock whatever the payment method (`decline`, `decline_and_hold`):
+/// the shortest drivable path to a charge declined, and to a refund declined whose answer was
+/// lost and which a reconciler's lookup then settled as failed.
+#[tokio::test]
+async fn the_service_follows_the_shortest_paths_to_declines() {
+    let goals: [(&str, Goal); 2] = [
+        ("a charge declined", |_, after| {
+            after.provider.charge.is_some_and(|charge| charge.status == ChargeStatus::Declined)
+                && after.payment.as_ref().is_some_and(|p| p.status == PaymentStatus::Failed)
+        }),
+        ("a refund declined, its answer lost, settled by a lookup", |steps, after| {
+            steps.iter().any(|a| matches!(a, Action::Claim(..)))
+                && after.refunds.first().is_some_and(|r| r.status == OpStatus::Failed && !r.gave_up)
+                && matches!(after.provider.refunds.first(), Some(Some((ProviderRefundStatus::Failed, _))))
+        }),
+    ];
+    follow_shortest_paths("declines", config, &goals, STRETCHES).await;
 }

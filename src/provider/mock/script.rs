@@ -17,7 +17,7 @@ use super::{MockState, chance, respond};
 
 /// One scripted write, as `POST /_admin/script` takes it: `{"act": "now"}`, `{"act": "hold"}`,
 /// `{"act": "later", "after_ms": 500}`, `{"act": "never"}`, `{"act": "unavailable"}`,
-/// `{"act": "unauthorized"}`.
+/// `{"act": "unauthorized"}`, `{"act": "decline"}`, `{"act": "decline_and_hold"}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "act", rename_all = "snake_case")]
 pub enum Scripted {
@@ -26,6 +26,10 @@ pub enum Scripted {
     /// Acts, then holds the answer past the client's timeout (`timeout_hold`): the answer is
     /// lost, the operation done.
     Hold,
+    /// Acts by declining (a charge or a refund), whatever its payment method, and answers at once.
+    Decline,
+    /// Declines, then holds the answer past the client's timeout: the decline is lost.
+    DeclineAndHold,
     /// Acts only `after_ms` from now, then answers (by then the sender may have given up: the
     /// provider acting late). The act happens even if the sender hung up.
     Later { after_ms: u64 },
@@ -143,6 +147,10 @@ pub(super) async fn act_rendering(
         }
         Scripted::Now => state.with_ledger(|ledger| operation(ledger, false)),
         Scripted::Hold => state.with_ledger(|ledger| operation(ledger, true)),
+        Scripted::Decline => state.with_ledger(|ledger| ledger.declining(|ledger| operation(ledger, false))),
+        Scripted::DeclineAndHold => {
+            state.with_ledger(|ledger| ledger.declining(|ledger| operation(ledger, true)))
+        }
         Scripted::Later { after_ms } => {
             // A task of its own, so that the act happens even if the sender hangs up (which
             // drops this handler).

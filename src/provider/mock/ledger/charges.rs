@@ -171,6 +171,7 @@ impl Ledger {
         };
         let settled = if body.capture { ChargeState::Succeeded } else { ChargeState::RequiresCapture };
         let (state, hold) = match body.payment_method.as_str() {
+            _ if self.declines => (declined("card_declined", "Your card was declined."), hold_fault),
             "pm_provider_down" => {
                 return Reply::error(
                     StatusCode::SERVICE_UNAVAILABLE,

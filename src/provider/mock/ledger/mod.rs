@@ -69,6 +69,9 @@ pub(super) struct Ledger {
     /// Every movement of money, for the settlement records.
     balance: balance::Feed,
     pub faults: Faults,
+    /// The write being carried out declines, whatever its payment method (the script's
+    /// `decline`): set only for the length of [`Ledger::declining`].
+    declines: bool,
 }
 
 /// `value` printed with exactly the currency's minor units, as everywhere on the wire.
@@ -116,7 +119,17 @@ impl Ledger {
             events: Vec::new(),
             balance: balance::Feed::default(),
             faults: Faults::default(),
+            declines: false,
         }
+    }
+
+    /// Carries out `write` declining: a charge is declined (`card_declined`), a refund fails
+    /// (`refund_declined`), whatever the payment method says.
+    pub fn declining(&mut self, write: impl FnOnce(&mut Ledger) -> Reply) -> Reply {
+        self.declines = true;
+        let reply = write(self);
+        self.declines = false;
+        reply
     }
 }
 

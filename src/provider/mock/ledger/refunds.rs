@@ -167,6 +167,14 @@ impl Ledger {
             return self.refuse(key, request, reply);
         }
         let (state, hold, event) = match charge.request.payment_method.as_str() {
+            _ if self.declines => (
+                RefundState::Failed {
+                    code: "refund_declined".to_owned(),
+                    message: "The refund was declined.".to_owned(),
+                },
+                hold_fault,
+                Some(event_type::REFUND_FAILED),
+            ),
             "pm_refund_declined" => (
                 RefundState::Failed {
                     code: "refund_declined".to_owned(),

@@ -290,3 +290,23 @@ fn an_accepted_dispute_is_lost_and_an_inquiry_moves_no_money() {
     let later = ledger.list_disputes(Some(now.timestamp() + 1), 10, None);
     assert!(later.body["data"].as_array().unwrap().is_empty());
 }
+
+#[test]
+fn a_scripted_decline_declines_a_good_card_and_fails_its_refund_once() {
+    let mut ledger = ledger();
+    let now = Utc::now();
+    let declined =
+        ledger.declining(|ledger| ledger.create_charge("c1", charge("pm_card_ok", true), None, now, false));
+    assert_eq!(declined.body["status"], "declined");
+    assert_eq!(declined.body["decline_code"], "card_declined");
+    let ok = ledger.create_charge("c2", charge("pm_card_ok", true), None, now, false).body["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let failed = ledger.declining(|ledger| ledger.create_refund("r1", refund(&ok, "4.00"), None, now, false));
+    assert_eq!(failed.body["status"], "failed");
+    assert_eq!(ledger.charge_by_id(&ok, now).unwrap().amount_refunded, "0.00");
+    // Only the write carried out declining is declined; its replay answers as it was.
+    assert_eq!(ledger.create_refund("r2", refund(&ok, "4.00"), None, now, false).body["status"], "succeeded");
+    assert_eq!(ledger.create_refund("r1", refund(&ok, "4.00"), None, now, false).body, failed.body);
+}
