@@ -135,14 +135,18 @@ impl Application {
     pub async fn build(settings: Settings) -> anyhow::Result<Application> {
         let listener = TcpListener::bind(&settings.listen)
             .with_context(|| format!("cannot listen on {}", settings.listen))?;
-        Self::build_on(settings, listener).await
+        let database = settings.database.clone();
+        let application = Self::build_on(settings, listener).await?;
+        // `serve`'s advice, once the database is prepared (test apps, built on their own
+        // listeners, go without it).
+        db::advise_on_write_settings(&database).await;
+        Ok(application)
     }
 
     /// [`Application::build`] on a listener bound already (`settings.listen` is then unused): its
     /// address can be handed to the payment provider as the webhook URL before the app exists.
     pub async fn build_on(settings: Settings, listener: TcpListener) -> anyhow::Result<Application> {
         db::prepare(&settings.database).await?;
-        db::advise_on_write_settings(&settings.database).await;
         let port = listener.local_addr()?.port();
         let webhooks = !settings.api.provider_webhooks.is_off();
         let merchant_webhooks = settings.webhooks.clone().map(web::Data::new);

@@ -1,5 +1,6 @@
 //! PostgreSQL: the only place that builds connection pools, creates the database when missing,
-//! and applies the embedded migrations.
+//! and applies the embedded migrations; and, when `serve` starts, the advice on the server's
+//! write settings ([`write_settings`]).
 
 pub mod connect;
 pub mod conninfo;

@@ -170,14 +170,16 @@ over_both_wires! {
 async fn the_reconciler_cancels_authorizations_the_provider_let_go(wire: TestWire) {
     let app = spawn_app_with(|settings, mock| {
         wire.configure(settings, mock);
-        mock.auth_ttl = Duration::from_millis(1000);
+        // Long enough that the first pass runs before the expiry even when the suite loads
+        // both cores (one second was once too short).
+        mock.auth_ttl = Duration::from_millis(3000);
     })
     .await;
     let (order_id, payment) = app.authorized_order("30.00", "pm_card_ok").await;
     let payment_id = payment["id"].as_str().unwrap();
     let first = app.reconcile_once().await;
     assert_eq!(first.claimed, 0, "not due before it expires");
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    tokio::time::sleep(Duration::from_millis(3100)).await;
     let pass = app.reconcile_once().await;
     assert_eq!((pass.claimed, pass.settled), (1, 1), "{pass:?}");
     let payment = app.get_payment(payment_id).await;

@@ -27,6 +27,7 @@ pub enum Scripted {
     /// lost, the operation done.
     Hold,
     /// Acts by declining (a charge or a refund), whatever its payment method, and answers at once.
+    /// A capture or a void has no scripted decline: its write acts as for `now`.
     Decline,
     /// Declines, then holds the answer past the client's timeout: the decline is lost.
     DeclineAndHold,

@@ -125,11 +125,18 @@ impl Ledger {
 
     /// Carries out `write` declining: a charge is declined (`card_declined`), a refund fails
     /// (`refund_declined`), whatever the payment method says.
+    /// The flag is cleared by a guard, so that a write that panics (the mock's lock is used on
+    /// after a panic) cannot leave every later write declining.
     pub fn declining(&mut self, write: impl FnOnce(&mut Ledger) -> Reply) -> Reply {
-        self.declines = true;
-        let reply = write(self);
-        self.declines = false;
-        reply
+        struct Cleared<'a>(&'a mut Ledger);
+        impl Drop for Cleared<'_> {
+            fn drop(&mut self) {
+                self.0.declines = false;
+            }
+        }
+        let guard = Cleared(self);
+        guard.0.declines = true;
+        write(&mut *guard.0)
     }
 }
 
