@@ -711,18 +711,17 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
     // follow-up decides it (`late_charge::follow_up`): one succeeded, one in flight or given up
     // on and still watched, the attempt limit reached (a person decides), or another one due.
     // The model decides at the late-refund watch's act; the service at the follow-up's next pass.
-    let system = "SELECT 1 FROM refunds r WHERE r.payment_id = payments.id AND r.idempotency_key IS NULL";
+    let system = "FROM refunds r WHERE r.payment_id = payments.id AND r.idempotency_key IS NULL";
     let payment = rows(format!(
         "SELECT status, answer_status IS NOT NULL AS answered, {leased}, provider_charge_id IS NOT NULL AS known, \
          amount_captured, amount_refunded, amount_refunding, attempts, \
          CASE WHEN late_watch_until IS NULL THEN 'off' \
          WHEN late_charge_amount IS NOT NULL THEN CASE \
-           WHEN EXISTS ({system} AND r.status = 'succeeded') THEN 'Refunded' \
-           WHEN EXISTS ({system} AND (r.status = 'processing' OR (r.status = 'failed' \
+           WHEN EXISTS (SELECT 1 {system} AND r.status = 'succeeded') THEN 'Refunded' \
+           WHEN EXISTS (SELECT 1 {system} AND (r.status = 'processing' OR (r.status = 'failed' \
              AND r.failure_code = 'reconciliation_gave_up' AND r.absent_since IS NULL \
              AND r.next_check_at IS NOT NULL))) THEN 'Refunding' \
-           WHEN (SELECT count(*) FROM refunds r WHERE r.payment_id = payments.id AND r.idempotency_key IS NULL) \
-             >= {max} THEN 'Person' \
+           WHEN (SELECT count(*) {system}) >= {max} THEN 'Person' \
            ELSE 'RefundDue' END \
          WHEN next_check_at IS NULL THEN 'ended' ELSE 'watching' END AS late FROM payments WHERE order_id = '{}'",
         path.order_id

@@ -167,20 +167,13 @@ impl Ledger {
             return self.refuse(key, request, reply);
         }
         let (state, hold, event) = match charge.request.payment_method.as_str() {
-            _ if self.declines => (
+            // A scripted decline keeps the script's hold; the card's own decline answers at once.
+            method if self.declines || method == "pm_refund_declined" => (
                 RefundState::Failed {
                     code: "refund_declined".to_owned(),
                     message: "The refund was declined.".to_owned(),
                 },
-                hold_fault,
-                Some(event_type::REFUND_FAILED),
-            ),
-            "pm_refund_declined" => (
-                RefundState::Failed {
-                    code: "refund_declined".to_owned(),
-                    message: "The refund was declined.".to_owned(),
-                },
-                false,
+                self.declines && hold_fault,
                 Some(event_type::REFUND_FAILED),
             ),
             "pm_refund_pending" => (RefundState::Pending, hold_fault, None),
