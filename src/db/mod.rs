@@ -83,10 +83,13 @@ impl DatabaseConfig {
 
 /// Builds a request pool whose connections are opened lazily, on first use, by the runtime that
 /// uses them: a tokio-postgres connection's I/O task lives on the runtime that opened it, so a
-/// pool per actix worker keeps every round trip on that worker's thread (STACK_NOTES.md,
-/// pitfall 4). Every statement is bounded by the statement timeout (see [`Session`]).
+/// pool per actix worker keeps every round trip on that worker's thread (a pool filled in `main`
+/// put every connection's I/O on the main thread: each round trip hopped threads, and lazy
+/// per-worker pools measured 20% more throughput). Every statement is bounded by the statement
+/// timeout (see [`Session`]).
 ///
-/// Checkouts are not tested with `SELECT 1` (pitfall 3). They are checked without a round trip:
+/// Checkouts are not tested with `SELECT 1` (that round trip cost about 5% of throughput). They
+/// are checked without a round trip:
 /// a connection whose server closed it, or that was dropped for not answering, is closed and is
 /// not handed out; the pool opens a new one (to whichever host is the primary now). A
 /// connection that breaks in use fails its query, which maps to 503, and is discarded on return,
@@ -208,7 +211,8 @@ pub async fn ensure_database_exists(config: &DatabaseConfig) -> anyhow::Result<(
 }
 
 /// Applies pending migrations; returns the versions applied. Runs the synchronous migration
-/// harness on a blocking thread through diesel-async's connection wrapper (pitfall 8), under an
+/// harness on a blocking thread through diesel-async's connection wrapper (diesel-async's own
+/// async harness panics inside actix's current-thread runtime), under an
 /// advisory lock so that instances starting together do not race. No statement timeout: a
 /// migration may take as long as it takes.
 pub async fn run_migrations(config: &DatabaseConfig) -> anyhow::Result<Vec<String>> {

@@ -465,25 +465,25 @@ macro_rules! prepared_statement {
     };
 }
 
-/// Every hand-written statement of the crate. A `.sql` file that none of them reads fails
-/// `every_sql_file_is_read_by_a_statement_that_declares_its_parameters`, so a new statement
-/// cannot be left out of this list; the integration tests plan each of them on a fresh schema
+/// Every hand-written statement of the crate: each kind's own, then the rest. A `.sql` file
+/// that none of them reads fails `every_sql_file_is_read_by_a_statement_that_declares_its_parameters`,
+/// so a new statement cannot be left out of this list; the integration tests plan each of them on a fresh schema
 /// (`database::no_statement_is_planned_to_walk_a_whole_account`).
 #[cfg(any(test, feature = "test-hooks"))]
 pub fn every_statement() -> Vec<Declared> {
-    let mut statements = crate::operations::leases::declared_statements();
+    /// Each kind's own statements ([`crate::operations::Kind::statements`]).
+    macro_rules! kind_statements {
+        ($( $kind:path => $variant:ident($table:literal, $label:literal, $resource:ident = $spelling:literal) ),* $(,)?) => {
+            [$( <$kind as crate::operations::Kind>::statements() ),*].concat()
+        };
+    }
+    let mut statements = crate::operations::every_kind!(kind_statements);
+    statements.extend(crate::operations::leases::declared_statements());
     statements.extend(crate::settlement::repository::declared_statements());
     statements.extend([
         declared::<crate::idempotency::store::ClaimKey<'static>>(),
         declared::<crate::orders::repository::NewOrderStatement<'static>>(),
-        declared::<crate::payments::repository::StartPayment<'static>>(),
-        declared::<crate::payments::repository::SettlePayment<'static>>(),
         declared::<crate::payments::watches::EndAuthorization<'static>>(),
-        declared::<crate::payments::authorization::StartAction<'static>>(),
-        declared::<crate::payments::authorization::SettleAction<'static>>(),
-        declared::<crate::refunds::repository::StartRefund<'static>>(),
-        declared::<crate::refunds::repository::SettleRefund<'static>>(),
-        declared::<crate::refunds::repository::CorrectRefund<'static>>(),
         declared::<crate::refunds::repository::WatchLateRefunds<'static>>(),
         declared::<crate::payments::watches::WatchAuthorizations<'static>>(),
         declared::<crate::payments::watches::WatchLateCharges<'static>>(),
@@ -512,8 +512,6 @@ pub fn every_statement() -> Vec<Declared> {
         declared::<crate::ledger::CheckPayments>(),
         declared::<crate::ledger::CheckOrders<'static>>(),
         declared::<crate::disputes::repository::RecordDispute<'static>>(),
-        declared::<crate::disputes::responses::StartResponse<'static>>(),
-        declared::<crate::disputes::responses::SettleResponse<'static>>(),
     ]);
     statements
 }

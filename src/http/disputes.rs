@@ -10,15 +10,14 @@ use uuid::Uuid;
 use super::AppState;
 use super::auth::Authenticated;
 use super::body::{self, JsonBody, OptionalJsonBody};
-use super::idempotency::{IdempotencyHeader, respond_answer};
-use super::observe::RequestId;
+use super::idempotency::{KeyedWrite, respond_answer};
 use crate::disputes::DisputeStatus;
 use crate::disputes::repository::{self, Filter};
 use crate::disputes::representation::DisputeResource;
 use crate::disputes::responses::ResponseKind;
 use crate::disputes::service::{self, RespondCommand};
 use crate::error::{ApiError, FieldError};
-use crate::ids::{AccountId, PaymentId};
+use crate::ids::PaymentId;
 use serde_json::Value;
 
 /// `GET /disputes` query.
@@ -95,74 +94,48 @@ pub struct AcceptRequest {}
 /// `POST /disputes/{id}/evidence`: `Idempotency-Key` required. Submits text evidence to the
 /// provider, once, before the dispute's `evidence_due_by`.
 pub async fn evidence(
-    state: web::Data<AppState>,
-    Authenticated(account): Authenticated,
-    key: IdempotencyHeader,
-    request: HttpRequest,
-    request_id: RequestId,
+    write: KeyedWrite,
     id: web::Path<String>,
     JsonBody(body): JsonBody,
 ) -> Result<HttpResponse, ApiError> {
-    let answer = Answering { state: &state, account: account.id, key, request: &request, request_id };
-    answer
-        .run(&id, ResponseKind::Evidence, Some(body), |body| {
-            let EvidenceRequest { evidence } = body::deserialize(body.unwrap_or_default())?;
-            if evidence.trim().is_empty() || evidence.chars().count() > EVIDENCE_MAX_CHARS {
-                let message = format!("must be text of 1 to {EVIDENCE_MAX_CHARS} characters");
-                return Err(ApiError::Validation(vec![FieldError::new("evidence", message)]));
-            }
-            Ok(Some(evidence))
-        })
-        .await
+    answer(&write, &id, ResponseKind::Evidence, Some(body), |body| {
+        let EvidenceRequest { evidence } = body::deserialize(body.unwrap_or_default())?;
+        if evidence.trim().is_empty() || evidence.chars().count() > EVIDENCE_MAX_CHARS {
+            let message = format!("must be text of 1 to {EVIDENCE_MAX_CHARS} characters");
+            return Err(ApiError::Validation(vec![FieldError::new("evidence", message)]));
+        }
+        Ok(Some(evidence))
+    })
+    .await
 }
 
 /// `POST /disputes/{id}/accept`: `Idempotency-Key` required. Closes the dispute without contest.
 pub async fn accept(
-    state: web::Data<AppState>,
-    Authenticated(account): Authenticated,
-    key: IdempotencyHeader,
-    request: HttpRequest,
-    request_id: RequestId,
+    write: KeyedWrite,
     id: web::Path<String>,
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<HttpResponse, ApiError> {
-    let answer = Answering { state: &state, account: account.id, key, request: &request, request_id };
-    answer
-        .run(&id, ResponseKind::Accept, body, |body| {
-            let AcceptRequest {} = body.map(body::deserialize).transpose()?.unwrap_or_default();
-            Ok(None)
-        })
-        .await
+    answer(&write, &id, ResponseKind::Accept, body, |body| {
+        let AcceptRequest {} = body.map(body::deserialize).transpose()?.unwrap_or_default();
+        Ok(None)
+    })
+    .await
 }
 
 /// What both answers to a dispute share: the id parsed, the key bound to the route and body,
 /// the body read (`evidence_of`: the evidence, if any), and the engine's request flow.
-struct Answering<'a> {
-    state: &'a AppState,
-    account: AccountId,
-    key: IdempotencyHeader,
-    request: &'a HttpRequest,
-    request_id: RequestId,
-}
-
-impl Answering<'_> {
-    async fn run(
-        self,
-        id: &str,
-        kind: ResponseKind,
-        body: Option<Value>,
-        evidence_of: impl FnOnce(Option<Value>) -> Result<Option<String>, ApiError>,
-    ) -> Result<HttpResponse, ApiError> {
-        let dispute_id = super::parse_id("dispute", id, |text| Uuid::try_parse(text).ok())?;
-        let route = format!("/disputes/{dispute_id}/{kind}");
-        let keyed = self
-            .key
-            .bind(self.account, self.request, &route, body.as_ref(), true)?
-            .ok_or(ApiError::IdempotencyKeyMissing)?;
-        let command = RespondCommand { dispute_id, kind, evidence: evidence_of(body)? };
-        let state = self.state;
-        let answer =
-            service::respond(&state.engine, &state.keys, &keyed, &command, &self.request_id.0).await?;
-        Ok(respond_answer(answer))
-    }
+async fn answer(
+    write: &KeyedWrite,
+    id: &str,
+    kind: ResponseKind,
+    body: Option<Value>,
+    evidence_of: impl FnOnce(Option<Value>) -> Result<Option<String>, ApiError>,
+) -> Result<HttpResponse, ApiError> {
+    let dispute_id = super::parse_id("dispute", id, |text| Uuid::try_parse(text).ok())?;
+    let route = format!("/disputes/{dispute_id}/{kind}");
+    let keyed = write.bind(&route, body.as_ref())?;
+    let command = RespondCommand { dispute_id, kind, evidence: evidence_of(body)? };
+    let state = &write.state;
+    let answer = service::respond(&state.engine, &state.keys, &keyed, &command, &write.request_id.0).await?;
+    Ok(respond_answer(answer))
 }

@@ -1,13 +1,18 @@
 //! The `Idempotency-Key` request header and how keyed answers go back to the client.
 
-use std::future::{Ready, ready};
+use std::future::{Future, Ready, ready};
+use std::pin::Pin;
 
 use actix_web::dev::{Payload, ServiceResponse};
 use actix_web::http::StatusCode;
 use actix_web::http::header::HeaderName;
-use actix_web::{FromRequest, HttpRequest, HttpResponse};
+use actix_web::{FromRequest, HttpRequest, HttpResponse, web};
 use serde_json::Value;
 
+use super::AppState;
+use super::auth::Authenticated;
+use super::observe::RequestId;
+use crate::accounts::Account;
 use crate::error::ApiError;
 use crate::idempotency::{Execution, Fingerprint, IdempotencyKey, KeyError, KeyedRequest};
 use crate::ids::AccountId;
@@ -75,6 +80,54 @@ impl IdempotencyHeader {
             route: route.to_owned(),
             fingerprint: Fingerprint::of_request(method, route, body),
         }))
+    }
+
+    /// [`bind`](Self::bind) for a route that always requires a key (every provider operation).
+    pub fn require(
+        &self,
+        account_id: AccountId,
+        request: &HttpRequest,
+        route: &str,
+        body: Option<&Value>,
+    ) -> Result<KeyedRequest, ApiError> {
+        self.bind(account_id, request, route, body, true)?.ok_or(ApiError::IdempotencyKeyMissing)
+    }
+}
+
+/// What the handler of every provider operation (a payment, its capture or void, a refund, a
+/// dispute response) extracts before its path and body, in this order: the state, the
+/// authenticated account, the `Idempotency-Key` (which these routes require) and the request id.
+pub struct KeyedWrite {
+    pub state: web::Data<AppState>,
+    pub account: Account,
+    key: IdempotencyHeader,
+    request: HttpRequest,
+    pub request_id: RequestId,
+}
+
+impl KeyedWrite {
+    /// The key bound to this request at `route` (canonical) with `body`; 400 without a key.
+    pub fn bind(&self, route: &str, body: Option<&Value>) -> Result<KeyedRequest, ApiError> {
+        self.key.require(self.account.id, &self.request, route, body)
+    }
+}
+
+impl FromRequest for KeyedWrite {
+    type Error = actix_web::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self, actix_web::Error>>>>;
+
+    fn from_request(request: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        // The very extractors, polled together as a handler's own arguments are: which refusal
+        // wins (a malformed key while an unknown API key is still being looked up, say) is as
+        // on every other route.
+        let parts =
+            <(web::Data<AppState>, Authenticated, IdempotencyHeader, HttpRequest, RequestId)>::from_request(
+                request, payload,
+            );
+        Box::pin(async move {
+            let (state, Authenticated(account), key, request, request_id) = parts.await?;
+            Ok(KeyedWrite { state, account, key, request, request_id })
+        })
     }
 }
 

@@ -9,8 +9,7 @@ use serde_json::Value;
 use super::AppState;
 use super::auth::Authenticated;
 use super::body::{self, JsonBody, OptionalJsonBody};
-use super::idempotency::{IdempotencyHeader, respond_answer};
-use super::observe::RequestId;
+use super::idempotency::{KeyedWrite, respond_answer};
 use crate::error::{ApiError, FieldError};
 use crate::ids::{OrderId, PaymentId};
 use crate::payments::authorization::Action;
@@ -112,67 +111,49 @@ pub(super) fn written_amount(body: Option<&Value>, field: &str) -> Result<Option
 }
 
 /// `POST /payments`: `Idempotency-Key` required.
-pub async fn create(
-    state: web::Data<AppState>,
-    Authenticated(account): Authenticated,
-    key: IdempotencyHeader,
-    request: HttpRequest,
-    request_id: RequestId,
-    JsonBody(body): JsonBody,
-) -> Result<HttpResponse, ApiError> {
-    let keyed = key
-        .bind(account.id, &request, "/payments", Some(&body), true)?
-        .ok_or(ApiError::IdempotencyKeyMissing)?;
+pub async fn create(write: KeyedWrite, JsonBody(body): JsonBody) -> Result<HttpResponse, ApiError> {
+    let keyed = write.bind("/payments", Some(&body))?;
     let command = parse_pay_command(body)?;
-    let answer = service::pay(&state.engine, &state.keys, &keyed, &command, &request_id.0).await?;
+    let answer =
+        service::pay(&write.state.engine, &write.state.keys, &keyed, &command, &write.request_id.0).await?;
     Ok(respond_answer(answer))
 }
 
 /// `POST /payments/{id}/capture`: `Idempotency-Key` required.
 pub async fn capture(
-    state: web::Data<AppState>,
-    Authenticated(account): Authenticated,
-    key: IdempotencyHeader,
-    request: HttpRequest,
-    request_id: RequestId,
+    write: KeyedWrite,
     id: web::Path<String>,
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<HttpResponse, ApiError> {
     let payment_id = super::parse_id("payment", &id, PaymentId::parse)?;
     let route = format!("/payments/{payment_id}/capture");
-    let keyed = key
-        .bind(account.id, &request, &route, body.as_ref(), true)?
-        .ok_or(ApiError::IdempotencyKeyMissing)?;
+    let keyed = write.bind(&route, body.as_ref())?;
     let amount = written_amount(body.as_ref(), "amount")?;
     let CaptureRequest { .. } = body.map(body::deserialize).transpose()?.unwrap_or_default();
     if let Some(amount) = amount {
-        service::check_amount(&state.engine, account.id, payment_id, amount).await?;
+        service::check_amount(&write.state.engine, write.account.id, payment_id, amount).await?;
     }
     let command = ActionCommand { payment_id, action: Action::Capture, amount };
-    let answer = service::act(&state.engine, &state.keys, &keyed, &command, &request_id.0).await?;
+    let answer =
+        service::act(&write.state.engine, &write.state.keys, &keyed, &command, &write.request_id.0).await?;
     Ok(respond_answer(answer))
 }
 
 /// `POST /payments/{id}/void`: `Idempotency-Key` required.
 pub async fn void(
-    state: web::Data<AppState>,
-    Authenticated(account): Authenticated,
-    key: IdempotencyHeader,
-    request: HttpRequest,
-    request_id: RequestId,
+    write: KeyedWrite,
     id: web::Path<String>,
     OptionalJsonBody(body): OptionalJsonBody,
 ) -> Result<HttpResponse, ApiError> {
     let payment_id = super::parse_id("payment", &id, PaymentId::parse)?;
     let route = format!("/payments/{payment_id}/void");
-    let keyed = key
-        .bind(account.id, &request, &route, body.as_ref(), true)?
-        .ok_or(ApiError::IdempotencyKeyMissing)?;
+    let keyed = write.bind(&route, body.as_ref())?;
     if let Some(body) = body {
         let VoidRequest {} = body::deserialize(body)?;
     }
     let command = ActionCommand { payment_id, action: Action::Void, amount: None };
-    let answer = service::act(&state.engine, &state.keys, &keyed, &command, &request_id.0).await?;
+    let answer =
+        service::act(&write.state.engine, &write.state.keys, &keyed, &command, &write.request_id.0).await?;
     Ok(respond_answer(answer))
 }
 

@@ -8,8 +8,7 @@ use serde_json::Value;
 use super::AppState;
 use super::auth::Authenticated;
 use super::body::{self, JsonBody};
-use super::idempotency::{IdempotencyHeader, respond_answer};
-use super::observe::RequestId;
+use super::idempotency::{KeyedWrite, respond_answer};
 use crate::error::{ApiError, FieldError};
 use crate::ids::{PaymentId, RefundId};
 use crate::refunds::RefundReason;
@@ -69,19 +68,12 @@ fn parse_refund_command(body: Value) -> Result<RefundCommand, ApiError> {
 }
 
 /// `POST /refunds`: `Idempotency-Key` required.
-pub async fn create(
-    state: web::Data<AppState>,
-    Authenticated(account): Authenticated,
-    key: IdempotencyHeader,
-    request: HttpRequest,
-    request_id: RequestId,
-    JsonBody(body): JsonBody,
-) -> Result<HttpResponse, ApiError> {
-    let keyed = key
-        .bind(account.id, &request, "/refunds", Some(&body), true)?
-        .ok_or(ApiError::IdempotencyKeyMissing)?;
+pub async fn create(write: KeyedWrite, JsonBody(body): JsonBody) -> Result<HttpResponse, ApiError> {
+    let keyed = write.bind("/refunds", Some(&body))?;
     let command = parse_refund_command(body)?;
-    let answer = service::create(&state.engine, &state.keys, &keyed, &command, &request_id.0).await?;
+    let answer =
+        service::create(&write.state.engine, &write.state.keys, &keyed, &command, &write.request_id.0)
+            .await?;
     Ok(respond_answer(answer))
 }
 

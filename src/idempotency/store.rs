@@ -22,24 +22,25 @@ use super::{KeyedRequest, StoredResponse};
 use crate::db::schema::{idempotency_key_audit, idempotency_keys};
 use crate::ids::AccountId;
 
-crate::text_enum! {
-    /// What a key created or acted on, and so where its answer lives.
-    pub enum ResourceKind {
-        /// An order (created or cancelled): the answer is on the key row.
-        Order = "order",
-        /// A payment: its row holds the answer once it settles.
-        Payment = "payment",
-        /// A capture or a void of a payment's authorization: its row holds the answer.
-        PaymentOperation = "payment_operation",
-        /// A refund: its row holds the answer.
-        Refund = "refund",
-        /// A merchant's webhook endpoint (created, or its secret rotated): the answer is on the
-        /// key row.
-        WebhookEndpoint = "webhook_endpoint",
-        /// The merchant's answer to a dispute (evidence, or accept): its row holds the answer.
-        DisputeResponse = "dispute_response",
-    }
+/// Declares [`ResourceKind`]: the resources whose answer is stored with the key, and one per
+/// kind of provider operation in `operations::every_kind!`.
+macro_rules! resource_kinds {
+    ($( $kind:path => $variant:ident($table:literal, $label:literal, $resource:ident = $spelling:literal) ),* $(,)?) => {
+        crate::text_enum! {
+            /// What a key created or acted on, and so where its answer lives: on the key row with
+            /// the change (an order created or cancelled; a merchant's webhook endpoint created,
+            /// or its secret rotated), or on the row of the provider operation it started, once
+            /// that settles (a payment, a capture or void, a refund, a dispute response).
+            pub enum ResourceKind {
+                Order = "order",
+                WebhookEndpoint = "webhook_endpoint",
+                $( $resource = $spelling, )*
+            }
+        }
+    };
 }
+
+crate::operations::every_kind!(resource_kinds);
 
 impl ResourceKind {
     /// Whether its answer is stored on the resource's own row, once it settles (a provider

@@ -109,6 +109,15 @@ impl Kind for Actions {
         (held.operation.account_id, held.operation.id.as_uuid())
     }
 
+    #[cfg(any(test, feature = "test-hooks"))]
+    fn statements() -> Vec<crate::db::statement::Declared> {
+        use crate::db::statement::declared;
+        vec![
+            declared::<crate::payments::authorization::StartAction<'static>>(),
+            declared::<crate::payments::authorization::SettleAction<'static>>(),
+        ]
+    }
+
     async fn load(
         conn: &mut AsyncPgConnection,
         (account_id, id): (AccountId, Uuid),

@@ -161,6 +161,15 @@ impl Kind for Charges {
         (payment.account_id, payment.id.as_uuid())
     }
 
+    #[cfg(any(test, feature = "test-hooks"))]
+    fn statements() -> Vec<crate::db::statement::Declared> {
+        use crate::db::statement::declared;
+        vec![
+            declared::<crate::payments::repository::StartPayment<'static>>(),
+            declared::<crate::payments::repository::SettlePayment<'static>>(),
+        ]
+    }
+
     async fn load(
         conn: &mut AsyncPgConnection,
         (account_id, id): (AccountId, Uuid),

@@ -127,6 +127,15 @@ impl Kind for DisputeResponses {
         (held.response.account_id, held.response.id)
     }
 
+    #[cfg(any(test, feature = "test-hooks"))]
+    fn statements() -> Vec<crate::db::statement::Declared> {
+        use crate::db::statement::declared;
+        vec![
+            declared::<crate::disputes::responses::StartResponse<'static>>(),
+            declared::<crate::disputes::responses::SettleResponse<'static>>(),
+        ]
+    }
+
     async fn load(
         conn: &mut AsyncPgConnection,
         (account_id, id): (AccountId, Uuid),

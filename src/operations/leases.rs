@@ -24,7 +24,7 @@ use crate::ids::{AccountId, LeaseId};
 
 /// Declares [`Table`] and the lease statements of every operation table, from the kinds' list.
 macro_rules! operation_tables {
-    ($( $kind:path => $variant:ident($table:literal, $label:literal, $resource:ident) ),* $(,)?) => {
+    ($( $kind:path => $variant:ident($table:literal, $label:literal, $resource:ident = $spelling:literal) ),* $(,)?) => {
         /// The tables that hold provider operations: one per kind of [`super::every_kind!`].
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum Table {

@@ -21,19 +21,23 @@
 //! others change nothing and answer from it.
 
 /// Every kind of provider operation, in one list: its [`Kind`], its operation table, its label in
-/// metrics and logs, and what a key that starts one names (`ResourceKind`). Everything kept per
-/// kind is derived from this list by a callback macro: the operation tables and their lease
-/// statements (`leases`), and the reconciler's passes (`reconciler`). Adding a kind is one line
-/// here (and its `Kind`; see docs/architecture.md).
+/// metrics and logs, and what a key that starts one names (its `ResourceKind` variant and that
+/// variant's spelling in `idempotency_keys.resource_kind`). Everything kept per kind is derived
+/// from this list by a callback macro: the operation tables and their lease statements
+/// (`leases`), the reconciler's passes (`reconciler`), the resource kinds of keys
+/// (`idempotency::store`) and the statements the tests prepare (`db::statement`). Adding a kind
+/// is one line here (and its `Kind`; see docs/architecture.md).
 macro_rules! every_kind {
     ($callback:ident) => {
         $callback! {
-            $crate::operations::charge::Charges => Payments("payments", "payment", Payment),
-            $crate::operations::authorization::Actions
-                => PaymentOperations("payment_operations", "capture_or_void", PaymentOperation),
-            $crate::operations::refund::Refunds => Refunds("refunds", "refund", Refund),
-            $crate::operations::dispute_response::DisputeResponses
-                => DisputeResponses("dispute_responses", "dispute_response", DisputeResponse),
+            $crate::operations::charge::Charges => Payments("payments", "payment", Payment = "payment"),
+            $crate::operations::authorization::Actions => PaymentOperations(
+                "payment_operations", "capture_or_void", PaymentOperation = "payment_operation"
+            ),
+            $crate::operations::refund::Refunds => Refunds("refunds", "refund", Refund = "refund"),
+            $crate::operations::dispute_response::DisputeResponses => DisputeResponses(
+                "dispute_responses", "dispute_response", DisputeResponse = "dispute_response"
+            ),
         }
     };
 }
@@ -209,6 +213,11 @@ pub trait Kind: Send + Sync + 'static {
 
     /// Its row's key.
     fn id(op: &Self::Op) -> (AccountId, Uuid);
+
+    /// Its own statements (its start and settle, and any other only it runs), so that the tests
+    /// that prepare and plan every statement (`db::statement::every_statement`) find them.
+    #[cfg(any(test, feature = "test-hooks"))]
+    fn statements() -> Vec<crate::db::statement::Declared>;
 
     /// Loads an operation of this kind.
     fn load(

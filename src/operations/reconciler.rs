@@ -131,7 +131,7 @@ pub async fn run_pass(engine: &Engine, config: &ReconcilerConfig) -> Result<Pass
 
 /// Declares `pass_every_kind`: one [`pass_over`] of each kind of [`super::every_kind!`].
 macro_rules! passes {
-    ($( $kind:path => $variant:ident($table:literal, $label:literal, $resource:ident) ),* $(,)?) => {
+    ($( $kind:path => $variant:ident($table:literal, $label:literal, $resource:ident = $spelling:literal) ),* $(,)?) => {
         /// The due operations of every kind, one kind after the other.
         async fn pass_every_kind(engine: &Engine, config: &ReconcilerConfig) -> PassReport {
             let mut report = PassReport::default();

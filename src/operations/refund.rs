@@ -80,6 +80,16 @@ impl Kind for Refunds {
         (held.refund.account_id, held.refund.id.as_uuid())
     }
 
+    #[cfg(any(test, feature = "test-hooks"))]
+    fn statements() -> Vec<crate::db::statement::Declared> {
+        use crate::db::statement::declared;
+        vec![
+            declared::<crate::refunds::repository::StartRefund<'static>>(),
+            declared::<crate::refunds::repository::SettleRefund<'static>>(),
+            declared::<crate::refunds::repository::CorrectRefund<'static>>(),
+        ]
+    }
+
     async fn load(
         conn: &mut AsyncPgConnection,
         (account_id, id): (AccountId, Uuid),
