@@ -11,7 +11,12 @@
 //! - none, or a failed one: it is known not carried out so far (`absent_since`), and looked at
 //!   again until the watch ends; the first time, a system refund's payment is looked at again
 //!   (`late_charge`'s follow-up may now start another refund of the late charge);
-//! - a pending one, or no answer: looked at again later.
+//! - a pending one, or no answer: looked at again later, past the watch's end if need be (the
+//!   provider has not said yet whether it carried the refund out).
+//!
+//! A provider webhook reporting a watched refund failed brings its next look forward
+//! ([`refunds::look_again`](crate::refunds::repository::look_again)) while the watch is on; a
+//! watch that has ended stays ended (the webhook agrees with what we hold).
 //!
 //! [`correct`] is the one writer of the two corrections that leave a final state (docs/payments.md):
 //! `failed` -> `succeeded` (carried out late) and `succeeded` -> `failed` (a reversal, reported by
@@ -130,8 +135,8 @@ async fn look(
     };
     let Some(held) = held else { return Err(EngineError::Vanished(format!("refund {}", refund.id))) };
     let now = Utc::now().trunc_subsecs(6);
-    let next = after(now, config.backoff(watched.attempts));
-    let next = (next <= watched.watch_until).then_some(next);
+    let after_backoff = after(now, config.backoff(watched.attempts));
+    let next = (after_backoff <= watched.watch_until).then_some(after_backoff);
     let mut conn = engine.pool.get().await?;
     match Refunds::look_up(engine.provider.as_ref(), &held, None).await {
         Finding::Final(RefundOutcome::Succeeded { refund_id }) => {
@@ -161,10 +166,14 @@ async fn look(
             refunds::watch_late_again(&mut conn, refund, if definite { None } else { next }).await?;
             Ok(false)
         }
-        // A lookup never conflicts with a key; should the provider say so, it is no answer yet.
+        // A refund pending at the provider, or no answer: the provider has not said whether it
+        // carried the refund out, so the watch goes on past its end until it does. Ending it here
+        // would leave the refund neither corrected nor known absent, and a late charge's
+        // follow-up waits for one or the other before it refunds again. (A lookup never
+        // conflicts with a key; should the provider say so, it is no answer yet.)
         Finding::Unknown { reason } | Finding::KeyConflict { reason } => {
             tracing::info!(refund_id = %refund.id, %reason, "a refund given up on: no answer yet");
-            refunds::watch_late_again(&mut conn, refund, next).await?;
+            refunds::watch_late_again(&mut conn, refund, Some(after_backoff)).await?;
             Ok(false)
         }
         // The provider refused our credentials: it said nothing, so the watch goes on, past its

@@ -304,6 +304,8 @@ pub async fn watch_late_again(
 
 /// Brings the late-refund watch's next look at a refund given up on forward to `now` (a provider
 /// webhook reports it failed: a lookup on its way may be stale). Returns whether it is watched.
+/// A watch that has ended (no next look) stays ended: no lookup of it is on its way, and the
+/// webhook agrees with what we hold.
 pub async fn look_again(
     conn: &mut AsyncPgConnection,
     refund: &Refund,
@@ -314,6 +316,7 @@ pub async fn look_again(
         .filter(refunds::id.eq(refund.id))
         .filter(refunds::status.eq(RefundStatus::Failed))
         .filter(refunds::late_watch_until.is_not_null())
+        .filter(refunds::next_check_at.is_not_null())
         .set(refunds::next_check_at.eq(Some(now)))
         .execute(conn)
         .await?;

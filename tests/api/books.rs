@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use orderpay::config::Settings;
 
 use crate::helpers::{
-    TestApp, assert_problem, json, new_key, provider_webhooks_on, spawn_app_with, wait_until,
+    TestApp, assert_problem, eventually, json, new_key, provider_webhooks_on, spawn_app_with, wait_until,
 };
 use crate::provider_webhooks::{deliver_ok, event, provider_charge, secret, signed, webhooks_counted};
 
@@ -26,6 +26,21 @@ fn impatient(settings: &mut Settings, attempts: i32) {
 }
 
 impl TestApp {
+    /// A paid order of 40.00 by `payment_method`, and a refund of 15.00 of it whose send the
+    /// provider parks (acting on it only when the test says), given up on by the reconciler (an
+    /// app made `impatient` with one check): the order's, the payment's and the refund's ids.
+    async fn refund_parked_and_given_up(&self, payment_method: &str) -> (String, String, String) {
+        let (order_id, payment) = self.paid_order("40.00", payment_method).await;
+        let payment_id = payment["id"].as_str().unwrap().to_owned();
+        self.provider.script(json!([{"act": "park"}])).await;
+        let accepted = self.refund(&payment_id, Some("15.00"), &new_key()).await;
+        assert_eq!(accepted.status(), 202);
+        let refund_id = json(accepted).await["id"].as_str().unwrap().to_owned();
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert_eq!(self.reconcile_once().await.gave_up, 1);
+        (order_id, payment_id, refund_id)
+    }
+
     /// `(writes, lookups)` the mock provider received on `/v1/*`.
     async fn provider_requests(&self) -> (u64, u64) {
         let url = format!("{}/_admin/requests", self.provider.address);
@@ -176,15 +191,8 @@ async fn a_refund_carried_out_after_its_watch_ended_is_recorded_by_settlement() 
     })
     .await;
     let start = chrono::Utc::now() - chrono::Duration::seconds(1);
-    let (order_id, payment) = app.paid_order("40.00", "pm_card_ok").await;
-    let payment_id = payment["id"].as_str().unwrap();
-    // The provider holds the send without acting on it until the test says.
-    app.provider.script(json!([{"act": "park"}])).await;
-    let accepted = app.refund(payment_id, Some("15.00"), &new_key()).await;
-    assert_eq!(accepted.status(), 202);
-    let refund_id = json(accepted).await["id"].as_str().unwrap().to_owned();
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert_eq!(app.reconcile_once().await.gave_up, 1);
+    let (order_id, payment_id, refund_id) = app.refund_parked_and_given_up("pm_card_ok").await;
+    let payment_id = payment_id.as_str();
     // The watch's one look finds nothing, and the watch ends.
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let pass = app.reconcile_once().await;
@@ -218,6 +226,92 @@ async fn a_refund_carried_out_after_its_watch_ended_is_recorded_by_settlement() 
     assert_eq!(app.count(&audit).await, 1);
     assert_eq!(app.ledger_check().await.0, 0, "the ledger holds the refund as the payment's columns do");
     assert_eq!(app.settle(window).await.items_written, 0, "a second run finds nothing new");
+}
+
+/// A refund given up on that the provider still holds as pending when the late-refund watch's
+/// end comes: the provider has not said whether it carries the refund out, so the watch looks
+/// again past its end (ending it would leave the refund neither corrected nor known absent), and
+/// records the refund once the provider settles it.
+#[tokio::test]
+async fn a_refund_pending_at_the_provider_when_its_watch_ends_is_watched_until_it_settles() {
+    let app = spawn_app_with(|settings, mock| {
+        impatient(settings, 1);
+        settings.reconciler.late_refund_watch = Duration::from_millis(1);
+        mock.settle_after = Duration::from_millis(4000);
+    })
+    .await;
+    let (order_id, payment_id, refund_id) = app.refund_parked_and_given_up("pm_refund_pending").await;
+    let payment_id = payment_id.as_str();
+    // The parked send lands now: the provider holds the refund as pending for four seconds.
+    let parked = format!("{}/_admin/parked/orderpay_refund_{refund_id}/act", app.provider.address);
+    assert_eq!(app.client.post(parked).send().await.unwrap().status(), 200);
+
+    // The watch's first look, due 1.1 s after the give-up, is already past the watch's end.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!((pass.claimed, pass.settled), (1, 0), "the provider's refund is pending: {pass:?}");
+    let watched = format!(
+        "SELECT count(*) AS count FROM refunds WHERE id = '{refund_id}' AND status = 'failed' \
+         AND next_check_at IS NOT NULL AND absent_since IS NULL"
+    );
+    assert_eq!(app.count(&watched).await, 1, "still watched, and not known absent");
+
+    let what = "the provider's refund settled and the watch recorded it";
+    eventually(what, Duration::from_secs(15), || async {
+        (app.reconcile_once().await.settled == 1).then_some(())
+    })
+    .await;
+    let refund = app.get_refund(&refund_id).await;
+    assert_eq!(refund["status"], "succeeded", "{refund:#}");
+    assert_eq!(app.provider.refunds().await[0]["status"], "succeeded");
+    assert_eq!(app.get_payment(payment_id).await["amount_refunded"], "15.00");
+    assert_eq!(app.order_status(&order_id).await, "partially_refunded");
+    assert_eq!(app.reconcile_once().await.claimed, 0, "the watch has ended: the provider has spoken");
+}
+
+/// A provider webhook reporting failed a refund whose late-refund watch has ended leaves the
+/// watch ended: no lookup of it is on its way, and the webhook agrees with what we hold.
+#[tokio::test]
+async fn a_refund_failed_webhook_after_the_watch_ended_leaves_it_ended() {
+    let app = spawn_app_with(|settings, _| {
+        impatient(settings, 1);
+        provider_webhooks_on(settings);
+        settings.reconciler.late_refund_watch = Duration::from_millis(1);
+    })
+    .await;
+    let (_, payment) = app.paid_order("40.00", "pm_refund_declined").await;
+    let payment_id = payment["id"].as_str().unwrap();
+    // Slower than the timeout: the send lands (and the provider fails the refund) after the
+    // give-up. The provider's own webhooks are dropped; the one delivered below is the test's.
+    app.provider.set_faults(json!({"latency_ms": 2000, "webhook_drop_rate": 1.0})).await;
+    let accepted = app.refund(payment_id, Some("15.00"), &new_key()).await;
+    assert_eq!(accepted.status(), 202);
+    let refund_id = json(accepted).await["id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(app.reconcile_once().await.gave_up, 1);
+    let given_up = std::time::Instant::now();
+    wait_until("the provider fails the refund", Duration::from_secs(10), async || {
+        app.provider_refunds_for(&refund_id).await.first().is_some_and(|refund| refund["status"] == "failed")
+    })
+    .await;
+    app.provider.set_faults(json!({"webhook_drop_rate": 1.0})).await;
+    // The watch's one look (due 1.1 s after the give-up) finds it failed, and the watch ends.
+    tokio::time::sleep(Duration::from_millis(1200).saturating_sub(given_up.elapsed())).await;
+    let pass = app.reconcile_once().await;
+    assert_eq!((pass.claimed, pass.settled), (1, 0), "{pass:?}");
+    let ended = format!(
+        "SELECT count(*) AS count FROM refunds WHERE id = '{refund_id}' AND next_check_at IS NULL \
+         AND absent_since IS NOT NULL"
+    );
+    assert_eq!(app.count(&ended).await, 1, "ended, known not carried out");
+
+    let mut provider_refund = app.provider_refunds_for(&refund_id).await.remove(0);
+    provider_refund["object"] = json!("refund");
+    let delivery = signed(&secret(&app), &event("refund.failed", &provider_refund));
+    assert_eq!(deliver_ok(&app, &delivery).await, "stale");
+    assert_eq!(app.count(&ended).await, 1, "the webhook did not start the watch again");
+    assert_eq!(app.reconcile_once().await.claimed, 0);
+    assert_eq!(app.get_refund(&refund_id).await["status"], "failed");
 }
 
 /// A refund the provider reverses after it succeeded (`pm_refund_reversed`: the card was closed)
