@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use orderpay_model::action::{Action, Choice};
 use orderpay_model::config::{CaptureMethod, Faults, Intent};
 use orderpay_model::state::{
-    ActionKind, ChargeStatus, Key, LateCharge, Op, OpStatus, OrderStatus, PaymentStatus, Pc, Proc,
+    ActionKind, Answer, ChargeStatus, Key, LateCharge, Op, OpStatus, OrderStatus, PaymentStatus, Pc, Proc,
     ProviderRefundStatus, RefundWatch, State, Target, Webhook,
 };
 use orderpay_model::{Config, Mutation, Protocol};
@@ -46,8 +46,8 @@ const STRETCHES: usize = 10;
 /// answer lost, or acts later (once, after every sender stopped waiting, or after the give-up),
 /// or never; sends go quiet, so the reconciler gives up and the late-charge watch looks, and
 /// takes back a charge that landed late. The provider's webhooks are delivered when the path
-/// says, in any order, one of them twice. No declines, no pending answers (listed in
-/// docs/model.md as not conformance-checked yet).
+/// says, in any order, one of them twice; a charge, a capture or a refund declined once. No
+/// pending answers (listed in docs/model.md as not conformance-checked yet).
 /// With `max_attempts` 1 the reconciler's first check is its last (it only looks, and gives up
 /// when a quiet send was never received); with 2 it re-sends first.
 fn config(max_attempts: u8) -> Config {
@@ -98,7 +98,7 @@ impl Rng {
 enum Scripted {
     Now,
     Hold,
-    /// Declined (a charge or a refund), the answer given or lost.
+    /// Declined (a charge, a capture or a refund), the answer given or lost.
     Decline,
     /// Declined, and the answer held past the sender's timeout: the decline is lost.
     DeclineAndHold,
@@ -193,11 +193,12 @@ fn of_stretch(state: &State, proc: Proc, action: Action) -> bool {
         Action::ProviderActs { index, choice: Choice::Succeed } => {
             state.provider.requests[index as usize].from == Some(proc)
         }
-        // The mock's script declines a charge or a refund while its sender waits (`decline`);
-        // a capture's decline is decided by its payment method, not scripted.
+        // The mock's script declines a charge, a capture or a refund while its sender waits
+        // (`decline`, `decline_and_hold`).
         Action::ProviderActs { index, choice: Choice::Decline } => {
             let request = &state.provider.requests[index as usize];
-            request.from == Some(proc) && matches!(request.target, Target::Op(Op::Charge | Op::Refund(_)))
+            request.from == Some(proc)
+                && matches!(request.target, Target::Op(Op::Charge | Op::Action(_) | Op::Refund(_)))
         }
         Action::LateChargeAct(r) | Action::LateRefundAct(r) | Action::AuthorizationEnd(r) => {
             proc == Proc::Reconciler(r)
@@ -1282,6 +1283,31 @@ async fn the_service_follows_the_shortest_paths_to_a_late_charges_next_system_re
     })];
     // Under two checks, each give-up takes two claims: the second refund starts at the 11th.
     follow_shortest_paths("a late charge's next system refund", config, &goals, 11).await;
+}
+
+/// A capture declined, scripted on the mock whatever the payment method (`decline`,
+/// `decline_and_hold`): the shortest drivable path to a capture answered 402 `capture-declined`
+/// with the authorization left to capture or void, and to one whose decline was lost on the way
+/// and then answered to the retry of its key (the provider's stored refusal: a lookup cannot
+/// see a declined capture, the charge is still to capture).
+#[tokio::test]
+async fn the_service_follows_the_shortest_paths_to_a_capture_declined() {
+    fn declined(after: &State) -> bool {
+        after.payment.as_ref().is_some_and(|p| p.status == PaymentStatus::RequiresCapture)
+            && after
+                .actions
+                .iter()
+                .any(|a| a.kind == ActionKind::Capture && a.row.answer == Some(Answer::CaptureDeclined))
+    }
+    let goals: [(&str, Goal); 2] = [
+        ("a capture declined", |_, after| declined(after)),
+        ("a capture declined, its answer lost, answered to its key's retry", |steps, after| {
+            declined(after)
+                && steps.iter().any(|a| matches!(a, Action::Request(_)))
+                && !steps.iter().any(|a| matches!(a, Action::ProviderActs { .. }))
+        }),
+    ];
+    follow_shortest_paths("capture declines", manual_config, &goals, STRETCHES).await;
 }
 
 /// Declines, scripted on the mock whatever the payment method (`decline`, `decline_and_hold`):

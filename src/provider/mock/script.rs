@@ -26,8 +26,8 @@ pub enum Scripted {
     /// Acts, then holds the answer past the client's timeout (`timeout_hold`): the answer is
     /// lost, the operation done.
     Hold,
-    /// Acts by declining (a charge or a refund), whatever its payment method, and answers at once.
-    /// A capture or a void has no scripted decline: its write acts as for `now`.
+    /// Acts by declining (a charge, a capture or a refund), whatever its payment method, and
+    /// answers at once. A void has no decline: its write acts as for `now`.
     Decline,
     /// Declines, then holds the answer past the client's timeout: the decline is lost.
     DeclineAndHold,

@@ -277,7 +277,9 @@ impl Ledger {
         let conflict =
             |code: &str, message: &str| refusal(StatusCode::CONFLICT, "invalid_request", code, message);
         let refused = match &charge.state {
-            ChargeState::RequiresCapture if charge.request.payment_method == "pm_capture_declined" => {
+            ChargeState::RequiresCapture
+                if self.declines || charge.request.payment_method == "pm_capture_declined" =>
+            {
                 Some(refusal(
                     StatusCode::PAYMENT_REQUIRED,
                     "card_error",
@@ -311,7 +313,9 @@ impl Ledger {
             }
         };
         if let Some(reply) = refused {
-            return self.refuse(key, request, reply);
+            // A scripted decline may lose its answer (`decline_and_hold`); its replay answers.
+            let hold = self.declines && hold_fault;
+            return Reply { hold, ..self.refuse(key, request, reply) };
         }
         let charge = &mut self.charges[index];
         charge.state = ChargeState::Succeeded;

@@ -123,7 +123,8 @@ impl Ledger {
         }
     }
 
-    /// Carries out `write` declining: a charge is declined (`card_declined`), a refund fails
+    /// Carries out `write` declining: a charge is declined (`card_declined`), a capture refused
+    /// (`capture_declined`, the authorization left to capture), a refund fails
     /// (`refund_declined`), whatever the payment method says.
     /// The flag is cleared by a guard, so that a write that panics (the mock's lock is used on
     /// after a panic) cannot leave every later write declining.
