@@ -25,13 +25,22 @@ async fn app() -> TestApp {
 
 /// [`app`] on `wire`.
 async fn app_on(wire: TestWire) -> TestApp {
-    spawn_app_with(|settings, mock| {
+    let app = spawn_app_with(|settings, mock| {
         wire.configure(settings, mock);
         provider_webhooks_on(settings);
         settings.reconciler.interval = Duration::from_secs(600);
         mock.webhooks_by_hand = true;
     })
-    .await
+    .await;
+    // The reconciler's first pass runs as the app starts, and lists the provider's disputes
+    // (then not again for a minute). Under load it can run late enough to record a dispute the
+    // test opened for its webhooks to record: the test starts once that listing is done.
+    let listed = "SELECT count(*) AS count FROM dispute_listing WHERE listed_at IS NOT NULL";
+    wait_until("the startup pass lists the provider's disputes", Duration::from_secs(20), async || {
+        app.count(listed).await == 1
+    })
+    .await;
+    app
 }
 
 /// A payment of `payment_method` that succeeded: its id and the provider's charge id.
