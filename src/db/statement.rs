@@ -466,8 +466,9 @@ macro_rules! prepared_statement {
 }
 
 /// Every hand-written statement of the crate: each kind's own, then the rest. A `.sql` file
-/// that none of them reads fails `every_sql_file_is_read_by_a_statement_that_declares_its_parameters`,
-/// so a new statement cannot be left out of this list; the integration tests plan each of them on a fresh schema
+/// that none of them reads fails
+/// `every_sql_file_is_read_by_a_statement_that_declares_its_parameters`, so a new statement
+/// cannot be left out of this list; the integration tests plan each of them on a fresh schema
 /// (`database::no_statement_is_planned_to_walk_a_whole_account`).
 #[cfg(any(test, feature = "test-hooks"))]
 pub fn every_statement() -> Vec<Declared> {

@@ -310,3 +310,22 @@ fn a_scripted_decline_declines_a_good_card_and_fails_its_refund_once() {
     assert_eq!(ledger.create_refund("r2", refund(&ok, "4.00"), None, now, false).body["status"], "succeeded");
     assert_eq!(ledger.create_refund("r1", refund(&ok, "4.00"), None, now, false).body, failed.body);
 }
+
+#[test]
+fn a_scripted_decline_refuses_a_capture_leaves_the_authorization_and_replays_without_holding() {
+    let mut ledger = ledger();
+    let now = Utc::now();
+    let id = ledger.create_charge("a1", charge("pm_card_ok", false), None, now, false).body["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let all = || CaptureChargeBody { amount: None, currency: None };
+    let refused = ledger.declining(|ledger| ledger.capture(&id, "cap1", all(), now, true));
+    assert_eq!(refused.status, StatusCode::PAYMENT_REQUIRED);
+    assert_eq!(refused.body["error"]["code"], "capture_declined");
+    assert!(refused.hold, "decline_and_hold loses the answer");
+    assert_eq!(ledger.charge_by_id(&id, now).unwrap().status, "requires_capture");
+    let replay = ledger.capture(&id, "cap1", all(), now, false);
+    assert_eq!((replay.status, &replay.body, replay.hold), (refused.status, &refused.body, false));
+    assert_eq!(ledger.capture(&id, "cap2", all(), now, false).body["status"], "succeeded");
+}
