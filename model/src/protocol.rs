@@ -500,7 +500,7 @@ fn step_through(step: &mut Step, action: Action) {
         }
         Action::OperatorLook { to, force } => operator_look(step, to, force),
         Action::OperatorSettle => {
-            let Some(Pc::OperatorJudged { to, forced, take_back }) = step.state.operator else {
+            let Some(Pc::OperatorJudged { to, forced, take_back, seen }) = step.state.operator else {
                 unreachable!()
             };
             let was = step.state.in_flight(Op::Charge);
@@ -514,6 +514,11 @@ fn step_through(step: &mut Step, action: Action) {
             let applied = was && !step.state.in_flight(Op::Charge);
             if applied && forced {
                 step.state.ghost.forced = true;
+            }
+            if applied && seen {
+                // `Resolution::charge_id`: the charge the look saw is recorded, whatever the
+                // payment is settled as.
+                step.state.payment_mut().charge_known = true;
             }
             step.state.operator =
                 Some(if applied && take_back { Pc::OperatorTakingBack } else { Pc::Finished });
@@ -716,7 +721,8 @@ fn operator_look(step: &mut Step, to: Resolution, force: bool) {
         step.state.operator = Some(Pc::Finished);
         return;
     }
-    step.state.operator = Some(Pc::OperatorJudged { to, forced: objection, take_back });
+    step.state.operator =
+        Some(Pc::OperatorJudged { to, forced: objection, take_back, seen: charge.is_some() });
 }
 
 /// `operations::webhooks::receive`: a verified event, applied in one transaction.

@@ -502,11 +502,13 @@ pub enum Pc {
     /// The operator holds the payment's lease.
     OperatorLeased,
     /// The operator judged the provider's view: settle as `to`, `forced` over an objection,
-    /// `take_back` money the provider holds.
+    /// `take_back` money the provider holds; `seen`: the view had a charge (whose id the
+    /// resolution records).
     OperatorJudged {
         to: Resolution,
         forced: bool,
         take_back: bool,
+        seen: bool,
     },
     /// The operator settled a forced failure over money the provider holds: take it back.
     OperatorTakingBack,

@@ -6,7 +6,8 @@
 //! What is driven (docs/model.md, "Conformance", lists what is not): a client's request and its
 //! retries with the same key (`POST /payments`, automatic or manual, `POST /refunds`,
 //! `POST /payments/{id}/capture`, `/void`), a reconciler pass (`orderpay reconcile --once`'s
-//! `run_pass`), the provider's behaviour on each send, scripted on the mock
+//! `run_pass`), an operator's resolution (`orderpay payments resolve`'s
+//! `operations::operator::resolve`), the provider's behaviour on each send, scripted on the mock
 //! (`POST /_admin/script`): acting and answering, acting with the answer lost, never acting; and
 //! the delivery of the provider's webhooks, each event sent by hand
 //! (`POST /_admin/webhooks/{id}/deliver`), in the path's order, a copy after the sweep.
@@ -26,7 +27,7 @@ use orderpay_model::action::{Action, Choice};
 use orderpay_model::config::{CaptureMethod, Faults, Intent};
 use orderpay_model::state::{
     ActionKind, Answer, ChargeStatus, Key, LateCharge, Op, OpStatus, OrderStatus, PaymentStatus, Pc, Proc,
-    ProviderRefundStatus, RefundWatch, State, Target, Webhook,
+    ProviderRefundStatus, RefundWatch, Resolution, State, Target, Webhook,
 };
 use orderpay_model::{Config, Mutation, Protocol};
 use reqwest::Method;
@@ -79,6 +80,23 @@ fn manual_config(max_attempts: u8) -> Config {
         intents: vec![Intent::Pay, Intent::Capture(1), Intent::Void],
         ..config(max_attempts)
     }
+}
+
+/// [`config`] with an operator who may resolve the payment by hand once, while its charge is in
+/// flight (`orderpay payments resolve`, `--as succeeded` or `--as failed`, with or without
+/// `--force`).
+fn operator_config(max_attempts: u8) -> Config {
+    Config {
+        name: "conformance: a charge and a refund, an operator's resolution, answers lost, the provider late",
+        operator: true,
+        ..config(max_attempts)
+    }
+}
+
+/// [`manual_config`] with the operator of [`operator_config`]: an authorization resolved by hand,
+/// or failed by force and voided.
+fn manual_operator_config(max_attempts: u8) -> Config {
+    Config { operator: true, ..manual_config(max_attempts) }
 }
 
 /// xorshift, as the model's own random walks: the same seed, the same path.
@@ -142,6 +160,13 @@ enum Driver {
         again: bool,
         moves: bool,
     },
+    /// The operator resolves the payment (`operations::operator::resolve`) as `to`, forced or
+    /// not; `applied`: the model's resolution settled it (else it was refused, nothing changed).
+    Operator {
+        to: Resolution,
+        force: bool,
+        applied: bool,
+    },
 }
 
 /// One stretch taken in the model: its driver, its steps, and what the provider did with each
@@ -170,7 +195,8 @@ fn starts_stretch(state: &State, action: Action) -> bool {
         | Action::StartSystemRefund(0)
         | Action::AuthorizationLook(0)
         | Action::SendsGoQuiet(_)
-        | Action::KeyExpires(_) => true,
+        | Action::KeyExpires(_)
+        | Action::OperatorLease => true,
         Action::ProviderActs { index, choice: Choice::Succeed } => {
             state.provider.requests[index as usize].from.is_none()
         }
@@ -202,6 +228,9 @@ fn of_stretch(state: &State, proc: Proc, action: Action) -> bool {
         }
         Action::LateChargeAct(r) | Action::LateRefundAct(r) | Action::AuthorizationEnd(r) => {
             proc == Proc::Reconciler(r)
+        }
+        Action::OperatorLook { .. } | Action::OperatorSettle | Action::OperatorTakeBack => {
+            proc == Proc::Operator
         }
         _ => action.engine_step_of() == Some(proc),
     }
@@ -313,6 +342,8 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
         Action::ProviderDrops(index) => {
             Driver::Provider { target: state.provider.requests[index as usize].target, acts: false }
         }
+        // What the operator asks for is its next step's (`OperatorLook`), set once taken.
+        Action::OperatorLease => Driver::Operator { to: Resolution::Failed, force: false, applied: false },
         _ => Driver::Reconciler,
     };
     let windows_pass = match start {
@@ -327,7 +358,7 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
     // the sender stops waiting).
     let mut acted = false;
     let mut declined = false;
-    while let Some(proc) = proc.filter(|proc| state.pc(*proc) != Pc::Idle) {
+    while let Some(proc) = proc.filter(|proc| !done(state, *proc)) {
         let choices: Vec<Action> =
             enabled(protocol, state).into_iter().filter(|a| of_stretch(state, proc, *a)).collect();
         assert!(!choices.is_empty(), "{proc:?} is stuck in the model at {:?}", state.pc(proc));
@@ -346,6 +377,13 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
         steps.push(action);
         *state = protocol.apply(state, action);
     }
+    let driver = match (driver, steps.get(1)) {
+        (Driver::Operator { .. }, Some(&Action::OperatorLook { to, force })) => {
+            let applied = steps.contains(&Action::OperatorSettle) && !state.in_flight(Op::Charge);
+            Driver::Operator { to, force, applied }
+        }
+        (driver, _) => driver,
+    };
     Some(Stretch { driver, steps, sends, windows_pass })
 }
 
@@ -360,11 +398,18 @@ fn delivery_steps(state: &State, start: Action) -> Vec<Action> {
     steps
 }
 
-/// Whose steps a stretch that starts with `start` runs until it is idle again: a client's, the
-/// reconciler's, or nobody's (time passing, the provider acting on its own: one step).
+/// Whether `proc`'s stretch is over: it is idle again (the operator, who resolves once, is done).
+fn done(state: &State, proc: Proc) -> bool {
+    matches!(state.pc(proc), Pc::Idle | Pc::Finished)
+}
+
+/// Whose steps a stretch that starts with `start` runs until it is done: a client's, the
+/// reconciler's, the operator's, or nobody's (time passing, the provider acting on its own: one
+/// step).
 fn stretch_proc(start: Action) -> Option<Proc> {
     match start {
         Action::Request(i) => Some(Proc::Client(i)),
+        Action::OperatorLease => Some(Proc::Operator),
         Action::SendsGoQuiet(_)
         | Action::KeyExpires(_)
         | Action::ProviderActs { .. }
@@ -376,7 +421,7 @@ fn stretch_proc(start: Action) -> Option<Proc> {
 /// Every stretch the harness can take from `state` (every driver idle): each as its steps and
 /// the state after them.
 fn every_stretch(protocol: &Protocol, state: &State) -> Vec<(Vec<Action>, State)> {
-    let mut done = Vec::new();
+    let mut finished = Vec::new();
     for start in enabled(protocol, state).into_iter().filter(|a| starts_stretch(state, *a)) {
         let steps = match start {
             Action::Deliver { .. } => delivery_steps(state, start),
@@ -384,14 +429,14 @@ fn every_stretch(protocol: &Protocol, state: &State) -> Vec<(Vec<Action>, State)
         };
         let after = steps.iter().fold(state.clone(), |at, step| protocol.apply(&at, *step));
         let Some(proc) = stretch_proc(start).filter(|_| !matches!(start, Action::Deliver { .. })) else {
-            done.push((steps, after));
+            finished.push((steps, after));
             continue;
         };
-        // Each of the driver's choices until it is idle again, depth first.
+        // Each of the driver's choices until it is done, depth first.
         let mut open = vec![(steps, after)];
         while let Some((steps, at)) = open.pop() {
-            if at.pc(proc) == Pc::Idle {
-                done.push((steps, at));
+            if done(&at, proc) {
+                finished.push((steps, at));
                 continue;
             }
             for choice in enabled(protocol, &at).into_iter().filter(|a| of_stretch(&at, proc, *a)) {
@@ -401,7 +446,7 @@ fn every_stretch(protocol: &Protocol, state: &State) -> Vec<(Vec<Action>, State)
             }
         }
     }
-    done
+    finished
 }
 
 /// The shortest path, in whole stretches as the harness drives them and at most `stretches`
@@ -1013,6 +1058,23 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &mut Path, stretch: &St
                 return Err(format!("the event {id} was {result}, the model's delivery {expected}"));
             }
         }
+        Driver::Operator { to, force, applied } => {
+            use orderpay::operations::operator::{Resolve, Target as As, resolve};
+            let payment_id = app
+                .text(&format!("SELECT id::text AS text FROM payments WHERE order_id = '{}'", path.order_id))
+                .await;
+            let request = Resolve {
+                payment_id: orderpay::ids::PaymentId::parse(&payment_id).expect("a payment id"),
+                to: if to == Resolution::Failed { As::Failed } else { As::Succeeded },
+                reason: "conformance".to_owned(),
+                force,
+            };
+            let engine = app.engine_with(orderpay::app::provider(&app.settings.provider).unwrap());
+            let resolved = resolve(&engine, &app.settings.reconciler, &request).await;
+            if resolved.is_ok() != applied {
+                return Err(format!("the resolution answered {resolved:?}, the model's applied: {applied}"));
+            }
+        }
         Driver::Time(op) => {
             let (table, row) = row_of(path, op);
             // Past the quiet period (an hour in these apps), as the model's step says.
@@ -1101,7 +1163,7 @@ type StepKind = (&'static str, fn(&Action) -> bool);
 
 /// How many of `steps` are of each kind worth counting (the paths' reach).
 fn reach(steps: &[Action]) -> String {
-    let kinds: [StepKind; 17] = [
+    let kinds: [StepKind; 19] = [
         ("requests", |a| matches!(a, Action::Request(_))),
         ("claims", |a| matches!(a, Action::Claim(..))),
         ("settles", |a| matches!(a, Action::Settle(_))),
@@ -1119,6 +1181,8 @@ fn reach(steps: &[Action]) -> String {
         ("declines", |a| matches!(a, Action::ProviderActs { choice: Choice::Decline, .. })),
         ("webhooks delivered", |a| matches!(a, Action::Deliver { again: false, .. })),
         ("copies delivered", |a| matches!(a, Action::Deliver { again: true, .. })),
+        ("operator resolutions", |a| matches!(a, Action::OperatorLook { .. })),
+        ("operator take-backs", |a| matches!(a, Action::OperatorTakeBack)),
     ];
     let counts: Vec<String> =
         kinds.iter().map(|(name, is)| format!("{} {name}", steps.iter().filter(|a| is(a)).count())).collect();
@@ -1139,9 +1203,15 @@ async fn the_service_follows_the_models_paths() {
         // Odd seeds give up at the first check, even ones re-send first; every third path leans
         // towards the provider's silence (give-ups, late charges); every fourth authorizes, and
         // captures or voids.
+        // The leaning ones have an operator, who may resolve the payment once while its charge
+        // is in flight (leaning paths leave charges in flight).
         let max_attempts = if seed % 2 == 1 { 1 } else { 2 };
-        let protocol =
-            Protocol::new(if seed % 4 == 0 { manual_config(max_attempts) } else { config(max_attempts) });
+        let protocol = Protocol::new(match (seed % 4 == 0, seed % 3 == 0) {
+            (true, false) => manual_config(max_attempts),
+            (true, true) => manual_operator_config(max_attempts),
+            (false, false) => config(max_attempts),
+            (false, true) => operator_config(max_attempts),
+        });
         let source = if seed % 3 == 0 { Source::Leaning(Rng(seed)) } else { Source::Walk(Rng(seed)) };
         let path = check_path(&protocol, source, &format!("seed {seed}")).await;
         let intents = &protocol.config.intents;
@@ -1327,4 +1397,48 @@ async fn the_service_follows_the_shortest_paths_to_declines() {
         }),
     ];
     follow_shortest_paths("declines", config, &goals, STRETCHES).await;
+}
+
+/// The operator's resolution (`orderpay payments resolve`), which random walks reach only when a
+/// charge is left in flight: for each attempt setting, the shortest drivable path to a payment
+/// resolved as the provider has it, to a resolution the provider's view refuses (nothing
+/// changes), to a failure over a send that can no longer land, and to a failure forced over a
+/// charge the provider holds, taken back at once by a system refund; with an authorization, to
+/// one resolved as authorized and to one failed by force and voided.
+#[tokio::test]
+async fn the_service_follows_the_shortest_paths_to_an_operators_resolution() {
+    fn resolved(steps: &[Action]) -> bool {
+        steps.contains(&Action::OperatorSettle)
+    }
+    fn payment_is(after: &State, status: PaymentStatus) -> bool {
+        after.payment.as_ref().is_some_and(|p| p.status == status)
+    }
+    let goals: [(&str, Goal); 4] = [
+        ("resolved as succeeded", |steps, after| {
+            resolved(steps) && payment_is(after, PaymentStatus::Succeeded)
+        }),
+        ("refused by the provider's view", |steps, _| {
+            steps.iter().any(|a| matches!(a, Action::OperatorLook { .. })) && !resolved(steps)
+        }),
+        ("failed, the provider never charged", |steps, after| {
+            steps.contains(&Action::OperatorLook { to: Resolution::Failed, force: false })
+                && resolved(steps)
+                && after.provider.charge.is_none()
+        }),
+        ("failed by force over a charge, refunded", |steps, after| {
+            steps.contains(&Action::OperatorTakeBack)
+                && after.refunds.iter().any(|r| r.intent.is_none() && r.status == OpStatus::Succeeded)
+        }),
+    ];
+    follow_shortest_paths("an operator's resolution", operator_config, &goals, STRETCHES).await;
+    let goals: [(&str, Goal); 2] = [
+        ("resolved as authorized", |steps, after| {
+            resolved(steps) && payment_is(after, PaymentStatus::RequiresCapture)
+        }),
+        ("failed by force over an authorization, voided", |steps, after| {
+            steps.contains(&Action::OperatorTakeBack)
+                && after.provider.charge.is_some_and(|c| c.status == ChargeStatus::Voided)
+        }),
+    ];
+    follow_shortest_paths("an operator's resolution", manual_operator_config, &goals, STRETCHES).await;
 }
