@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use super::ledger::{BalanceListQuery, Decision, Generate, InjectedMovement, OpenDispute, Reply};
+use super::ledger::{BalanceListQuery, ByHand, Decision, Generate, InjectedMovement, OpenDispute, Reply};
 use super::script::{self, Scripted};
 use super::{Faults, MockState, bad_request, respond};
 use crate::provider::wire::{
@@ -396,6 +396,19 @@ pub(super) async fn unpark(state: web::Data<MockState>, path: web::Path<(String,
         state.with_ledger(|ledger| operation(ledger, false));
     }
     HttpResponse::Ok().json(json!({ what: count }))
+}
+
+/// `POST /_admin/due/{key}/{what}`: what the clock would do to the charge or refund written
+/// under `key` happens now, with its event: `settle` a pending charge (captured, or authorized
+/// for a later capture), `settle_refund` a pending refund, `expire` an authorization, `reverse`
+/// a succeeded refund. Answers how many it changed (0 or 1).
+pub(super) async fn by_hand(state: web::Data<MockState>, path: web::Path<(String, String)>) -> HttpResponse {
+    let (key, what) = path.into_inner();
+    let Ok(what) = serde_json::from_value::<ByHand>(json!(what)) else {
+        return not_found("settle, settle_refund, expire or reverse");
+    };
+    let changed = state.with_ledger(|ledger| ledger.by_hand(&key, what, Utc::now()));
+    HttpResponse::Ok().json(json!({ "changed": usize::from(changed.is_some()) }))
 }
 
 /// `GET /_admin/requests`: how many writes (POST) and lookups (GET) `/v1/*` received.

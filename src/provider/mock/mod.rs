@@ -312,6 +312,7 @@ impl MockProvider {
                 .route("/_admin/script", web::post().to(handlers::set_script))
                 .route("/_admin/parked", web::get().to(handlers::list_parked))
                 .route("/_admin/parked/{key}/{what}", web::post().to(handlers::unpark))
+                .route("/_admin/due/{key}/{what}", web::post().to(handlers::by_hand))
                 .route("/_admin/requests", web::get().to(handlers::count_requests))
                 .default_service(web::to(|| async {
                     respond(Reply::error(StatusCode::NOT_FOUND, "not_found", None, "no such endpoint"))

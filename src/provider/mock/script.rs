@@ -12,12 +12,13 @@ use actix_web::http::StatusCode;
 use actix_web::web;
 use serde::{Deserialize, Serialize};
 
-use super::ledger::{Ledger, Reply};
+use super::ledger::{Forced, Ledger, Reply};
 use super::{MockState, chance, respond};
 
 /// One scripted write, as `POST /_admin/script` takes it: `{"act": "now"}`, `{"act": "hold"}`,
 /// `{"act": "later", "after_ms": 500}`, `{"act": "never"}`, `{"act": "unavailable"}`,
-/// `{"act": "unauthorized"}`, `{"act": "decline"}`, `{"act": "decline_and_hold"}`.
+/// `{"act": "unauthorized"}`, `{"act": "decline"}`, `{"act": "decline_and_hold"}`,
+/// `{"act": "pend"}`, `{"act": "pend_and_hold"}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "act", rename_all = "snake_case")]
 pub enum Scripted {
@@ -31,6 +32,12 @@ pub enum Scripted {
     Decline,
     /// Declines, then holds the answer past the client's timeout: the decline is lost.
     DeclineAndHold,
+    /// Acts by leaving a charge or a refund pending, whatever its payment method, and answers
+    /// at once; it settles only when the test says (`POST /_admin/due/{key}/settle`). Other writes
+    /// act as for `now`.
+    Pend,
+    /// Leaves it pending, then holds the answer past the client's timeout.
+    PendAndHold,
     /// Acts only `after_ms` from now, then answers (by then the sender may have given up: the
     /// provider acting late). The act happens even if the sender hung up.
     Later { after_ms: u64 },
@@ -112,6 +119,16 @@ fn unavailable(message: &str) -> Reply {
     Reply::error(StatusCode::SERVICE_UNAVAILABLE, "api_error", None, message)
 }
 
+/// Carries out `operation` now with the outcome `how`, holding its answer when `hold`.
+fn forced(
+    state: &MockState,
+    how: Forced,
+    operation: impl FnOnce(&mut Ledger, bool) -> Reply,
+    hold: bool,
+) -> Reply {
+    state.with_ledger(|ledger| ledger.forcing(how, |ledger| operation(ledger, hold)))
+}
+
 /// Carries out the write of idempotency key `key` as the script or the faults say: `operation`
 /// is the ledger's, given whether to hold its answer; the answer is sent after the hold when
 /// there is one.
@@ -148,10 +165,10 @@ pub(super) async fn act_rendering(
         }
         Scripted::Now => state.with_ledger(|ledger| operation(ledger, false)),
         Scripted::Hold => state.with_ledger(|ledger| operation(ledger, true)),
-        Scripted::Decline => state.with_ledger(|ledger| ledger.declining(|ledger| operation(ledger, false))),
-        Scripted::DeclineAndHold => {
-            state.with_ledger(|ledger| ledger.declining(|ledger| operation(ledger, true)))
-        }
+        Scripted::Decline => forced(&state, Forced::Decline, operation, false),
+        Scripted::DeclineAndHold => forced(&state, Forced::Decline, operation, true),
+        Scripted::Pend => forced(&state, Forced::Pend, operation, false),
+        Scripted::PendAndHold => forced(&state, Forced::Pend, operation, true),
         Scripted::Later { after_ms } => {
             // A task of its own, so that the act happens even if the sender hangs up (which
             // drops this handler).

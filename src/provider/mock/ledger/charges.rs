@@ -171,7 +171,8 @@ impl Ledger {
         };
         let settled = if body.capture { ChargeState::Succeeded } else { ChargeState::RequiresCapture };
         let (state, hold) = match body.payment_method.as_str() {
-            _ if self.declines => (declined("card_declined", "Your card was declined."), hold_fault),
+            _ if self.declines() => (declined("card_declined", "Your card was declined."), hold_fault),
+            _ if self.pends() => (ChargeState::Pending, hold_fault),
             "pm_provider_down" => {
                 return Reply::error(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -213,6 +214,8 @@ impl Ledger {
             requests: 1,
         };
         let event = match charge.state {
+            // A scripted pending charge settles when the test says (`Ledger::by_hand`).
+            ChargeState::Pending if self.pends() => None,
             ChargeState::Pending => {
                 let settles_at = clock::after(now, self.timing.settle_after);
                 charge.settles_at = Some(settles_at);
@@ -278,7 +281,7 @@ impl Ledger {
             |code: &str, message: &str| refusal(StatusCode::CONFLICT, "invalid_request", code, message);
         let refused = match &charge.state {
             ChargeState::RequiresCapture
-                if self.declines || charge.request.payment_method == "pm_capture_declined" =>
+                if self.declines() || charge.request.payment_method == "pm_capture_declined" =>
             {
                 Some(refusal(
                     StatusCode::PAYMENT_REQUIRED,
@@ -314,7 +317,7 @@ impl Ledger {
         };
         if let Some(reply) = refused {
             // A scripted decline may lose its answer (`decline_and_hold`); its replay answers.
-            let hold = self.declines && hold_fault;
+            let hold = self.declines() && hold_fault;
             return Reply { hold, ..self.refuse(key, request, reply) };
         }
         let charge = &mut self.charges[index];

@@ -37,6 +37,7 @@ pub(super) use self::events::Emitted;
 use self::keys::Operation;
 use self::refunds::StoredRefund;
 pub(super) use self::reply::Reply;
+pub use self::timers::ByHand;
 use self::timers::Due;
 use super::Faults;
 use crate::money::{Amount, Currency};
@@ -69,9 +70,20 @@ pub(super) struct Ledger {
     /// Every movement of money, for the settlement records.
     balance: balance::Feed,
     pub faults: Faults,
-    /// The write being carried out declines, whatever its payment method (the script's
-    /// `decline`): set only for the length of [`Ledger::declining`].
-    declines: bool,
+    /// What the write being carried out does whatever its payment method (the script's
+    /// `decline`, `pend`): set only for the length of [`Ledger::forcing`].
+    forced: Option<Forced>,
+}
+
+/// An outcome the script imposes on one write, whatever its payment method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forced {
+    /// A charge is declined (`card_declined`), a capture refused (`capture_declined`, the
+    /// authorization left to capture), a refund fails (`refund_declined`).
+    Decline,
+    /// A charge or a refund is left pending until the test settles it
+    /// (`POST /_admin/due/{key}/settle`): no clock settles it.
+    Pend,
 }
 
 /// `value` printed with exactly the currency's minor units, as everywhere on the wire.
@@ -119,25 +131,31 @@ impl Ledger {
             events: Vec::new(),
             balance: balance::Feed::default(),
             faults: Faults::default(),
-            declines: false,
+            forced: None,
         }
     }
 
-    /// Carries out `write` declining: a charge is declined (`card_declined`), a capture refused
-    /// (`capture_declined`, the authorization left to capture), a refund fails
-    /// (`refund_declined`), whatever the payment method says.
+    /// Carries out `write` with the outcome `forced`, whatever the payment method says.
     /// The flag is cleared by a guard, so that a write that panics (the mock's lock is used on
-    /// after a panic) cannot leave every later write declining.
-    pub fn declining(&mut self, write: impl FnOnce(&mut Ledger) -> Reply) -> Reply {
+    /// after a panic) cannot leave every later write forced.
+    pub fn forcing(&mut self, forced: Forced, write: impl FnOnce(&mut Ledger) -> Reply) -> Reply {
         struct Cleared<'a>(&'a mut Ledger);
         impl Drop for Cleared<'_> {
             fn drop(&mut self) {
-                self.0.declines = false;
+                self.0.forced = None;
             }
         }
         let guard = Cleared(self);
-        guard.0.declines = true;
+        guard.0.forced = Some(forced);
         write(&mut *guard.0)
+    }
+
+    fn declines(&self) -> bool {
+        self.forced == Some(Forced::Decline)
+    }
+
+    fn pends(&self) -> bool {
+        self.forced == Some(Forced::Pend)
     }
 }
 

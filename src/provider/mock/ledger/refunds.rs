@@ -168,20 +168,23 @@ impl Ledger {
         }
         let (state, hold, event) = match charge.request.payment_method.as_str() {
             // A scripted decline keeps the script's hold; the card's own decline answers at once.
-            method if self.declines || method == "pm_refund_declined" => (
+            method if self.declines() || method == "pm_refund_declined" => (
                 RefundState::Failed {
                     code: "refund_declined".to_owned(),
                     message: "The refund was declined.".to_owned(),
                 },
-                self.declines && hold_fault,
+                self.declines() && hold_fault,
                 Some(event_type::REFUND_FAILED),
             ),
+            _ if self.pends() => (RefundState::Pending, hold_fault, None),
             "pm_refund_pending" => (RefundState::Pending, hold_fault, None),
             "pm_refund_timeout" => (RefundState::Succeeded, true, Some(event_type::REFUND_SUCCEEDED)),
             _ => (RefundState::Succeeded, hold_fault, Some(event_type::REFUND_SUCCEEDED)),
         };
         let index = self.refunds.len();
-        let settles_at = (state == RefundState::Pending).then(|| clock::after(now, self.timing.settle_after));
+        // A scripted pending refund settles when the test says (`Ledger::by_hand`).
+        let settles_at = (state == RefundState::Pending && !self.pends())
+            .then(|| clock::after(now, self.timing.settle_after));
         let reverses_at = (charge.request.payment_method == "pm_refund_reversed")
             .then(|| clock::after(now, self.timing.settle_after));
         if !matches!(state, RefundState::Failed { .. }) {

@@ -3,13 +3,25 @@
 use std::time::Duration;
 
 use actix_web::http::StatusCode;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 
-use super::{Decision, Ledger, OpenDispute, Timing};
+use super::{ByHand, Decision, Forced, Ledger, OpenDispute, Timing};
 use crate::provider::wire::{CaptureChargeBody, CreateChargeBody, CreateRefundBody, UpdateDisputeBody};
 
 fn ledger() -> Ledger {
     Ledger::new(Timing { settle_after: Duration::from_secs(3), auth_ttl: Duration::from_secs(60) })
+}
+
+/// The id of a charge of 10.00 made under `key` with `payment_method`.
+fn charge_id(
+    ledger: &mut Ledger,
+    key: &str,
+    payment_method: &str,
+    capture: bool,
+    now: DateTime<Utc>,
+) -> String {
+    let made = ledger.create_charge(key, charge(payment_method, capture), None, now, false);
+    made.body["id"].as_str().unwrap().to_owned()
 }
 
 fn charge(payment_method: &str, capture: bool) -> CreateChargeBody {
@@ -79,10 +91,7 @@ fn advance_due_moves_things_on_time_and_says_when_next() {
 fn refunds_never_exceed_the_captured_amount_and_failed_ones_do_not_count() {
     let mut ledger = ledger();
     let now = Utc::now();
-    let id = ledger.create_charge("c", charge("pm_refund_pending", false), None, now, false).body["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = charge_id(&mut ledger, "c", "pm_refund_pending", false, now);
     let partial = CaptureChargeBody { amount: Some("6.00".to_owned()), currency: None };
     assert_eq!(ledger.capture(&id, "cap", partial, now, false).body["amount_captured"], "6.00");
     let first = ledger.create_refund("r1", refund(&id, "4.00"), None, now, false);
@@ -98,10 +107,7 @@ fn refunds_never_exceed_the_captured_amount_and_failed_ones_do_not_count() {
     assert_eq!(none_left.body["error"]["code"], "charge_already_refunded");
     assert_eq!(ledger.charge_by_id(&id, now).unwrap().amount_refunded, "6.00");
 
-    let declined = ledger.create_charge("d", charge("pm_refund_declined", true), None, now, false).body["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let declined = charge_id(&mut ledger, "d", "pm_refund_declined", true, now);
     let failed = ledger.create_refund("f1", refund(&declined, "10.00"), None, now, false);
     assert_eq!(failed.body["status"], "failed");
     assert_eq!(ledger.charge_by_id(&declined, now).unwrap().amount_refunded, "0.00");
@@ -154,10 +160,7 @@ fn decide(outcome: &str) -> Decision {
 fn a_disputed_card_is_disputed_on_time_and_its_funds_leave_then_come_back_when_won() {
     let mut ledger = ledger();
     let t0 = Utc::now();
-    let id = ledger.create_charge("d", charge("pm_card_disputed", true), None, t0, false).body["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = charge_id(&mut ledger, "d", "pm_card_disputed", true, t0);
     assert_eq!(kinds(&mut ledger), ["charge.succeeded"]);
     assert_eq!(ledger.advance_due(t0), Some(t0 + chrono::Duration::seconds(3)));
     ledger.advance_due(t0 + chrono::Duration::seconds(3));
@@ -209,10 +212,7 @@ fn a_disputed_card_is_disputed_on_time_and_its_funds_leave_then_come_back_when_w
 fn disputes_are_bounded_by_what_remains_and_answered_once_per_key() {
     let mut ledger = ledger();
     let now = Utc::now();
-    let id = ledger.create_charge("c", charge("pm_card_ok", true), None, now, false).body["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = charge_id(&mut ledger, "c", "pm_card_ok", true, now);
     ledger.create_refund("r", refund(&id, "4.00"), None, now, false);
     assert_eq!(ledger.open_dispute(open(&id, Some("6.01")), now).status, StatusCode::BAD_REQUEST);
     let opened = ledger.open_dispute(open(&id, Some("6.00")), now);
@@ -295,15 +295,14 @@ fn an_accepted_dispute_is_lost_and_an_inquiry_moves_no_money() {
 fn a_scripted_decline_declines_a_good_card_and_fails_its_refund_once() {
     let mut ledger = ledger();
     let now = Utc::now();
-    let declined =
-        ledger.declining(|ledger| ledger.create_charge("c1", charge("pm_card_ok", true), None, now, false));
+    let declined = ledger.forcing(Forced::Decline, |ledger| {
+        ledger.create_charge("c1", charge("pm_card_ok", true), None, now, false)
+    });
     assert_eq!(declined.body["status"], "declined");
     assert_eq!(declined.body["decline_code"], "card_declined");
-    let ok = ledger.create_charge("c2", charge("pm_card_ok", true), None, now, false).body["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let failed = ledger.declining(|ledger| ledger.create_refund("r1", refund(&ok, "4.00"), None, now, false));
+    let ok = charge_id(&mut ledger, "c2", "pm_card_ok", true, now);
+    let failed = ledger
+        .forcing(Forced::Decline, |ledger| ledger.create_refund("r1", refund(&ok, "4.00"), None, now, false));
     assert_eq!(failed.body["status"], "failed");
     assert_eq!(ledger.charge_by_id(&ok, now).unwrap().amount_refunded, "0.00");
     // Only the write carried out declining is declined; its replay answers as it was.
@@ -315,12 +314,9 @@ fn a_scripted_decline_declines_a_good_card_and_fails_its_refund_once() {
 fn a_scripted_decline_refuses_a_capture_leaves_the_authorization_and_replays_without_holding() {
     let mut ledger = ledger();
     let now = Utc::now();
-    let id = ledger.create_charge("a1", charge("pm_card_ok", false), None, now, false).body["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = charge_id(&mut ledger, "a1", "pm_card_ok", false, now);
     let all = || CaptureChargeBody { amount: None, currency: None };
-    let refused = ledger.declining(|ledger| ledger.capture(&id, "cap1", all(), now, true));
+    let refused = ledger.forcing(Forced::Decline, |ledger| ledger.capture(&id, "cap1", all(), now, true));
     assert_eq!(refused.status, StatusCode::PAYMENT_REQUIRED);
     assert_eq!(refused.body["error"]["code"], "capture_declined");
     assert!(refused.hold, "decline_and_hold loses the answer");
@@ -328,4 +324,54 @@ fn a_scripted_decline_refuses_a_capture_leaves_the_authorization_and_replays_wit
     let replay = ledger.capture(&id, "cap1", all(), now, false);
     assert_eq!((replay.status, &replay.body, replay.hold), (refused.status, &refused.body, false));
     assert_eq!(ledger.capture(&id, "cap2", all(), now, false).body["status"], "succeeded");
+}
+
+#[test]
+fn a_scripted_pend_leaves_a_good_card_pending_until_settled_by_hand() {
+    let mut ledger = ledger();
+    let now = Utc::now();
+    let pending = ledger.forcing(Forced::Pend, |ledger| {
+        ledger.create_charge("c1", charge("pm_card_ok", true), None, now, false)
+    });
+    assert_eq!(pending.body["status"], "pending");
+    let id = pending.body["id"].as_str().unwrap().to_owned();
+    // No clock settles it: long past the mock's own settle time, it is still pending.
+    let later = now + chrono::Duration::hours(1);
+    ledger.advance_due(later);
+    assert_eq!(ledger.charge_by_id(&id, later).unwrap().status, "pending");
+    assert_eq!(ledger.by_hand("c1", ByHand::Settle, later), Some(()));
+    let settled = ledger.charge_by_id(&id, later).unwrap();
+    assert_eq!((settled.status.as_str(), settled.amount_captured.as_str()), ("succeeded", "10.00"));
+    assert_eq!(ledger.by_hand("c1", ByHand::Settle, later), None, "settled once");
+
+    let refund = ledger
+        .forcing(Forced::Pend, |ledger| ledger.create_refund("r1", refund(&id, "4.00"), None, later, false));
+    assert_eq!(refund.body["status"], "pending");
+    ledger.advance_due(later + chrono::Duration::hours(1));
+    assert_eq!(ledger.refund_by_key("r1", later).unwrap().status, "pending");
+    assert_eq!(ledger.by_hand("r1", ByHand::SettleRefund, later), Some(()));
+    assert_eq!(ledger.refund_by_key("r1", later).unwrap().status, "succeeded");
+    assert_eq!(ledger.by_hand("nobody", ByHand::SettleRefund, later), None);
+    // Then reversed by hand: failed, the money back on the charge.
+    assert_eq!(ledger.by_hand("r1", ByHand::Reverse, later), Some(()));
+    let reversed = ledger.refund_by_key("r1", later).unwrap();
+    assert_eq!(
+        (reversed.status.as_str(), reversed.failure_code.as_deref()),
+        ("failed", Some("refund_reversed"))
+    );
+    assert_eq!(ledger.charge_by_id(&id, later).unwrap().amount_refunded, "0.00");
+}
+
+#[test]
+fn an_authorization_expires_by_hand() {
+    let mut ledger = ledger();
+    let now = Utc::now();
+    let id = charge_id(&mut ledger, "a1", "pm_card_ok", false, now);
+    assert_eq!(ledger.by_hand("a1", ByHand::Settle, now), None, "not pending");
+    assert_eq!(ledger.by_hand("a1", ByHand::Expire, now), Some(()));
+    let expired = ledger.charge_by_id(&id, now).unwrap();
+    assert_eq!(
+        (expired.status.as_str(), expired.cancellation_reason.as_deref()),
+        ("canceled", Some("authorization_expired"))
+    );
 }
