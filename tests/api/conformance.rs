@@ -8,9 +8,12 @@
 //! `POST /payments/{id}/capture`, `/void`), a reconciler pass (`orderpay reconcile --once`'s
 //! `run_pass`), an operator's resolution (`orderpay payments resolve`'s
 //! `operations::operator::resolve`), the provider's behaviour on each send, scripted on the mock
-//! (`POST /_admin/script`): acting and answering, acting with the answer lost, never acting; and
-//! the delivery of the provider's webhooks, each event sent by hand
-//! (`POST /_admin/webhooks/{id}/deliver`), in the path's order, a copy after the sweep.
+//! (`POST /_admin/script`): acting and answering, acting with the answer lost, declining,
+//! leaving a charge or refund pending until the path settles it, never acting; the provider's
+//! clock (`POST /_admin/due/{key}/{what}`: settling, expiring, reversing); the bank opening and
+//! deciding a dispute (`POST /_admin/disputes`, `/decide`); and the delivery of the provider's
+//! webhooks, each event sent by hand (`POST /_admin/webhooks/{id}/deliver`), in the path's
+//! order, a copy after the sweep.
 //! Nothing runs in the background: the app's reconciler and relays are off and the mock's
 //! webhooks leave only when delivered, so each step is the harness's.
 //!
@@ -26,8 +29,8 @@ use std::time::{Duration, Instant};
 use orderpay_model::action::{Action, Choice};
 use orderpay_model::config::{CaptureMethod, Faults, Intent};
 use orderpay_model::state::{
-    ActionKind, Answer, ChargeStatus, Key, LateCharge, Op, OpStatus, OrderStatus, PaymentStatus, Pc, Proc,
-    ProviderRefundStatus, RefundWatch, Resolution, State, Target, Webhook,
+    ActionKind, Answer, ChargeStatus, Dispute, DisputeStatus, Key, LateCharge, Op, OpStatus, OrderStatus,
+    PaymentStatus, Pc, Proc, ProviderRefundStatus, RefundWatch, Resolution, State, Target, Webhook,
 };
 use orderpay_model::{Config, Mutation, Protocol};
 use reqwest::Method;
@@ -47,8 +50,9 @@ const STRETCHES: usize = 10;
 /// answer lost, or acts later (once, after every sender stopped waiting, or after the give-up),
 /// or never; sends go quiet, so the reconciler gives up and the late-charge watch looks, and
 /// takes back a charge that landed late. The provider's webhooks are delivered when the path
-/// says, in any order, one of them twice; a charge, a capture or a refund declined once. No
-/// pending answers (listed in docs/model.md as not conformance-checked yet).
+/// says, in any order, one of them twice; a charge, a capture or a refund declined once. The
+/// provider's clock and disputes have configurations of their own ([`clock_config`],
+/// [`dispute_config`]).
 /// With `max_attempts` 1 the reconciler's first check is its last (it only looks, and gives up
 /// when a quiet send was never received); with 2 it re-sends first.
 fn config(max_attempts: u8) -> Config {
@@ -99,6 +103,38 @@ fn manual_operator_config(max_attempts: u8) -> Config {
     Config { operator: true, ..manual_config(max_attempts) }
 }
 
+/// [`config`] with the provider's clock: one charge or refund answered pending (the mock's
+/// `pend`), left pending until the path settles it (`ChargeSettles`, `RefundSettles`), and one
+/// succeeded refund reversed (`RefundReversed`), each the mock's `POST /_admin/due/{key}/{what}`.
+fn clock_config(max_attempts: u8) -> Config {
+    Config {
+        name: "conformance: a charge and a refund, pending at the provider until it settles, a refund reversed",
+        faults: Faults { pending: 1, reversals: 1, ..config(max_attempts).faults },
+        ..config(max_attempts)
+    }
+}
+
+/// [`manual_config`] with the authorization expiring when the path says (`AuthorizationExpires`).
+fn manual_clock_config(max_attempts: u8) -> Config {
+    Config {
+        name: "conformance: an authorization that expires, a capture and a void",
+        faults: Faults { expiries: 1, ..manual_config(max_attempts).faults },
+        ..manual_config(max_attempts)
+    }
+}
+
+/// [`config`] with a dispute: the customer's bank may dispute the captured charge once, for part
+/// or all of what remains (`POST /_admin/disputes`), and decide it either way
+/// (`/_admin/disputes/{id}/decide`); our books record it from its webhooks (each on the
+/// service's own lookup) or by the reconciler's dispute pass, and a refund meets it.
+fn dispute_config(max_attempts: u8) -> Config {
+    Config {
+        name: "conformance: a charge, a refund and a dispute, answers lost, webhooks once or twice",
+        faults: Faults { disputes: 1, duplicates: 1, ..Faults::NONE },
+        ..config(max_attempts)
+    }
+}
+
 /// xorshift, as the model's own random walks: the same seed, the same path.
 struct Rng(u64);
 
@@ -120,6 +156,9 @@ enum Scripted {
     Decline,
     /// Declined, and the answer held past the sender's timeout: the decline is lost.
     DeclineAndHold,
+    /// Left pending (a charge or a refund) until the path settles it, the answer given or lost.
+    Pend,
+    PendAndHold,
     /// Not acted on while its sender waits: parked, for the provider to act on later (a
     /// provider stretch) or never.
     Park,
@@ -132,6 +171,8 @@ impl Scripted {
             Scripted::Hold => json!({"act": "hold"}),
             Scripted::Decline => json!({"act": "decline"}),
             Scripted::DeclineAndHold => json!({"act": "decline_and_hold"}),
+            Scripted::Pend => json!({"act": "pend"}),
+            Scripted::PendAndHold => json!({"act": "pend_and_hold"}),
             Scripted::Park => json!({"act": "park"}),
         }
     }
@@ -153,12 +194,25 @@ enum Driver {
         target: Target,
         acts: bool,
     },
+    /// The provider does what its clock would (the mock's `POST /_admin/due/{key}/{what}`):
+    /// settles a charge or refund it left pending, expires an authorization, reverses a refund.
+    ByHand {
+        target: Target,
+        what: &'static str,
+    },
     /// The mock delivers one of its events (`again`: a copy, after the sweep took the first
-    /// delivery's row); `moves`: the model's step changed our books.
+    /// delivery's row); `result`: what its row must say, `applied` exactly when the model's
+    /// step changed our books.
     Deliver {
         webhook: Webhook,
         again: bool,
-        moves: bool,
+        result: &'static str,
+    },
+    /// The customer's bank disputes the charge for `amount` (`POST /_admin/disputes`).
+    OpenDispute(u8),
+    /// The bank decides the dispute (`POST /_admin/disputes/{id}/decide`).
+    DecideDispute {
+        won: bool,
     },
     /// The operator resolves the payment (`operations::operator::resolve`) as `to`, forced or
     /// not; `applied`: the model's resolution settled it (else it was refused, nothing changed).
@@ -186,26 +240,30 @@ fn enabled(protocol: &Protocol, state: &State) -> Vec<Action> {
 }
 
 /// The steps that start a stretch from a state where every driver is idle.
-fn starts_stretch(state: &State, action: Action) -> bool {
+fn starts_stretch(protocol: &Protocol, state: &State, action: Action) -> bool {
     match action {
-        Action::Request(_)
-        | Action::Claim(0, _)
-        | Action::LateChargeLook(0)
+        // The merchant's answer to a dispute is not driven (docs/model.md, "Conformance").
+        Action::Request(i) => protocol.config.intents[i as usize] != Intent::Respond,
+        Action::Claim(0, op) => !matches!(op, Op::Response(_)),
+        Action::DisputeList(0) | Action::OpenDispute(_) | Action::DecideDispute { .. } => true,
+        Action::LateChargeLook(0)
         | Action::LateRefundLook(0, _)
         | Action::StartSystemRefund(0)
         | Action::AuthorizationLook(0)
         | Action::SendsGoQuiet(_)
         | Action::KeyExpires(_)
-        | Action::OperatorLease => true,
+        | Action::OperatorLease
+        | Action::ChargeSettles
+        | Action::RefundSettles(_)
+        | Action::AuthorizationExpires
+        | Action::RefundReversed(_) => true,
         Action::ProviderActs { index, choice: Choice::Succeed } => {
             state.provider.requests[index as usize].from.is_none()
         }
         Action::ProviderDrops(_) => true,
-        // Disputes are not driven (the harness opens none), so neither are their events.
         Action::Deliver { index, .. } => match state.provider.webhooks[index as usize] {
-            Webhook::Dispute(_) => false,
             Webhook::Charge(status, _) => !settled_on_own_lookup(state, status),
-            Webhook::Refund(..) => true,
+            Webhook::Refund(..) | Webhook::Dispute(_) => true,
         },
         _ => false,
     }
@@ -226,12 +284,18 @@ fn of_stretch(state: &State, proc: Proc, action: Action) -> bool {
             request.from == Some(proc)
                 && matches!(request.target, Target::Op(Op::Charge | Op::Action(_) | Op::Refund(_)))
         }
+        // The mock's script leaves a charge or a refund pending (`pend`, `pend_and_hold`).
+        Action::ProviderActs { index, choice: Choice::Pend } => {
+            let request = &state.provider.requests[index as usize];
+            request.from == Some(proc) && matches!(request.target, Target::Op(Op::Charge | Op::Refund(_)))
+        }
         Action::LateChargeAct(r) | Action::LateRefundAct(r) | Action::AuthorizationEnd(r) => {
             proc == Proc::Reconciler(r)
         }
         Action::OperatorLook { .. } | Action::OperatorSettle | Action::OperatorTakeBack => {
             proc == Proc::Operator
         }
+        Action::DisputeRecord(r) => proc == Proc::Reconciler(r),
         _ => action.engine_step_of() == Some(proc),
     }
 }
@@ -315,11 +379,11 @@ fn corrected_on_confirmed_word(state: &State, webhook: Webhook) -> Option<u8> {
 /// none.
 fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> Option<Stretch> {
     let starts: Vec<Action> =
-        enabled(protocol, state).into_iter().filter(|a| starts_stretch(state, *a)).collect();
+        enabled(protocol, state).into_iter().filter(|a| starts_stretch(protocol, state, *a)).collect();
     let start = source.next(&starts)?;
     if let Action::Deliver { index, again } = start {
         let webhook = state.provider.webhooks[index as usize];
-        let steps = delivery_steps(state, start);
+        let steps = delivery_steps(protocol, state, start);
         let mut after = state.clone();
         for step in &steps {
             assert!(enabled(protocol, &after).contains(step), "{step:?} is not enabled after {steps:?}");
@@ -327,8 +391,17 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
         }
         let moves = Books { webhooks: Vec::new(), ..model_books(protocol, state) }
             != Books { webhooks: Vec::new(), ..model_books(protocol, &after) };
+        // A dispute's event about a charge we do not know (yet) is another system's, to the
+        // service: its lookup records nothing.
+        let not_ours = steps.iter().any(|a| matches!(a, Action::RecordDispute(_)))
+            && !state.payment.as_ref().is_some_and(|p| p.charge_known);
+        let result = match (moves, not_ours) {
+            (true, _) => "applied",
+            (false, true) => "unknown",
+            (false, false) => "stale",
+        };
         *state = after;
-        let driver = Driver::Deliver { webhook, again, moves };
+        let driver = Driver::Deliver { webhook, again, result };
         return Some(Stretch { driver, steps, sends: Vec::new(), windows_pass: false });
     }
     let proc = stretch_proc(start);
@@ -342,8 +415,16 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
         Action::ProviderDrops(index) => {
             Driver::Provider { target: state.provider.requests[index as usize].target, acts: false }
         }
+        Action::ChargeSettles => Driver::ByHand { target: Target::Op(Op::Charge), what: "settle" },
+        Action::RefundSettles(k) => {
+            Driver::ByHand { target: Target::Op(Op::Refund(k)), what: "settle_refund" }
+        }
+        Action::AuthorizationExpires => Driver::ByHand { target: Target::Op(Op::Charge), what: "expire" },
+        Action::RefundReversed(k) => Driver::ByHand { target: Target::Op(Op::Refund(k)), what: "reverse" },
         // What the operator asks for is its next step's (`OperatorLook`), set once taken.
         Action::OperatorLease => Driver::Operator { to: Resolution::Failed, force: false, applied: false },
+        Action::OpenDispute(amount) => Driver::OpenDispute(amount),
+        Action::DecideDispute { won } => Driver::DecideDispute { won },
         _ => Driver::Reconciler,
     };
     let windows_pass = match start {
@@ -356,21 +437,25 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
     let mut sends = Vec::new();
     // What the provider did with the send in flight: acted on it (before its answer arrives or
     // the sender stops waiting).
-    let mut acted = false;
-    let mut declined = false;
+    let (mut acted, mut choice) = (false, Choice::Succeed);
     while let Some(proc) = proc.filter(|proc| !done(state, *proc)) {
         let choices: Vec<Action> =
             enabled(protocol, state).into_iter().filter(|a| of_stretch(state, proc, *a)).collect();
         assert!(!choices.is_empty(), "{proc:?} is stuck in the model at {:?}", state.pc(proc));
         let action = source.next(&choices).unwrap_or(choices[0]);
         match action {
-            Action::Send(_) => (acted, declined) = (false, false),
-            Action::ProviderActs { choice, .. } => (acted, declined) = (true, choice == Choice::Decline),
-            Action::AnswerArrives(_) => sends.push(if declined { Scripted::Decline } else { Scripted::Now }),
-            Action::TimesOut(_) => sends.push(match (acted, declined) {
-                (true, true) => Scripted::DeclineAndHold,
-                (true, false) => Scripted::Hold,
+            Action::Send(_) => (acted, choice) = (false, Choice::Succeed),
+            Action::ProviderActs { choice: how, .. } => (acted, choice) = (true, how),
+            Action::AnswerArrives(_) => sends.push(match choice {
+                Choice::Succeed => Scripted::Now,
+                Choice::Decline => Scripted::Decline,
+                Choice::Pend => Scripted::Pend,
+            }),
+            Action::TimesOut(_) => sends.push(match (acted, choice) {
                 (false, _) => Scripted::Park,
+                (true, Choice::Succeed) => Scripted::Hold,
+                (true, Choice::Decline) => Scripted::DeclineAndHold,
+                (true, Choice::Pend) => Scripted::PendAndHold,
             }),
             _ => {}
         }
@@ -388,12 +473,22 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
 }
 
 /// A delivery's steps in the model: the delivery, and when the service corrects a refund on its
-/// own lookup inside it, the late-refund watch's look and act it stands for.
-fn delivery_steps(state: &State, start: Action) -> Vec<Action> {
+/// own lookup inside it, the late-refund watch's look and act it stands for; a dispute's event
+/// that differs from the dispute we hold is recorded as the service's lookup inside the
+/// delivery saw it (`RecordDispute`, the model's second transaction).
+fn delivery_steps(protocol: &Protocol, state: &State, start: Action) -> Vec<Action> {
     let Action::Deliver { index, .. } = start else { unreachable!("not a delivery: {start:?}") };
     let mut steps = vec![start];
-    if let Some(k) = corrected_on_confirmed_word(state, state.provider.webhooks[index as usize]) {
+    let webhook = state.provider.webhooks[index as usize];
+    if let Some(k) = corrected_on_confirmed_word(state, webhook) {
         steps.extend([Action::LateRefundLook(0, k), Action::LateRefundAct(0)]);
+    }
+    if matches!(webhook, Webhook::Dispute(_)) {
+        let after = protocol.apply(state, start);
+        let seen = after.provider.dispute;
+        if let Some(lookup) = after.dispute_lookups.iter().position(|d| Some(*d) == seen) {
+            steps.push(Action::RecordDispute(lookup as u8));
+        }
     }
     steps
 }
@@ -413,7 +508,13 @@ fn stretch_proc(start: Action) -> Option<Proc> {
         Action::SendsGoQuiet(_)
         | Action::KeyExpires(_)
         | Action::ProviderActs { .. }
-        | Action::ProviderDrops(_) => None,
+        | Action::ProviderDrops(_)
+        | Action::ChargeSettles
+        | Action::RefundSettles(_)
+        | Action::AuthorizationExpires
+        | Action::RefundReversed(_)
+        | Action::OpenDispute(_)
+        | Action::DecideDispute { .. } => None,
         _ => Some(Proc::Reconciler(0)),
     }
 }
@@ -422,9 +523,9 @@ fn stretch_proc(start: Action) -> Option<Proc> {
 /// the state after them.
 fn every_stretch(protocol: &Protocol, state: &State) -> Vec<(Vec<Action>, State)> {
     let mut finished = Vec::new();
-    for start in enabled(protocol, state).into_iter().filter(|a| starts_stretch(state, *a)) {
+    for start in enabled(protocol, state).into_iter().filter(|a| starts_stretch(protocol, state, *a)) {
         let steps = match start {
-            Action::Deliver { .. } => delivery_steps(state, start),
+            Action::Deliver { .. } => delivery_steps(protocol, state, start),
             _ => vec![start],
         };
         let after = steps.iter().fold(state.clone(), |at, step| protocol.apply(&at, *step));
@@ -493,6 +594,9 @@ struct Books {
     charge: Option<(ChargeStatus, u8, u8)>,
     /// The provider's refund for each of ours: status, amount.
     provider_refunds: Vec<Option<(ProviderRefundStatus, u8)>>,
+    /// The payment's dispute as our `disputes` row holds it, and as the provider has it.
+    dispute: Option<Dispute>,
+    provider_dispute: Option<Dispute>,
     /// The provider's events not yet delivered (a copy delivered leaves its event in flight),
     /// each as the object was when it happened, sorted.
     webhooks: Vec<Webhook>,
@@ -570,6 +674,8 @@ struct PaymentRow {
     captured: u8,
     refunded: u8,
     refunding: u8,
+    /// `amount_disputed`: withdrawn by its disputes and not reinstated.
+    disputed: u8,
     /// Reconciler checks, while the charge is in flight.
     attempts: u8,
     /// `last_send_at` within the quiet period.
@@ -602,6 +708,7 @@ fn model_books(protocol: &Protocol, state: &State) -> Books {
                 captured: p.captured,
                 refunded: p.refunded,
                 refunding: p.refunding,
+                disputed: p.disputed,
                 attempts,
                 send_recent: p.row.send_recent,
                 late: match p.late {
@@ -648,6 +755,8 @@ fn model_books(protocol: &Protocol, state: &State) -> Books {
             .iter()
             .map(|r| r.filter(|(status, _)| *status != ProviderRefundStatus::Refused))
             .collect(),
+        dispute: state.dispute,
+        provider_dispute: state.provider.dispute,
         webhooks: state.provider.webhooks.clone(),
     }
 }
@@ -679,6 +788,24 @@ fn refund_of(r: &Value) -> (ProviderRefundStatus, u8) {
     (status, decimal_units(&r["amount"]))
 }
 
+/// A dispute as the mock spells it (`/_admin/disputes`, an event's object) or our `disputes` row
+/// (its amounts as text).
+fn dispute_of(d: &Value) -> Dispute {
+    let status = match d["status"].as_str().unwrap() {
+        "needs_response" => DisputeStatus::NeedsResponse,
+        "under_review" => DisputeStatus::UnderReview,
+        "won" => DisputeStatus::Won,
+        "lost" => DisputeStatus::Lost,
+        other => panic!("a dispute status the model does not have: {other}"),
+    };
+    Dispute {
+        status,
+        accepted: d["closed_reason"] == "accepted",
+        withdrawn: decimal_units(&d["amount_withdrawn"]),
+        reinstated: decimal_units(&d["amount_reinstated"]),
+    }
+}
+
 /// A refund's or a capture's or void's status.
 fn op_status(status: &str) -> OpStatus {
     match status {
@@ -704,32 +831,37 @@ async fn refund_keys(app: &TestApp, path: &Path) -> Vec<String> {
     serde_json::from_str(&app.text(&sql).await).unwrap()
 }
 
-/// The mock's events not yet delivered for good (by id), as the model's webhooks: the object
-/// the event carries, a refund named by our row's index.
-async fn events_in_flight(app: &TestApp, path: &Path) -> Vec<(String, Webhook)> {
+/// The mock's events not yet delivered for good, as the model's webhooks: the object the event
+/// carries, a refund named by our row's index. The model's webhook is one change's: the mock
+/// tells some dispute changes in two events carrying the same dispute (`created` and
+/// `funds_withdrawn`, `funds_reinstated` and `closed`), which are its one webhook here, their
+/// ids in order.
+async fn events_in_flight(app: &TestApp, path: &Path) -> Vec<(Vec<String>, Webhook)> {
     let keys = refund_keys(app, path).await;
     let events = app.provider.webhooks().await;
     let in_flight = events.iter().filter(|e| !path.delivered.contains(e["id"].as_str().unwrap()));
-    in_flight
-        .map(|event| {
-            let object = &event["object"];
-            let webhook = match event["type"].as_str().unwrap() {
-                kind if kind.starts_with("charge.dispute.") => {
-                    panic!("the harness opens no disputes: {kind}")
-                }
-                kind if kind.starts_with("charge.") => {
-                    let (status, captured, _) = charge_of(object);
-                    Webhook::Charge(status, captured)
-                }
-                kind if kind.starts_with("refund.") => {
-                    let k = keys.iter().position(|key| object["idempotency_key"] == key.as_str());
-                    Webhook::Refund(k.expect("a refund of ours") as u8, refund_of(object).0)
-                }
-                other => panic!("an event the model does not have: {other}"),
-            };
-            (event["id"].as_str().unwrap().to_owned(), webhook)
-        })
-        .collect()
+    let mut grouped: Vec<(Vec<String>, Webhook)> = Vec::new();
+    for event in in_flight {
+        let id = event["id"].as_str().unwrap().to_owned();
+        let object = &event["object"];
+        let webhook = match event["type"].as_str().unwrap() {
+            kind if kind.starts_with("charge.dispute.") => Webhook::Dispute(dispute_of(object)),
+            kind if kind.starts_with("charge.") => {
+                let (status, captured, _) = charge_of(object);
+                Webhook::Charge(status, captured)
+            }
+            kind if kind.starts_with("refund.") => {
+                let k = keys.iter().position(|key| object["idempotency_key"] == key.as_str());
+                Webhook::Refund(k.expect("a refund of ours") as u8, refund_of(object).0)
+            }
+            other => panic!("an event the model does not have: {other}"),
+        };
+        match grouped.last_mut() {
+            Some((ids, last)) if matches!(webhook, Webhook::Dispute(_)) && *last == webhook => ids.push(id),
+            _ => grouped.push((vec![id], webhook)),
+        }
+    }
+    grouped
 }
 
 /// The service's rows and the mock's ledger, as [`Books`].
@@ -760,7 +892,7 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
     let system = "FROM refunds r WHERE r.payment_id = payments.id AND r.idempotency_key IS NULL";
     let payment = rows(format!(
         "SELECT status, answer_status IS NOT NULL AS answered, {leased}, provider_charge_id IS NOT NULL AS known, \
-         amount_captured, amount_refunded, amount_refunding, attempts, \
+         amount_captured, amount_refunded, amount_refunding, amount_disputed, attempts, \
          CASE WHEN late_watch_until IS NULL THEN 'off' \
          WHEN late_charge_amount IS NOT NULL THEN CASE \
            WHEN EXISTS (SELECT 1 {system} AND r.status = 'succeeded') THEN 'Refunded' \
@@ -797,6 +929,7 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
             captured: amount("amount_captured"),
             refunded: amount("amount_refunded"),
             refunding: amount("amount_refunding"),
+            disputed: amount("amount_disputed"),
             attempts,
             send_recent: flag("send_recent"),
             late: p["late"].as_str().unwrap().to_owned(),
@@ -854,6 +987,12 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
         let before = path.events_before.iter().filter(|t| t.starts_with(prefix)).count();
         (all - before) as u8
     };
+    let disputes = rows(format!(
+        "SELECT status, closed_reason, amount_withdrawn::text AS amount_withdrawn, \
+         amount_reinstated::text AS amount_reinstated FROM disputes WHERE order_id = '{}'",
+        path.order_id
+    ))
+    .await;
     let charges = app.provider.charges().await;
     let charge = charges.first().map(charge_of);
     let at_provider = app.provider.refunds().await;
@@ -875,6 +1014,8 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
         refund_events: count("refund."),
         charge,
         provider_refunds,
+        dispute: disputes.first().map(dispute_of),
+        provider_dispute: app.provider.disputes().await.first().map(dispute_of),
         webhooks: {
             let mut webhooks: Vec<Webhook> =
                 events_in_flight(app, path).await.into_iter().map(|(_, webhook)| webhook).collect();
@@ -922,6 +1063,28 @@ fn row_of(path: &Path, op: Op) -> (&'static str, String) {
     }
 }
 
+/// The idempotency key the service sends `target`'s write to the provider under.
+async fn downstream_key(app: &TestApp, path: &Path, target: Target) -> String {
+    let id = |table: &str, offset: usize| {
+        let sql = format!(
+            "SELECT id::text AS text FROM {table} WHERE order_id = '{}' ORDER BY created_at, id OFFSET {offset} LIMIT 1",
+            path.order_id
+        );
+        async move { app.text(&sql).await }
+    };
+    match target {
+        Target::Op(Op::Charge) => format!("orderpay_pay_{}", id("payments", 0).await),
+        Target::Op(Op::Refund(k)) => format!("orderpay_refund_{}", id("refunds", k.into()).await),
+        Target::LateVoid => format!("orderpay_late_void_{}", id("payments", 0).await),
+        Target::Op(op @ Op::Action(_)) => {
+            let (table, row) = row_of(path, op);
+            let sql = format!("SELECT 'orderpay_' || kind || '_' || id AS text FROM {table} WHERE {row}");
+            app.text(&sql).await
+        }
+        Target::Op(Op::Response(_)) => panic!("the harness drives no dispute responses"),
+    }
+}
+
 /// Drives `stretch` through the service: the provider's script, then the request or the pass.
 /// `Err`: the service cannot take the step as the model took it.
 async fn drive(app: &TestApp, protocol: &Protocol, path: &mut Path, stretch: &Stretch) -> Result<(), String> {
@@ -960,12 +1123,14 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &mut Path, stretch: &St
             // Time passes until the operation (or the watch) the stretch is about is due, as
             // the model's step assumes; nothing else is due (rechecks are an hour away).
             let (op, window) = match stretch.steps[0] {
-                Action::Claim(_, op) => (op, false),
-                Action::LateChargeLook(_) => (Op::Charge, stretch.windows_pass),
-                Action::LateRefundLook(_, k) => (Op::Refund(k), stretch.windows_pass),
+                Action::Claim(_, op) => (Some(op), false),
+                Action::LateChargeLook(_) => (Some(Op::Charge), stretch.windows_pass),
+                Action::LateRefundLook(_, k) => (Some(Op::Refund(k)), stretch.windows_pass),
                 // The authorization watch looks at a `requires_capture` payment whose
                 // `next_check_at` has come (watch_authorizations.sql).
-                Action::AuthorizationLook(_) => (Op::Charge, false),
+                Action::AuthorizationLook(_) => (Some(Op::Charge), false),
+                // The dispute pass: its listing is due, no row is.
+                Action::DisputeList(_) => (None, false),
                 // The late-charge watch's follow-up starts another system refund once the
                 // backoff since the last one has passed (`late_charge::follow_up`): an hour in
                 // these apps, counted from that refund's `updated_at`.
@@ -976,10 +1141,15 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &mut Path, stretch: &St
                         path.order_id
                     ))
                     .await;
-                    (Op::Charge, false)
+                    (Some(Op::Charge), false)
                 }
                 other => panic!("a reconciler stretch does not start with {other:?}"),
             };
+            // The dispute pass lists the provider's disputes once a minute over every
+            // instance (`dispute_listing`): in the stretch that is the model's `DisputeList`,
+            // and in no other.
+            let listing = if op.is_none() { "NULL" } else { "now()" };
+            app.execute(&format!("UPDATE dispute_listing SET listed_at = {listing}")).await;
             // A webhook may have brought a watch's look forward (`watch_late_now`, `look_again`),
             // which the model takes as a look already possible, not as one that must come in
             // this pass: every other row of the path waits.
@@ -991,12 +1161,15 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &mut Path, stretch: &St
                 ))
                 .await;
             }
-            let (table, row) = row_of(path, op);
-            app.execute(&format!(
-                "UPDATE {table} SET next_check_at = now() - interval '1 second' WHERE {row}"
-            ))
-            .await;
-            if window {
+            if let Some(op) = op {
+                let (table, row) = row_of(path, op);
+                app.execute(&format!(
+                    "UPDATE {table} SET next_check_at = now() - interval '1 second' WHERE {row}"
+                ))
+                .await;
+            }
+            if let (Some(op), true) = (op, window) {
+                let (table, row) = row_of(path, op);
                 // The model's watch ends on a look once nothing can land any more: its window
                 // has passed.
                 app.execute(&format!(
@@ -1007,25 +1180,7 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &mut Path, stretch: &St
             app.reconcile_once().await;
         }
         Driver::Provider { target, acts } => {
-            let id = |table: &str, offset: usize| {
-                let sql = format!(
-                    "SELECT id::text AS text FROM {table} WHERE order_id = '{}' ORDER BY created_at, id OFFSET {offset} LIMIT 1",
-                    path.order_id
-                );
-                async move { app.text(&sql).await }
-            };
-            let key = match target {
-                Target::Op(Op::Charge) => format!("orderpay_pay_{}", id("payments", 0).await),
-                Target::Op(Op::Refund(k)) => format!("orderpay_refund_{}", id("refunds", k.into()).await),
-                Target::LateVoid => format!("orderpay_late_void_{}", id("payments", 0).await),
-                Target::Op(op @ Op::Action(_)) => {
-                    let (table, row) = row_of(path, op);
-                    let sql =
-                        format!("SELECT 'orderpay_' || kind || '_' || id AS text FROM {table} WHERE {row}");
-                    app.text(&sql).await
-                }
-                Target::Op(Op::Response(_)) => panic!("the harness drives no dispute responses"),
-            };
+            let key = downstream_key(app, path, target).await;
             let what = if acts { "act" } else { "drop" };
             let url = format!("{}/_admin/parked/{key}/{what}", app.provider.address);
             let answer = json(app.client.post(url).send().await.unwrap()).await;
@@ -1033,29 +1188,50 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &mut Path, stretch: &St
                 return Err(format!("no write parked under {key} for the provider to {what}"));
             }
         }
-        Driver::Deliver { webhook, again, moves } => {
+        Driver::Deliver { webhook, again, result: expected } => {
             let events = events_in_flight(app, path).await;
-            let Some((id, _)) = events.into_iter().find(|(_, event)| *event == webhook) else {
+            let Some((ids, _)) = events.into_iter().find(|(_, event)| *event == webhook) else {
                 return Err(format!("no event {webhook:?} in flight at the mock"));
             };
-            // A copy comes after the sweep took the first delivery's row (the model's `again`);
-            // a first delivery finds no row to take.
-            app.execute(&format!("DELETE FROM provider_webhooks WHERE id = '{id}'")).await;
-            let url = format!("{}/_admin/webhooks/{id}/deliver", app.provider.address);
-            let answer = json(app.client.post(url).send().await.unwrap()).await;
-            if answer["status"] != 200 {
-                return Err(format!("the service answered {} to the event {id}", answer["status"]));
+            for (nth, id) in ids.iter().enumerate() {
+                // A copy comes after the sweep took the first delivery's row (the model's
+                // `again`); a first delivery finds no row to take.
+                app.execute(&format!("DELETE FROM provider_webhooks WHERE id = '{id}'")).await;
+                let url = format!("{}/_admin/webhooks/{id}/deliver", app.provider.address);
+                let answer = json(app.client.post(url).send().await.unwrap()).await;
+                if answer["status"] != 200 {
+                    return Err(format!("the service answered {} to the event {id}", answer["status"]));
+                }
+                if !again {
+                    path.delivered.insert(id.clone());
+                }
+                // What the delivery did, as its row notes it: applied exactly when the model's
+                // step moved our books. The second event of one change finds it recorded.
+                let expected = if nth > 0 && expected == "applied" { "stale" } else { expected };
+                let result = app
+                    .text(&format!("SELECT result AS text FROM provider_webhooks WHERE id = '{id}'"))
+                    .await;
+                if result != expected {
+                    return Err(format!("the event {id} was {result}, the model's delivery {expected}"));
+                }
             }
-            if !again {
-                path.delivered.insert(id.clone());
+        }
+        Driver::OpenDispute(amount) => {
+            let charge = app.provider.charges().await[0]["id"].as_str().unwrap().to_owned();
+            let body = json!({"charge": charge, "reason": "fraudulent", "amount": format!("{amount}.00")});
+            let url = format!("{}/_admin/disputes", app.provider.address);
+            let status = app.client.post(url).json(&body).send().await.unwrap().status();
+            if status != 201 {
+                return Err(format!("the mock answered {status} to a dispute of {amount} units"));
             }
-            // What the delivery did, as its row notes it: applied exactly when the model's step
-            // moved our books.
-            let result =
-                app.text(&format!("SELECT result AS text FROM provider_webhooks WHERE id = '{id}'")).await;
-            let expected = if moves { "applied" } else { "stale" };
-            if result != expected {
-                return Err(format!("the event {id} was {result}, the model's delivery {expected}"));
+        }
+        Driver::DecideDispute { won } => {
+            let id = app.provider.disputes().await[0]["id"].as_str().unwrap().to_owned();
+            let outcome = json!({"outcome": if won { "won" } else { "lost" }});
+            let url = format!("{}/_admin/disputes/{id}/decide", app.provider.address);
+            let status = app.client.post(url).json(&outcome).send().await.unwrap().status();
+            if status != 200 {
+                return Err(format!("the mock answered {status} to deciding the dispute {id}"));
             }
         }
         Driver::Operator { to, force, applied } => {
@@ -1073,6 +1249,13 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &mut Path, stretch: &St
             let resolved = resolve(&engine, &app.settings.reconciler, &request).await;
             if resolved.is_ok() != applied {
                 return Err(format!("the resolution answered {resolved:?}, the model's applied: {applied}"));
+            }
+        }
+        Driver::ByHand { target, what } => {
+            let key = downstream_key(app, path, target).await;
+            let url = format!("{}/_admin/due/{key}/{what}", app.provider.address);
+            if json(app.client.post(url).send().await.unwrap()).await["changed"] != 1 {
+                return Err(format!("nothing under {key} for the provider to {what}"));
             }
         }
         Driver::Time(op) => {
@@ -1163,7 +1346,7 @@ type StepKind = (&'static str, fn(&Action) -> bool);
 
 /// How many of `steps` are of each kind worth counting (the paths' reach).
 fn reach(steps: &[Action]) -> String {
-    let kinds: [StepKind; 19] = [
+    let kinds: [StepKind; 27] = [
         ("requests", |a| matches!(a, Action::Request(_))),
         ("claims", |a| matches!(a, Action::Claim(..))),
         ("settles", |a| matches!(a, Action::Settle(_))),
@@ -1183,6 +1366,14 @@ fn reach(steps: &[Action]) -> String {
         ("copies delivered", |a| matches!(a, Action::Deliver { again: true, .. })),
         ("operator resolutions", |a| matches!(a, Action::OperatorLook { .. })),
         ("operator take-backs", |a| matches!(a, Action::OperatorTakeBack)),
+        ("pending answers", |a| matches!(a, Action::ProviderActs { choice: Choice::Pend, .. })),
+        ("settled at the provider", |a| matches!(a, Action::ChargeSettles | Action::RefundSettles(_))),
+        ("authorizations expired", |a| matches!(a, Action::AuthorizationExpires)),
+        ("refunds reversed", |a| matches!(a, Action::RefundReversed(_))),
+        ("disputes opened", |a| matches!(a, Action::OpenDispute(_))),
+        ("disputes decided", |a| matches!(a, Action::DecideDispute { .. })),
+        ("disputes recorded from a webhook's lookup", |a| matches!(a, Action::RecordDispute(_))),
+        ("disputes recorded by the pass", |a| matches!(a, Action::DisputeRecord(_))),
     ];
     let counts: Vec<String> =
         kinds.iter().map(|(name, is)| format!("{} {name}", steps.iter().filter(|a| is(a)).count())).collect();
@@ -1204,11 +1395,12 @@ async fn the_service_follows_the_models_paths() {
         // towards the provider's silence (give-ups, late charges); every fourth authorizes, and
         // captures or voids.
         // The leaning ones have an operator, who may resolve the payment once while its charge
-        // is in flight (leaning paths leave charges in flight).
+        // is in flight (leaning paths leave charges in flight); every fifth has a dispute.
         let max_attempts = if seed % 2 == 1 { 1 } else { 2 };
         let protocol = Protocol::new(match (seed % 4 == 0, seed % 3 == 0) {
             (true, false) => manual_config(max_attempts),
             (true, true) => manual_operator_config(max_attempts),
+            (false, false) if seed % 5 == 0 => dispute_config(max_attempts),
             (false, false) => config(max_attempts),
             (false, true) => operator_config(max_attempts),
         });
@@ -1441,4 +1633,86 @@ async fn the_service_follows_the_shortest_paths_to_an_operators_resolution() {
         }),
     ];
     follow_shortest_paths("an operator's resolution", manual_operator_config, &goals, STRETCHES).await;
+}
+
+/// Pending answers (the mock's `pend`, whatever the payment method), which the walks' configuration
+/// does not have: for each attempt setting, the shortest drivable path to a charge left pending,
+/// settled by the provider and then recorded by a reconciler's claim, to one recorded from its
+/// webhook, and to a refund left pending, settled and recorded.
+#[tokio::test]
+async fn the_service_follows_the_shortest_paths_to_pending_answers() {
+    fn after_pending(after: &State) -> bool {
+        after.budgets.pending == 0
+    }
+    fn paid(after: &State) -> bool {
+        after.payment.as_ref().is_some_and(|p| p.status == PaymentStatus::Succeeded)
+    }
+    let goals: [(&str, Goal); 3] = [
+        ("a charge pending, settled, recorded by a claim", |steps, after| {
+            after_pending(after)
+                && paid(after)
+                && steps.iter().any(|a| matches!(a, Action::Claim(_, Op::Charge)))
+        }),
+        ("a charge pending, settled, recorded from its webhook", |steps, after| {
+            after_pending(after) && paid(after) && steps.iter().any(|a| matches!(a, Action::Deliver { .. }))
+        }),
+        ("a refund pending, settled, recorded", |_, after| {
+            after_pending(after)
+                && after.refunds.first().is_some_and(|r| r.status == OpStatus::Succeeded)
+                && matches!(after.provider.refunds.first(), Some(Some((ProviderRefundStatus::Succeeded, _))))
+                && paid(after)
+                && after.provider.charge.is_some()
+        }),
+    ];
+    follow_shortest_paths("pending answers", clock_config, &goals, STRETCHES).await;
+}
+
+/// The provider's clock besides pending answers: for each attempt setting, the shortest drivable
+/// path to a succeeded refund reversed and corrected in our books (by its webhook, on the
+/// provider's confirmed word, or by the watch), and to an authorization that expired, recorded
+/// by the authorization watch.
+#[tokio::test]
+async fn the_service_follows_the_shortest_paths_to_expiries_and_reversals() {
+    let goals: [(&str, Goal); 1] = [("a refund reversed, corrected", |_, after| {
+        after.budgets.reversals == 0 && after.refunds.first().is_some_and(|r| r.corrections > 0)
+    })];
+    follow_shortest_paths("reversals", clock_config, &goals, STRETCHES).await;
+    let goals: [(&str, Goal); 1] = [("an authorization expired, recorded", |_, after| {
+        after.budgets.expiries == 0
+            && after.payment.as_ref().is_some_and(|p| p.status == PaymentStatus::Canceled)
+    })];
+    follow_shortest_paths("expiries", manual_clock_config, &goals, STRETCHES).await;
+}
+
+/// Disputes (the mock's `POST /_admin/disputes` and `/decide`), which no other configuration
+/// has: for each attempt setting, the shortest drivable path to a dispute recorded from its
+/// webhook (on the service's own lookup), to one recorded by the reconciler's dispute pass, to one
+/// won and to one lost (the funds reinstated or kept, in our books as at the provider), to one won
+/// and recorded from its webhooks alone, to one told before its charge was ours (its event's
+/// lookup records nothing: `unknown`), to a refund refused while the dispute is open, and to a
+/// dispute that waited for a refund in flight.
+#[tokio::test]
+async fn the_service_follows_the_shortest_paths_to_disputes() {
+    fn recorded(after: &State, status: DisputeStatus) -> bool {
+        after.dispute.is_some_and(|d| d.status == status)
+    }
+    let goals: [(&str, Goal); 8] = [
+        ("recorded from its webhook", |steps, after| {
+            steps.iter().any(|a| matches!(a, Action::RecordDispute(_))) && after.dispute.is_some()
+        }),
+        ("recorded by the reconciler's pass", |_, after| after.ghost.dispute_by_pass),
+        ("won, recorded", |_, after| recorded(after, DisputeStatus::Won)),
+        ("won, recorded from its webhooks", |_, after| {
+            recorded(after, DisputeStatus::Won) && !after.ghost.dispute_by_pass
+        }),
+        ("told before its charge is ours, not recorded", |steps, after| {
+            steps.iter().any(|a| matches!(a, Action::RecordDispute(_)))
+                && after.dispute.is_none()
+                && !after.ghost.dispute_waited
+        }),
+        ("lost, recorded", |_, after| recorded(after, DisputeStatus::Lost)),
+        ("a refund refused while it is open", |_, after| after.ghost.refused_for_dispute),
+        ("waiting for a refund in flight", |_, after| after.ghost.dispute_waited),
+    ];
+    follow_shortest_paths("disputes", dispute_config, &goals, STRETCHES).await;
 }

@@ -123,6 +123,11 @@ impl TestProvider {
         self.admin_list("refunds").await
     }
 
+    /// Every dispute the customers' banks opened (`GET /_admin/disputes`).
+    pub async fn disputes(&self) -> Vec<Value> {
+        self.admin_list("disputes").await
+    }
+
     /// Every webhook event with its delivery attempts (`GET /_admin/webhooks`).
     pub async fn webhooks(&self) -> Vec<Value> {
         self.admin_list("webhooks").await
