@@ -5,7 +5,8 @@
 //!
 //! What is driven (docs/model.md, "Conformance", lists what is not): a client's request and its
 //! retries with the same key (`POST /payments`, automatic or manual, `POST /refunds`,
-//! `POST /payments/{id}/capture`, `/void`), a reconciler pass (`orderpay reconcile --once`'s
+//! `POST /payments/{id}/capture`, `/void`, `POST /disputes/{id}/evidence`, `/accept`), a
+//! reconciler pass (`orderpay reconcile --once`'s
 //! `run_pass`), an operator's resolution (`orderpay payments resolve`'s
 //! `operations::operator::resolve`), the provider's behaviour on each send, scripted on the mock
 //! (`POST /_admin/script`): acting and answering, acting with the answer lost, declining,
@@ -30,7 +31,8 @@ use orderpay_model::action::{Action, Choice};
 use orderpay_model::config::{CaptureMethod, Faults, Intent};
 use orderpay_model::state::{
     ActionKind, Answer, ChargeStatus, Dispute, DisputeStatus, Key, LateCharge, Op, OpStatus, OrderStatus,
-    PaymentStatus, Pc, Proc, ProviderRefundStatus, RefundWatch, Resolution, State, Target, Webhook,
+    PaymentStatus, Pc, Proc, ProviderRefundStatus, RefundWatch, Resolution, ResponseKind, State, Target,
+    Webhook,
 };
 use orderpay_model::{Config, Mutation, Protocol};
 use reqwest::Method;
@@ -131,6 +133,20 @@ fn dispute_config(max_attempts: u8) -> Config {
     Config {
         name: "conformance: a charge, a refund and a dispute, answers lost, webhooks once or twice",
         faults: Faults { disputes: 1, duplicates: 1, ..Faults::NONE },
+        ..config(max_attempts)
+    }
+}
+
+/// A dispute and the merchant's answer to it (`POST /disputes/{id}/evidence` or `/accept`, the
+/// key sent twice), recorded by the reconciler's dispute pass (no webhooks), the provider late
+/// once: the answer taken, refused because the bank decided first, lost and looked up, or given
+/// up on.
+fn response_config(max_attempts: u8) -> Config {
+    Config {
+        name: "conformance: a dispute and the merchant's answer, answers lost, the provider late",
+        intents: vec![Intent::Pay, Intent::Respond],
+        webhooks: false,
+        faults: Faults { disputes: 1, late: 1, ..Faults::NONE },
         ..config(max_attempts)
     }
 }
@@ -240,11 +256,9 @@ fn enabled(protocol: &Protocol, state: &State) -> Vec<Action> {
 }
 
 /// The steps that start a stretch from a state where every driver is idle.
-fn starts_stretch(protocol: &Protocol, state: &State, action: Action) -> bool {
+fn starts_stretch(state: &State, action: Action) -> bool {
     match action {
-        // The merchant's answer to a dispute is not driven (docs/model.md, "Conformance").
-        Action::Request(i) => protocol.config.intents[i as usize] != Intent::Respond,
-        Action::Claim(0, op) => !matches!(op, Op::Response(_)),
+        Action::Request(_) | Action::Respond(..) | Action::Claim(0, _) => true,
         Action::DisputeList(0) | Action::OpenDispute(_) | Action::DecideDispute { .. } => true,
         Action::LateChargeLook(0)
         | Action::LateRefundLook(0, _)
@@ -379,7 +393,7 @@ fn corrected_on_confirmed_word(state: &State, webhook: Webhook) -> Option<u8> {
 /// none.
 fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> Option<Stretch> {
     let starts: Vec<Action> =
-        enabled(protocol, state).into_iter().filter(|a| starts_stretch(protocol, state, *a)).collect();
+        enabled(protocol, state).into_iter().filter(|a| starts_stretch(state, *a)).collect();
     let start = source.next(&starts)?;
     if let Action::Deliver { index, again } = start {
         let webhook = state.provider.webhooks[index as usize];
@@ -406,7 +420,7 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
     }
     let proc = stretch_proc(start);
     let driver = match start {
-        Action::Request(i) => Driver::Client(i),
+        Action::Request(i) | Action::Respond(i, _) => Driver::Client(i),
         Action::SendsGoQuiet(op) => Driver::Time(op),
         Action::KeyExpires(i) => Driver::KeyExpires(i),
         Action::ProviderActs { index, .. } => {
@@ -503,7 +517,7 @@ fn done(state: &State, proc: Proc) -> bool {
 /// step).
 fn stretch_proc(start: Action) -> Option<Proc> {
     match start {
-        Action::Request(i) => Some(Proc::Client(i)),
+        Action::Request(i) | Action::Respond(i, _) => Some(Proc::Client(i)),
         Action::OperatorLease => Some(Proc::Operator),
         Action::SendsGoQuiet(_)
         | Action::KeyExpires(_)
@@ -523,7 +537,7 @@ fn stretch_proc(start: Action) -> Option<Proc> {
 /// the state after them.
 fn every_stretch(protocol: &Protocol, state: &State) -> Vec<(Vec<Action>, State)> {
     let mut finished = Vec::new();
-    for start in enabled(protocol, state).into_iter().filter(|a| starts_stretch(protocol, state, *a)) {
+    for start in enabled(protocol, state).into_iter().filter(|a| starts_stretch(state, *a)) {
         let steps = match start {
             Action::Deliver { .. } => delivery_steps(protocol, state, start),
             _ => vec![start],
@@ -585,6 +599,9 @@ struct Books {
     refunds: Vec<RefundRow>,
     /// Captures and voids, in creation order.
     actions: Vec<ActionRow>,
+    /// The merchant's answers to the dispute (`dispute_responses`), in creation order: whether
+    /// an accept, and the row.
+    responses: Vec<(bool, OpRow)>,
     /// Each intent's key: free, naming its operation, or holding a stored answer.
     keys: Vec<&'static str>,
     order_events: u8,
@@ -743,6 +760,11 @@ fn model_books(protocol: &Protocol, state: &State) -> Books {
                     _ => "off",
                 },
             })
+            .collect(),
+        responses: state
+            .responses
+            .iter()
+            .map(|r| (r.kind == ResponseKind::Accept, OpRow::of_model(r.status, 0, &r.row, max)))
             .collect(),
         keys: state.keys.iter().map(|key| key_kind(*key)).collect(),
         order_events: state.order_events,
@@ -968,6 +990,17 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
         .iter()
         .map(|a| ActionRow { void: a["kind"] == "void", op: OpRow::of_service(a, max) })
         .collect();
+    let response_rows = rows(format!(
+        "SELECT r.kind, r.status, r.answer_status IS NOT NULL AS answered, \
+         r.lease_until IS NOT NULL AND r.lease_until > now() AS leased, \
+         r.last_send_at IS NOT NULL AND r.last_send_at > now() - interval '1 hour' AS send_recent, r.attempts \
+         FROM dispute_responses r JOIN disputes d ON d.id = r.dispute_id WHERE d.order_id = '{}' \
+         ORDER BY r.created_at, r.id",
+        path.order_id
+    ))
+    .await;
+    let responses =
+        response_rows.iter().map(|r| (r["kind"] == "accept", OpRow::of_service(r, max))).collect();
     let mut keys = Vec::new();
     for key in &path.keys {
         // A key past its retention counts as new, swept or not (`expire_key.sql`).
@@ -1008,6 +1041,7 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
         payment,
         refunds,
         actions,
+        responses,
         keys,
         order_events: count("order."),
         payment_events: count("payment."),
@@ -1033,6 +1067,8 @@ struct Path {
     keys: Vec<String>,
     events_before: Vec<String>,
     delivered: std::collections::HashSet<String>,
+    /// What each dispute response's key was first sent as.
+    responses: std::collections::HashMap<u8, ResponseKind>,
 }
 
 async fn writes(app: &TestApp) -> u64 {
@@ -1059,7 +1095,14 @@ fn row_of(path: &Path, op: Op) -> (&'static str, String) {
                 path.order_id
             ),
         ),
-        Op::Response(_) => panic!("the harness drives no dispute responses"),
+        Op::Response(k) => (
+            "dispute_responses",
+            format!(
+                "id = (SELECT r.id FROM dispute_responses r JOIN disputes d ON d.id = r.dispute_id \
+                 WHERE d.order_id = '{}' ORDER BY r.created_at, r.id OFFSET {k} LIMIT 1)",
+                path.order_id
+            ),
+        ),
     }
 }
 
@@ -1081,7 +1124,12 @@ async fn downstream_key(app: &TestApp, path: &Path, target: Target) -> String {
             let sql = format!("SELECT 'orderpay_' || kind || '_' || id AS text FROM {table} WHERE {row}");
             app.text(&sql).await
         }
-        Target::Op(Op::Response(_)) => panic!("the harness drives no dispute responses"),
+        Target::Op(op @ Op::Response(_)) => {
+            let (table, row) = row_of(path, op);
+            let sql =
+                format!("SELECT 'orderpay_dispute_' || kind || '_' || id AS text FROM {table} WHERE {row}");
+            app.text(&sql).await
+        }
     }
 }
 
@@ -1114,7 +1162,24 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &mut Path, stretch: &St
                     json!({"amount": format!("{amount}.00")}),
                 ),
                 Intent::Void => (format!("/payments/{}/void", payment_id().await), json!({})),
-                other => panic!("the harness does not drive {other:?}"),
+                Intent::Respond => {
+                    // A retry repeats its key's first request (the model's retry after a stored
+                    // refusal names evidence, which stands for the same request).
+                    let Action::Respond(_, kind) = stretch.steps[0] else { unreachable!() };
+                    let kind = *path.responses.entry(i).or_insert(kind);
+                    let dispute = app
+                        .text(&format!(
+                            "SELECT id::text AS text FROM disputes WHERE order_id = '{}'",
+                            path.order_id
+                        ))
+                        .await;
+                    match kind {
+                        ResponseKind::Evidence => {
+                            (format!("/disputes/{dispute}/evidence"), json!({"evidence": "conformance"}))
+                        }
+                        ResponseKind::Accept => (format!("/disputes/{dispute}/accept"), json!({})),
+                    }
+                }
             };
             let sent = app.request(Method::POST, &route).header("Idempotency-Key", key).json(&body).send();
             sent.await.expect("the request is answered");
@@ -1314,6 +1379,7 @@ async fn check_path(protocol: &Protocol, mut source: Source, name: &str) -> Vec<
         keys: protocol.config.intents.iter().map(|_| new_key()).collect(),
         events_before: serde_json::from_str(&events).unwrap(),
         delivered: Default::default(),
+        responses: Default::default(),
     };
     let mut state = protocol.initial();
     let mut lines = Vec::new();
@@ -1346,7 +1412,7 @@ type StepKind = (&'static str, fn(&Action) -> bool);
 
 /// How many of `steps` are of each kind worth counting (the paths' reach).
 fn reach(steps: &[Action]) -> String {
-    let kinds: [StepKind; 27] = [
+    let kinds: [StepKind; 28] = [
         ("requests", |a| matches!(a, Action::Request(_))),
         ("claims", |a| matches!(a, Action::Claim(..))),
         ("settles", |a| matches!(a, Action::Settle(_))),
@@ -1374,6 +1440,7 @@ fn reach(steps: &[Action]) -> String {
         ("disputes decided", |a| matches!(a, Action::DecideDispute { .. })),
         ("disputes recorded from a webhook's lookup", |a| matches!(a, Action::RecordDispute(_))),
         ("disputes recorded by the pass", |a| matches!(a, Action::DisputeRecord(_))),
+        ("answers to a dispute", |a| matches!(a, Action::Respond(..))),
     ];
     let counts: Vec<String> =
         kinds.iter().map(|(name, is)| format!("{} {name}", steps.iter().filter(|a| is(a)).count())).collect();
@@ -1715,4 +1782,33 @@ async fn the_service_follows_the_shortest_paths_to_disputes() {
         ("waiting for a refund in flight", |_, after| after.ghost.dispute_waited),
     ];
     follow_shortest_paths("disputes", dispute_config, &goals, STRETCHES).await;
+}
+
+/// The merchant's answer to a dispute (`POST /disputes/{id}/evidence`, `/accept`), a provider
+/// operation of its own: for each attempt setting, the shortest drivable path to evidence taken,
+/// to a dispute accepted, to an answer refused because the bank decided first (409, stored), to
+/// an answer whose reply was lost and which a reconciler's lookup settled, and to one given up on.
+#[tokio::test]
+async fn the_service_follows_the_shortest_paths_to_a_disputes_answer() {
+    fn answered(after: &State, kind: ResponseKind, answer: Answer) -> bool {
+        after.responses.iter().any(|r| r.kind == kind && r.row.answer == Some(answer))
+    }
+    let goals: [(&str, Goal); 5] = [
+        ("evidence taken", |_, after| answered(after, ResponseKind::Evidence, Answer::ResponseTaken)),
+        ("accepted", |_, after| {
+            answered(after, ResponseKind::Accept, Answer::ResponseTaken)
+                && after.dispute.is_some_and(|d| d.accepted)
+        }),
+        ("refused, the bank decided first", |_, after| {
+            after.responses.iter().any(|r| r.row.answer == Some(Answer::InvalidState))
+        }),
+        ("its reply lost, settled by a claim", |steps, after| {
+            steps.iter().any(|a| matches!(a, Action::Claim(_, Op::Response(_))))
+                && after.responses.iter().any(|r| r.status == OpStatus::Succeeded)
+        }),
+        ("given up on", |_, after| {
+            after.responses.iter().any(|r| r.row.answer == Some(Answer::ResponseFailed))
+        }),
+    ];
+    follow_shortest_paths("a dispute's answer", response_config, &goals, STRETCHES).await;
 }
