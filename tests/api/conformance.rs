@@ -275,10 +275,7 @@ fn starts_stretch(state: &State, action: Action) -> bool {
             state.provider.requests[index as usize].from.is_none()
         }
         Action::ProviderDrops(_) => true,
-        Action::Deliver { index, .. } => match state.provider.webhooks[index as usize] {
-            Webhook::Charge(status, _) => !settled_on_own_lookup(state, status),
-            Webhook::Refund(..) | Webhook::Dispute(_) => true,
-        },
+        Action::Deliver { .. } => true,
         _ => false,
     }
 }
@@ -364,8 +361,7 @@ impl Source {
 
 /// Whether the service settles a capture or void in flight, or ends an authorization, on a
 /// charge event saying `status` (`webhooks::apply_charge`, on its own lookup), where the model
-/// leaves it to the reconciler's claim (which counts a check) or the authorization watch. Such
-/// deliveries are not driven (docs/model.md, "Conformance").
+/// leaves it to the reconciler's claim or the authorization watch ([`settled_in_delivery`]).
 fn settled_on_own_lookup(state: &State, status: ChargeStatus) -> bool {
     let Some(payment) = &state.payment else { return false };
     let action_in_flight = state.actions.iter().any(|a| a.status == OpStatus::Processing);
@@ -486,6 +482,35 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
     Some(Stretch { driver, steps, sends, windows_pass })
 }
 
+/// The steps a charge event's delivery stands for when the service settles a capture or void in
+/// flight, or ends an authorization, on its own lookup inside it: the reconciler's claim of that
+/// operation (or the authorization watch's look) and what follows it, when they settle it by
+/// their lookup alone. When the lookup finds no outcome (the capture not carried out yet), the
+/// service records nothing, as the model's delivery alone: no steps. The claim's check is not
+/// the delivery's, but it is counted only while the operation is in flight, and here it settles.
+fn settled_in_delivery(protocol: &Protocol, after_delivery: &State) -> Vec<Action> {
+    let proc = Proc::Reconciler(0);
+    let in_flight = after_delivery.actions.iter().position(|a| a.status == OpStatus::Processing);
+    let start = in_flight.map_or(Action::AuthorizationLook(0), |k| Action::Claim(0, Op::Action(k as u8)));
+    if !enabled(protocol, after_delivery).contains(&start) {
+        return Vec::new();
+    }
+    let (mut steps, mut at) = (vec![start], protocol.apply(after_delivery, start));
+    while !done(&at, proc) {
+        let choices: Vec<Action> =
+            enabled(protocol, &at).into_iter().filter(|a| of_stretch(&at, proc, *a)).collect();
+        match choices[..] {
+            [only] if !matches!(only, Action::Send(_) | Action::GiveUp(_)) => {
+                steps.push(only);
+                at = protocol.apply(&at, only);
+            }
+            _ => return Vec::new(),
+        }
+    }
+    let settled = steps.iter().any(|a| matches!(a, Action::Settle(_) | Action::AuthorizationEnd(_)));
+    if settled { steps } else { Vec::new() }
+}
+
 /// A delivery's steps in the model: the delivery, and when the service corrects a refund on its
 /// own lookup inside it, the late-refund watch's look and act it stands for; a dispute's event
 /// that differs from the dispute we hold is recorded as the service's lookup inside the
@@ -496,6 +521,11 @@ fn delivery_steps(protocol: &Protocol, state: &State, start: Action) -> Vec<Acti
     let webhook = state.provider.webhooks[index as usize];
     if let Some(k) = corrected_on_confirmed_word(state, webhook) {
         steps.extend([Action::LateRefundLook(0, k), Action::LateRefundAct(0)]);
+    }
+    if let Webhook::Charge(status, _) = webhook
+        && settled_on_own_lookup(state, status)
+    {
+        steps.extend(settled_in_delivery(protocol, &protocol.apply(state, start)));
     }
     if matches!(webhook, Webhook::Dispute(_)) {
         let after = protocol.apply(state, start);
@@ -1811,4 +1841,33 @@ async fn the_service_follows_the_shortest_paths_to_a_disputes_answer() {
         }),
     ];
     follow_shortest_paths("a dispute's answer", response_config, &goals, STRETCHES).await;
+}
+
+/// A charge event that settles what waits on the charge (`webhooks::apply_charge`, on the
+/// service's own lookup inside the delivery): for each attempt setting, the shortest drivable
+/// path to a capture and to a void settled by their charge's event while in flight, and to an
+/// authorization ended by its event with nothing in flight (expired).
+#[tokio::test]
+async fn the_service_follows_the_shortest_paths_to_charge_events_settling_what_waits() {
+    fn delivered_and(steps: &[Action], settled: fn(&Action) -> bool) -> bool {
+        matches!(steps.first(), Some(Action::Deliver { .. })) && steps.iter().any(settled)
+    }
+    fn action_settled(steps: &[Action], after: &State, kind: ActionKind) -> bool {
+        delivered_and(steps, |a| matches!(a, Action::Settle(_)))
+            && after.actions.iter().any(|a| a.kind == kind && a.status == OpStatus::Succeeded)
+    }
+    let goals: [(&str, Goal); 2] = [
+        ("a capture settled by its charge's event", |steps, after| {
+            action_settled(steps, after, ActionKind::Capture)
+        }),
+        ("a void settled by its charge's event", |steps, after| {
+            action_settled(steps, after, ActionKind::Void)
+        }),
+    ];
+    follow_shortest_paths("charge events", manual_config, &goals, STRETCHES).await;
+    let goals: [(&str, Goal); 1] = [("an authorization ended by its expiry's event", |steps, after| {
+        delivered_and(steps, |a| matches!(a, Action::AuthorizationEnd(_)))
+            && after.payment.as_ref().is_some_and(|p| p.status == PaymentStatus::Canceled)
+    })];
+    follow_shortest_paths("charge events", manual_clock_config, &goals, STRETCHES).await;
 }
