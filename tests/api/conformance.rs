@@ -1021,9 +1021,7 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
         .map(|a| ActionRow { void: a["kind"] == "void", op: OpRow::of_service(a, max) })
         .collect();
     let response_rows = rows(format!(
-        "SELECT r.kind, r.status, r.answer_status IS NOT NULL AS answered, \
-         r.lease_until IS NOT NULL AND r.lease_until > now() AS leased, \
-         r.last_send_at IS NOT NULL AND r.last_send_at > now() - interval '1 hour' AS send_recent, r.attempts \
+        "SELECT r.kind, r.status, r.answer_status IS NOT NULL AS answered, {leased}, r.attempts \
          FROM dispute_responses r JOIN disputes d ON d.id = r.dispute_id WHERE d.order_id = '{}' \
          ORDER BY r.created_at, r.id",
         path.order_id

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 
 use super::Ledger;
 use super::charges::ChargeState;
+use super::keys::Outcome;
 use super::refunds::RefundState;
 
 /// What a test makes happen now that the ledger's clock would make happen later (or, for what
@@ -70,7 +71,7 @@ impl Ledger {
                 self.advance_charge(index, now);
             }
             ByHand::SettleRefund | ByHand::Reverse => {
-                let index = self.refunds.iter().position(|refund| refund.key == key)?;
+                let Outcome::Refund(index) = self.operations.get(key)?.outcome else { return None };
                 let refund = &mut self.refunds[index];
                 match (what, &refund.state) {
                     (ByHand::SettleRefund, RefundState::Pending) => refund.settles_at = Some(now),
