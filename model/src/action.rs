@@ -128,9 +128,10 @@ pub enum Action {
     DecideDispute { won: bool },
     /// Webhook `index` is delivered to `POST /provider/webhooks`
     /// (`operations::webhooks::receive`); `again`: a copy stays in flight, to be delivered after
-    /// its `provider_webhooks` row was swept. A dispute's event that differs from the row we
-    /// hold is not applied: its transaction rolls back and the dispute is looked up
-    /// (`webhooks::verify`, `get_dispute`).
+    /// its `provider_webhooks` row was swept. An operation in flight is settled as the
+    /// provider's lookup finds it at delivery (`webhooks::verify`), not as the event says. A
+    /// dispute's event that differs from the row we hold is not applied: its transaction rolls
+    /// back and the dispute is looked up (`webhooks::verify`, `get_dispute`).
     Deliver { index: u8, again: bool },
     /// The second transaction of a dispute event verified by lookup `index`:
     /// `webhooks::apply_dispute` with what the lookup said (`disputes::record::record_on`,

@@ -725,15 +725,20 @@ fn operator_look(step: &mut Step, to: Resolution, force: bool) {
         Some(Pc::OperatorJudged { to, forced: objection, take_back, seen: charge.is_some() });
 }
 
-/// `operations::webhooks::receive`: a verified event, applied in one transaction.
+/// `operations::webhooks::receive`: a verified event, applied in one transaction. An event about
+/// an operation in flight settles it as the provider's own lookup says now (`webhooks::verify`),
+/// which may be past what the event says (a refund reversed since, an authorization expired).
 fn deliver(step: &mut Step, webhook: Webhook) {
     let config = step.config;
     let on_its_word = config.mutated(Mutation::WebhookOnItsWord);
     match webhook {
         Webhook::Charge(status, captured) => {
             let Some(payment) = step.state.payment.clone() else { return };
-            let charge = crate::state::Charge { status, captured, refunded: 0, landed_late: false };
+            let said = crate::state::Charge { status, captured, refunded: 0, landed_late: false };
             if payment.charge_in_flight() {
+                // The provider's charge as its lookup finds it now (the event's word, mutated).
+                let now = step.state.provider.charge.expect("an event about a charge the provider made");
+                let charge = if on_its_word { said } else { now };
                 // The payment's own charge: a capture, an authorization or a decline that
                 // matches moves it; a cancel releases an authorization, so only the provider's
                 // lookup (the reconciler's) may record it.
@@ -750,7 +755,7 @@ fn deliver(step: &mut Step, webhook: Webhook) {
                 }
             } else if let Some(k) = step.state.actions.iter().position(|a| a.status == OpStatus::Processing) {
                 // A capture's amount or a cancel: verified by the reconciler's lookup.
-                if on_its_word && let Finding::Final(outcome) = provider::action_outcome(charge) {
+                if on_its_word && let Finding::Final(outcome) = provider::action_outcome(said) {
                     step.settle(Op::Action(k as u8), Settlement::Outcome(outcome));
                 }
             } else if payment.status == PaymentStatus::RequiresCapture {
@@ -780,6 +785,10 @@ fn deliver(step: &mut Step, webhook: Webhook) {
             let refund = &step.state.refunds[k as usize];
             match refund.status {
                 OpStatus::Processing => {
+                    // The provider's refund as its lookup finds it now (the event's word, mutated).
+                    let (now, _) = step.state.provider.refunds[k as usize]
+                        .expect("an event about a refund the provider made");
+                    let status = if on_its_word { status } else { now };
                     if let Finding::Final(outcome) = provider::refund_outcome(status) {
                         step.settle(Op::Refund(k), Settlement::Outcome(outcome));
                     }
