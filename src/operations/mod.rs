@@ -301,16 +301,26 @@ pub async fn drive<K: Kind>(
     let provider = engine.provider.as_ref();
     if mode == DriveMode::FirstCall {
         // The statement that started the operation marked the send.
+        crate::hooks::point("drive.before_send").await;
         return (K::send(provider, op, request_id).await, true);
     }
+    crate::hooks::point("drive.before_look_up").await;
     match K::look_up(provider, op, request_id).await {
         Finding::NotReceived if mode == DriveMode::LookupOnly => (Finding::NotReceived, false),
         // The provider never received it (W1): send it now, with the same key.
-        Finding::NotReceived => match mark_sending::<K>(engine, op, lease).await {
-            Ok(true) => (K::send(provider, op, request_id).await, true),
-            Ok(false) => (Finding::Unknown { reason: "another driver holds the operation".into() }, false),
-            Err(error) => (Finding::Unknown { reason: error.to_string() }, false),
-        },
+        Finding::NotReceived => {
+            crate::hooks::point("drive.before_mark_sending").await;
+            match mark_sending::<K>(engine, op, lease).await {
+                Ok(true) => {
+                    crate::hooks::point("drive.before_send").await;
+                    (K::send(provider, op, request_id).await, true)
+                }
+                Ok(false) => {
+                    (Finding::Unknown { reason: "another driver holds the operation".into() }, false)
+                }
+                Err(error) => (Finding::Unknown { reason: error.to_string() }, false),
+            }
+        }
         found => (found, false),
     }
 }

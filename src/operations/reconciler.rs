@@ -232,6 +232,7 @@ async fn reconcile<K: Kind>(
     let mode = if last_check { DriveMode::LookupOnly } else { DriveMode::Redrive };
     let request_id = format!("reconcile-{}", Uuid::now_v7());
     let (finding, sent) = drive::<K>(engine, op, lease, mode, Some(&request_id)).await;
+    crate::hooks::point("reconciler.before_record").await;
     report.redriven += usize::from(sent);
     let (outcome, giving_up) = match finding {
         Finding::Final(outcome) => (outcome, false),

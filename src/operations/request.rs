@@ -291,6 +291,7 @@ pub async fn finish<K: Kind>(
                 let wait = Wait::on(K::TABLE, id.1);
                 tokio::select! {
                     (finding, _) = drive::<K>(&engine, &op, lease, mode, Some(&request_id)) => {
+                        crate::hooks::point("request.before_record").await;
                         record::<K>(&engine, &op, (lease, mode), finding).await
                     }
                     () = wait.settled() => Ok(settled_meanwhile::<K>(&engine, &op, lease).await),

@@ -350,6 +350,50 @@ async fn a_refund_the_provider_reverses_is_corrected_on_its_confirmed_word() {
     assert_eq!(app.provider_charge(payment_id).await["amount_refunded"], "0.00");
 }
 
+/// A refund in flight (its answer lost), carried out and then reversed by the provider before
+/// its `refund.succeeded` event arrives: the event's delivery settles it as the provider's
+/// lookup finds it now, failed, never as the event says; the reversal's event then changes
+/// nothing. Driving the protocol's model through the service with the delivery stepping in while
+/// the refund's answer was held found the model taking the event's word here.
+#[tokio::test]
+async fn a_refund_event_settles_a_refund_in_flight_as_the_provider_has_it_now() {
+    let app = spawn_app_with(|settings, mock| {
+        impatient(settings, 3);
+        provider_webhooks_on(settings);
+        settings.reconciler.interval = Duration::from_secs(600);
+        mock.webhooks_by_hand = true;
+    })
+    .await;
+    let (order_id, payment) = app.paid_order("25.00", "pm_card_ok").await;
+    let payment_id = payment["id"].as_str().unwrap();
+    app.provider.script(json!([{"act": "hold"}])).await;
+    let accepted = app.refund(payment_id, None, &new_key()).await;
+    assert_eq!(accepted.status(), 202, "the refund's answer was lost");
+    let refund_id = json(accepted).await["id"].as_str().unwrap().to_owned();
+    let reverse = format!("{}/_admin/due/orderpay_refund_{refund_id}/reverse", app.provider.address);
+    assert_eq!(json(app.client.post(reverse).send().await.unwrap()).await["changed"], 1);
+
+    let events = app.provider.webhooks().await;
+    let event_of = |kind: &str| {
+        let event = events.iter().find(|event| event["type"] == kind).unwrap_or_else(|| panic!("no {kind}"));
+        event["id"].as_str().unwrap().to_owned()
+    };
+    let (succeeded, reversed) = (event_of("refund.succeeded"), event_of("refund.failed"));
+    let result_of = async |id: &str| {
+        let url = format!("{}/_admin/webhooks/{id}/deliver", app.provider.address);
+        assert_eq!(json(app.client.post(url).send().await.unwrap()).await["status"], 200);
+        app.text(&format!("SELECT result AS text FROM provider_webhooks WHERE id = '{id}'")).await
+    };
+    assert_eq!(result_of(&succeeded).await, "applied");
+    let refund = app.get_refund(&refund_id).await;
+    assert_eq!((&refund["status"], &refund["failure_code"]), (&json!("failed"), &json!("refund_reversed")));
+    assert_eq!(app.get_payment(payment_id).await["amount_refunded"], "0.00");
+    assert_eq!(app.order_status(&order_id).await, "paid");
+    assert_eq!(result_of(&reversed).await, "stale", "already settled as the provider has it");
+    assert!(app.events_of_type("refund.succeeded").await.is_empty(), "never told succeeded");
+    assert_eq!(app.events_of_type("refund.failed").await.len(), 1);
+}
+
 /// A late charge whose system refund the provider declines: another starts once the last is
 /// certainly not carried out, with backoff, up to `ORDERPAY_RECONCILE_MAX_ATTEMPTS`; then the
 /// payment waits for a person, listed by `payments list --stuck`, explained by `payments show`,

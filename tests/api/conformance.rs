@@ -39,6 +39,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::helpers::{TestApp, json, new_key, provider_webhooks_on, spawn_app_with};
+use crate::process::ServiceProcess;
 
 /// Paths `make test` (and CI) drive, and how long they may take together
 /// (`CONFORMANCE_PATHS`, `CONFORMANCE_SECONDS`: `make model-conformance` drives more).
@@ -151,6 +152,28 @@ fn response_config(max_attempts: u8) -> Config {
     }
 }
 
+/// [`config`] with a process dying once (`crashes: 1`), a client's or the reconciler's,
+/// anywhere between the statements of its drive, its lease then running out: a retry or the
+/// reconciler takes the operation over, or the provider's webhook settles it. No other fault but
+/// the provider late once, so that the search for these paths stays short.
+fn crash_config(max_attempts: u8) -> Config {
+    Config {
+        name: "conformance: a charge and a refund, a request's process dying, its lease running out",
+        faults: Faults { crashes: 1, late: 1, ..Faults::NONE },
+        ..config(max_attempts)
+    }
+}
+
+/// [`config`] with the provider late once and no other fault, for the search of paths on which
+/// another driver steps in while one is held (each held point multiplies the stretches).
+fn step_in_config(max_attempts: u8) -> Config {
+    Config {
+        name: "conformance: a charge and a refund, webhooks, the provider late once, drivers stepping in",
+        faults: Faults { late: 1, ..Faults::NONE },
+        ..config(max_attempts)
+    }
+}
+
 /// xorshift, as the model's own random walks: the same seed, the same path.
 struct Rng(u64);
 
@@ -201,6 +224,9 @@ enum Driver {
     Reconciler,
     /// Time passes: the last send of this operation goes quiet.
     Time(Op),
+    /// Time passes: the lease on this operation, held by a driver that died, runs out
+    /// (`lease_until` passes).
+    LeaseRunsOut(Op),
     /// Time passes: the key of this intent outlives its retention (the next request with it
     /// expires it on the spot, `expire_key.sql`, and counts as new).
     KeyExpires(u8),
@@ -247,6 +273,28 @@ struct Stretch {
     sends: Vec<Scripted>,
     /// A watch's look when nothing can land any more: in the service, its window has passed.
     windows_pass: bool,
+    /// The client's process dies here (the model's `Crash`): the point of the service
+    /// (`hooks::point`) at which the request's process aborts.
+    crash_at: Option<&'static str>,
+    /// Other drivers' whole stretches, taken while this one waits between two of its
+    /// statements.
+    interlude: Option<Box<Interlude>>,
+}
+
+/// Stretches taken inside another (the model's interleaving of drivers): the running driver is
+/// held at `point` (`hooks::pause`) while each of `stretches` is driven whole, in order, and
+/// compared with the model's state after it, then let go on.
+struct Interlude {
+    point: &'static str,
+    stretches: Vec<(Stretch, State)>,
+}
+
+impl Interlude {
+    /// Held at the mock while its sender's timeout runs: what steps in must be quick, and the
+    /// books are compared after the whole stretch only.
+    fn at_the_mock(&self) -> bool {
+        self.point.starts_with("mock.")
+    }
 }
 
 fn enabled(protocol: &Protocol, state: &State) -> Vec<Action> {
@@ -265,6 +313,7 @@ fn starts_stretch(state: &State, action: Action) -> bool {
         | Action::StartSystemRefund(0)
         | Action::AuthorizationLook(0)
         | Action::SendsGoQuiet(_)
+        | Action::LeaseRunsOut(_)
         | Action::KeyExpires(_)
         | Action::OperatorLease
         | Action::ChargeSettles
@@ -307,8 +356,68 @@ fn of_stretch(state: &State, proc: Proc, action: Action) -> bool {
             proc == Proc::Operator
         }
         Action::DisputeRecord(r) => proc == Proc::Reconciler(r),
+        // A client's or a reconciler's process dies (a subprocess aborted at the point the
+        // model's step is at).
+        Action::Crash(crashed) => crashed == proc && crash_point(state, proc).is_some(),
         _ => action.engine_step_of() == Some(proc),
     }
+}
+
+/// Where the service is when the model's `proc` dies, as a point of `hooks::point` at which a
+/// subprocess aborts: before its look-up (a lookup reads, so dying after one that found nothing
+/// leaves the rows as dying before it), before its send (marked), or with the drive's finding
+/// in hand before recording it (a send waiting for its answer leaves the rows as one whose
+/// answer came: the provider's part is the send's script). A client's request runs in
+/// `orderpay serve`, a reconciler's pass in `orderpay reconcile --once`, each a subprocess; the
+/// reconciler's other steps (its watches, the dispute pass) and the operator do not die here.
+fn crash_point(state: &State, proc: Proc) -> Option<&'static str> {
+    use orderpay_model::state::{Finding, Mode, Stage};
+    let Pc::Drive { stage, mode, .. } = state.pc(proc) else { return None };
+    let recorded = match proc {
+        Proc::Client(_) => "request.before_record",
+        Proc::Reconciler(_) => "reconciler.before_record",
+        Proc::Operator => return None,
+    };
+    match stage {
+        // The last check's lookup that found nothing gives up next: its drive has returned.
+        Stage::Have(Finding::NotReceived) if mode == Mode::LookupOnly => Some(recorded),
+        Stage::Look | Stage::Have(Finding::NotReceived) => Some("drive.before_look_up"),
+        Stage::Marked => Some("drive.before_send"),
+        Stage::Waiting | Stage::Have(_) => Some(recorded),
+    }
+}
+
+/// Where the service is when the model's `proc`, a client's request or the reconciler, is
+/// between two statements at which another driver may step in: the point of `hooks::point` at
+/// which a test holds it. A send waiting for its answer is held at the mock, before it acts on
+/// it or, once it has, before its answer leaves (while the sender's timeout runs: what steps
+/// in there must be quick).
+fn pause_point(state: &State, proc: Proc) -> Option<&'static str> {
+    use orderpay_model::state::{Finding, Mode, Stage};
+    let Pc::Drive { stage, mode, .. } = state.pc(proc) else { return None };
+    let acted = state.provider.requests.iter().any(|r| r.from == Some(proc) && r.reply.is_some());
+    match (proc, stage) {
+        (Proc::Operator, _) => None,
+        (_, Stage::Waiting) => Some(if acted { "mock.before_answer" } else { "mock.before_act" }),
+        (_, Stage::Look) => Some("drive.before_look_up"),
+        (_, Stage::Have(Finding::NotReceived)) if mode != Mode::LookupOnly => {
+            Some("drive.before_mark_sending")
+        }
+        (_, Stage::Marked) => Some("drive.before_send"),
+        (Proc::Client(_), Stage::Have(_)) => Some("request.before_record"),
+        (Proc::Reconciler(_), Stage::Have(_)) => Some("reconciler.before_record"),
+    }
+}
+
+/// Whether the stretch `between`, taken while `proc` is held, can be driven inside `proc`'s
+/// stretch: another driver's, sending nothing (the mock's script is the held stretch's) and
+/// not dying. A send going quiet cannot: the harness moves `last_send_at` back instead of the
+/// clock on, which a held driver's reading of the clock (its lease's time, by which a give-up
+/// is judged) would not see.
+fn may_step_in(between: &[Action], proc: Proc) -> bool {
+    stretch_proc(between[0]) != Some(proc)
+        && !matches!(between[0], Action::SendsGoQuiet(_))
+        && !between.iter().any(|a| matches!(a, Action::Send(_) | Action::Crash(_)))
 }
 
 /// Where a path's steps come from: a random walk's choices, or a given path (a counterexample)
@@ -388,6 +497,17 @@ fn corrected_on_confirmed_word(state: &State, webhook: Webhook) -> Option<u8> {
 /// Takes one stretch from a state where every driver is idle, or `None` when the source starts
 /// none.
 fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> Option<Stretch> {
+    take_stretch_inside(protocol, state, source, false)
+}
+
+/// [`take_stretch`]; `inside`: the stretch steps in while another driver is held (it holds
+/// none itself).
+fn take_stretch_inside(
+    protocol: &Protocol,
+    state: &mut State,
+    source: &mut Source,
+    inside: bool,
+) -> Option<Stretch> {
     let starts: Vec<Action> =
         enabled(protocol, state).into_iter().filter(|a| starts_stretch(state, *a)).collect();
     let start = source.next(&starts)?;
@@ -412,12 +532,20 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
         };
         *state = after;
         let driver = Driver::Deliver { webhook, again, result };
-        return Some(Stretch { driver, steps, sends: Vec::new(), windows_pass: false });
+        return Some(Stretch {
+            driver,
+            steps,
+            sends: Vec::new(),
+            windows_pass: false,
+            crash_at: None,
+            interlude: None,
+        });
     }
     let proc = stretch_proc(start);
     let driver = match start {
         Action::Request(i) | Action::Respond(i, _) => Driver::Client(i),
         Action::SendsGoQuiet(op) => Driver::Time(op),
+        Action::LeaseRunsOut(op) => Driver::LeaseRunsOut(op),
         Action::KeyExpires(i) => Driver::KeyExpires(i),
         Action::ProviderActs { index, .. } => {
             Driver::Provider { target: state.provider.requests[index as usize].target, acts: true }
@@ -445,6 +573,10 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
     let mut steps = vec![start];
     *state = protocol.apply(state, start);
     let mut sends = Vec::new();
+    let mut crash_at = None;
+    let mut interlude: Option<Box<Interlude>> = None;
+    // The held driver took a step after the stretches stepped in: no more may.
+    let mut moved_since_held = false;
     // What the provider did with the send in flight: acted on it (before its answer arrives or
     // the sender stops waiting).
     let (mut acted, mut choice) = (false, Choice::Succeed);
@@ -452,6 +584,47 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
         let choices: Vec<Action> =
             enabled(protocol, state).into_iter().filter(|a| of_stretch(state, proc, *a)).collect();
         assert!(!choices.is_empty(), "{proc:?} is stuck in the model at {:?}", state.pc(proc));
+        // A given path may have other drivers step in here: its next step starts a stretch of
+        // another driver, which is taken whole while this one is held at its point (once per
+        // stretch, for as many stretches as follow each other there).
+        let point = pause_point(state, proc)
+            .filter(|point| interlude.as_ref().is_none_or(|held| held.point == *point && !moved_since_held));
+        // A walk has another driver step in one time in four where it could: a stretch from
+        // here, started as the walk picks and completed by its driver's first choices.
+        let next = match source {
+            Source::Given(given) => given.front().copied().filter(|next| !choices.contains(next)),
+            Source::Walk(rng) | Source::Leaning(rng) if point.is_some() && !inside => {
+                let starts: Vec<Action> = enabled(protocol, state)
+                    .into_iter()
+                    .filter(|a| starts_stretch(state, *a) && !choices.contains(a))
+                    .collect();
+                (rng.pick(&[1, 2, 3, 4]) == 1 && !starts.is_empty()).then(|| rng.pick(&starts))
+            }
+            _ => None,
+        };
+        if let (Some(next), Some(point), false) = (next, point, inside)
+            && starts_stretch(state, next)
+        {
+            let given = match &*source {
+                Source::Given(given) => given.clone(),
+                _ => [next].into(),
+            };
+            let (mut trial, mut trial_source) = (state.clone(), Source::Given(given));
+            if let Some(between) = take_stretch_inside(protocol, &mut trial, &mut trial_source, true)
+                && may_step_in(&between.steps, proc)
+            {
+                *state = trial;
+                if matches!(source, Source::Given(_)) {
+                    *source = trial_source;
+                }
+                steps.extend(&between.steps);
+                let held =
+                    interlude.get_or_insert_with(|| Box::new(Interlude { point, stretches: Vec::new() }));
+                held.stretches.push((between, state.clone()));
+                continue;
+            }
+        }
+        moved_since_held = interlude.is_some();
         let action = source.next(&choices).unwrap_or(choices[0]);
         match action {
             Action::Send(_) => (acted, choice) = (false, Choice::Succeed),
@@ -461,12 +634,15 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
                 Choice::Decline => Scripted::Decline,
                 Choice::Pend => Scripted::Pend,
             }),
-            Action::TimesOut(_) => sends.push(match (acted, choice) {
-                (false, _) => Scripted::Park,
-                (true, Choice::Succeed) => Scripted::Hold,
-                (true, Choice::Decline) => Scripted::DeclineAndHold,
-                (true, Choice::Pend) => Scripted::PendAndHold,
-            }),
+            Action::TimesOut(_) => sends.push(lost(acted, choice)),
+            Action::Crash(proc) => {
+                // A send still waiting is lost with its process: the provider acted on it or
+                // not, as the model's provider did so far.
+                if matches!(state.pc(proc), Pc::Drive { stage: orderpay_model::state::Stage::Waiting, .. }) {
+                    sends.push(lost(acted, choice));
+                }
+                crash_at = crash_point(state, proc);
+            }
             _ => {}
         }
         steps.push(action);
@@ -479,7 +655,18 @@ fn take_stretch(protocol: &Protocol, state: &mut State, source: &mut Source) -> 
         }
         (driver, _) => driver,
     };
-    Some(Stretch { driver, steps, sends, windows_pass })
+    Some(Stretch { driver, steps, sends, windows_pass, crash_at, interlude })
+}
+
+/// The script of a send whose answer its sender never read: parked when the provider had not
+/// acted on it, else acted on (as it chose) with the answer held past the sender's timeout.
+fn lost(acted: bool, choice: Choice) -> Scripted {
+    match (acted, choice) {
+        (false, _) => Scripted::Park,
+        (true, Choice::Succeed) => Scripted::Hold,
+        (true, Choice::Decline) => Scripted::DeclineAndHold,
+        (true, Choice::Pend) => Scripted::PendAndHold,
+    }
 }
 
 /// The steps a charge event's delivery stands for when the service settles a capture or void in
@@ -550,6 +737,7 @@ fn stretch_proc(start: Action) -> Option<Proc> {
         Action::Request(i) | Action::Respond(i, _) => Some(Proc::Client(i)),
         Action::OperatorLease => Some(Proc::Operator),
         Action::SendsGoQuiet(_)
+        | Action::LeaseRunsOut(_)
         | Action::KeyExpires(_)
         | Action::ProviderActs { .. }
         | Action::ProviderDrops(_)
@@ -564,8 +752,9 @@ fn stretch_proc(start: Action) -> Option<Proc> {
 }
 
 /// Every stretch the harness can take from `state` (every driver idle): each as its steps and
-/// the state after them.
-fn every_stretch(protocol: &Protocol, state: &State) -> Vec<(Vec<Action>, State)> {
+/// the state after them; with `step_ins`, also each with another driver's whole stretch taken
+/// once while the driver is held between two statements.
+fn every_stretch(protocol: &Protocol, state: &State, step_ins: bool) -> Vec<(Vec<Action>, State)> {
     let mut finished = Vec::new();
     for start in enabled(protocol, state).into_iter().filter(|a| starts_stretch(state, *a)) {
         let steps = match start {
@@ -578,16 +767,23 @@ fn every_stretch(protocol: &Protocol, state: &State) -> Vec<(Vec<Action>, State)
             continue;
         };
         // Each of the driver's choices until it is done, depth first.
-        let mut open = vec![(steps, after)];
-        while let Some((steps, at)) = open.pop() {
+        let mut open = vec![(steps, after, false)];
+        while let Some((steps, at, stepped_in)) = open.pop() {
             if done(&at, proc) {
                 finished.push((steps, at));
                 continue;
             }
+            if step_ins && !stepped_in && pause_point(&at, proc).is_some() {
+                for (between, after) in every_stretch(protocol, &at, false) {
+                    if may_step_in(&between, proc) {
+                        open.push(([steps.clone(), between].concat(), after, true));
+                    }
+                }
+            }
             for choice in enabled(protocol, &at).into_iter().filter(|a| of_stretch(&at, proc, *a)) {
                 let mut longer = steps.clone();
                 longer.push(choice);
-                open.push((longer, protocol.apply(&at, choice)));
+                open.push((longer, protocol.apply(&at, choice), stepped_in));
             }
         }
     }
@@ -597,14 +793,19 @@ fn every_stretch(protocol: &Protocol, state: &State) -> Vec<(Vec<Action>, State)
 /// The shortest path, in whole stretches as the harness drives them and at most `stretches`
 /// of them, to a stretch whose steps `goal` accepts: the model's own search, restricted to what
 /// the harness can drive, for steps random walks rarely reach.
-fn shortest_drivable_path(protocol: &Protocol, goal: Goal, stretches: usize) -> Option<Vec<Action>> {
+fn shortest_drivable_path(
+    protocol: &Protocol,
+    goal: Goal,
+    stretches: usize,
+    step_ins: bool,
+) -> Option<Vec<Action>> {
     let initial = protocol.initial();
     let mut seen = std::collections::HashSet::from([initial.clone()]);
     let mut level = vec![(initial, Vec::new())];
     for _ in 0..stretches {
         let mut next = Vec::new();
         for (state, path) in &level {
-            for (steps, after) in every_stretch(protocol, state) {
+            for (steps, after) in every_stretch(protocol, state, step_ins) {
                 let mut longer: Vec<Action> = path.clone();
                 longer.extend(&steps);
                 if goal(&steps, &after) {
@@ -668,7 +869,7 @@ impl OpRow {
             status,
             amount,
             answered: row.answer.is_some(),
-            leased: row.lease != orderpay_model::state::Lease::Free,
+            leased: matches!(row.lease, orderpay_model::state::Lease::Held(_)),
             attempts: if status == OpStatus::Processing { row.attempts.min(max) } else { 0 },
             send_recent: row.send_recent,
         }
@@ -742,7 +943,8 @@ fn key_kind(key: Key) -> &'static str {
 /// The model's state, as [`Books`].
 fn model_books(protocol: &Protocol, state: &State) -> Books {
     let max = protocol.config.max_attempts;
-    let leased = |lease: orderpay_model::state::Lease| lease != orderpay_model::state::Lease::Free;
+    // A lease that ran out (`RanOut`) is one any driver may take: `lease_until` has passed.
+    let leased = |lease: orderpay_model::state::Lease| matches!(lease, orderpay_model::state::Lease::Held(_));
     Books {
         order: state.order,
         payment: state.payment.as_ref().map(|p| {
@@ -1090,6 +1292,7 @@ async fn service_books(app: &TestApp, protocol: &Protocol, path: &Path) -> Books
 /// One path's fixtures in the service: its order, its keys, the events written before it, and
 /// the mock's events delivered for good (a copy's delivery leaves its event in flight, as in
 /// the model).
+#[derive(Clone)]
 struct Path {
     order_id: String,
     keys: Vec<String>,
@@ -1161,10 +1364,73 @@ async fn downstream_key(app: &TestApp, path: &Path, target: Target) -> String {
     }
 }
 
-/// Drives `stretch` through the service: the provider's script, then the request or the pass.
-/// `Err`: the service cannot take the step as the model took it.
+/// Sends a client's request to `orderpay serve` in a subprocess on the app's database and mock,
+/// with the app's settings, that aborts at `point` (`ORDERPAY_TEST_CRASH_AT`, as a SIGKILL
+/// there would stop it): the model's `Crash` of that client. `Err` when the request is
+/// answered, or the process lives on: the service never reached the point the model died at.
+async fn crash_at(app: &TestApp, point: &str, route: &str, key: &str, body: &Value) -> Result<(), String> {
+    let settings = app.engine_env();
+    let mut env: Vec<(&str, &str)> = settings.iter().map(|(name, value)| (*name, value.as_str())).collect();
+    env.push(("ORDERPAY_TEST_CRASH_AT", point));
+    let mut service = ServiceProcess::start(&app.database_url, &app.provider.address, &env).await;
+    let sent = app
+        .client
+        .post(format!("{}{route}", service.address))
+        .bearer_auth(&app.api_key)
+        .header("Idempotency-Key", key)
+        .json(body)
+        .send()
+        .await;
+    if let Ok(answer) = sent {
+        return Err(format!("the request answered {} before reaching {point}", answer.status()));
+    }
+    match service.wait_exit(Duration::from_secs(10)).await {
+        Some(_) => Ok(()),
+        None => Err(format!("the service lives on: it never reached {point}")),
+    }
+}
+
+/// Stretches driven while another driver was held, in this test's process (nextest runs each
+/// test in its own).
+static STEPPED_IN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Drives `stretch` through the service: the provider's script, then the request or the pass,
+/// with the stretch that steps in while it is held, if any. `Err`: the service cannot take the
+/// step as the model took it.
 async fn drive(app: &TestApp, protocol: &Protocol, path: &mut Path, stretch: &Stretch) -> Result<(), String> {
     app.provider.script(Value::Array(stretch.sends.iter().map(|send| send.json()).collect())).await;
+    let Some(interlude) = &stretch.interlude else { return run(app, protocol, path, stretch).await };
+    let mut held = orderpay::hooks::pause(interlude.point);
+    let mut own = path.clone();
+    let running = run(app, protocol, &mut own, stretch);
+    let stepping_in = async {
+        if tokio::time::timeout(Duration::from_secs(10), held.reached()).await.is_err() {
+            return Err(format!("the driver never reached {}", interlude.point));
+        }
+        for (between, after) in &interlude.stretches {
+            run(app, protocol, path, between).await?;
+            STEPPED_IN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if interlude.at_the_mock() {
+                continue;
+            }
+            let (service, model) = (service_books(app, protocol, path).await, model_books(protocol, after));
+            if service != model {
+                return Err(format!(
+                    "the service ({service:?}) and the model ({model:?}) part after {:?} stepped in at {}",
+                    between.steps, interlude.point
+                ));
+            }
+        }
+        held.release();
+        Ok(())
+    };
+    let (ran, stepped_in) = tokio::join!(running, stepping_in);
+    path.responses.extend(own.responses);
+    stepped_in.and(ran)
+}
+
+/// Drives one driver's part of `stretch`, its script already posted.
+async fn run(app: &TestApp, protocol: &Protocol, path: &mut Path, stretch: &Stretch) -> Result<(), String> {
     match stretch.driver {
         Driver::Client(i) => {
             let key = &path.keys[i as usize];
@@ -1209,8 +1475,14 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &mut Path, stretch: &St
                     }
                 }
             };
-            let sent = app.request(Method::POST, &route).header("Idempotency-Key", key).json(&body).send();
-            sent.await.expect("the request is answered");
+            match stretch.crash_at {
+                None => {
+                    let sent =
+                        app.request(Method::POST, &route).header("Idempotency-Key", key).json(&body).send();
+                    sent.await.expect("the request is answered");
+                }
+                Some(point) => crash_at(app, point, &route, key, &body).await?,
+            }
         }
         Driver::Reconciler => {
             // Time passes until the operation (or the watch) the stretch is about is due, as
@@ -1270,7 +1542,16 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &mut Path, stretch: &St
                 ))
                 .await;
             }
-            app.reconcile_once().await;
+            match stretch.crash_at {
+                None => drop(app.reconcile_once().await),
+                Some(point) => {
+                    let pass =
+                        app.cli_with(&["reconcile", "--once"], &[("ORDERPAY_TEST_CRASH_AT", point)]).await;
+                    if pass.status.success() {
+                        return Err(format!("the reconciler's pass ended without reaching {point}"));
+                    }
+                }
+            }
         }
         Driver::Provider { target, acts } => {
             let key = downstream_key(app, path, target).await;
@@ -1358,6 +1639,11 @@ async fn drive(app: &TestApp, protocol: &Protocol, path: &mut Path, stretch: &St
                 format!("UPDATE {table} SET last_send_at = last_send_at - interval '2 hours' WHERE {row}");
             app.execute(&sql).await;
         }
+        Driver::LeaseRunsOut(op) => {
+            let (table, row) = row_of(path, op);
+            app.execute(&format!("UPDATE {table} SET lease_until = now() - interval '1 second' WHERE {row}"))
+                .await;
+        }
         Driver::KeyExpires(i) => {
             let key = &path.keys[i as usize];
             app.execute(&format!(
@@ -1418,7 +1704,12 @@ async fn check_path(protocol: &Protocol, mut source: Source, name: &str) -> Vec<
         let Some(stretch) = take_stretch(protocol, &mut state, &mut source) else { break };
         let before = writes(&app).await;
         let driven = drive(&app, protocol, &mut path, &stretch).await;
-        lines.push(format!("{:?}: {:?} (provider: {:?})", stretch.driver, stretch.steps, stretch.sends));
+        let held = stretch.interlude.as_ref().map_or(String::new(), |held| {
+            let drivers: Vec<_> = held.stretches.iter().map(|(between, _)| between.driver).collect();
+            format!(", held at {} for {drivers:?}", held.point)
+        });
+        lines
+            .push(format!("{:?}: {:?} (provider: {:?}{held})", stretch.driver, stretch.steps, stretch.sends));
         let trace = lines.join("\n");
         if let Err(refused) = driven {
             panic!("{refused}, {name}, at the last of\n{trace}");
@@ -1440,7 +1731,7 @@ type StepKind = (&'static str, fn(&Action) -> bool);
 
 /// How many of `steps` are of each kind worth counting (the paths' reach).
 fn reach(steps: &[Action]) -> String {
-    let kinds: [StepKind; 28] = [
+    let kinds: [StepKind; 30] = [
         ("requests", |a| matches!(a, Action::Request(_))),
         ("claims", |a| matches!(a, Action::Claim(..))),
         ("settles", |a| matches!(a, Action::Settle(_))),
@@ -1469,6 +1760,8 @@ fn reach(steps: &[Action]) -> String {
         ("disputes recorded from a webhook's lookup", |a| matches!(a, Action::RecordDispute(_))),
         ("disputes recorded by the pass", |a| matches!(a, Action::DisputeRecord(_))),
         ("answers to a dispute", |a| matches!(a, Action::Respond(..))),
+        ("processes killed", |a| matches!(a, Action::Crash(_))),
+        ("leases run out", |a| matches!(a, Action::LeaseRunsOut(_))),
     ];
     let counts: Vec<String> =
         kinds.iter().map(|(name, is)| format!("{} {name}", steps.iter().filter(|a| is(a)).count())).collect();
@@ -1490,12 +1783,14 @@ async fn the_service_follows_the_models_paths() {
         // towards the provider's silence (give-ups, late charges); every fourth authorizes, and
         // captures or voids.
         // The leaning ones have an operator, who may resolve the payment once while its charge
-        // is in flight (leaning paths leave charges in flight); every fifth has a dispute.
+        // is in flight (leaning paths leave charges in flight); every fifth has a dispute, and
+        // seeds 2 and 7 a request's process that may die.
         let max_attempts = if seed % 2 == 1 { 1 } else { 2 };
         let protocol = Protocol::new(match (seed % 4 == 0, seed % 3 == 0) {
             (true, false) => manual_config(max_attempts),
             (true, true) => manual_operator_config(max_attempts),
             (false, false) if seed % 5 == 0 => dispute_config(max_attempts),
+            (false, false) if seed % 5 == 2 => crash_config(max_attempts),
             (false, false) => config(max_attempts),
             (false, true) => operator_config(max_attempts),
         });
@@ -1512,9 +1807,10 @@ async fn the_service_follows_the_models_paths() {
         run += 1;
     }
     println!(
-        "conformance: {run} random paths, {} model steps checked ({}; {actions} of the requests captures or voids), {:.1} s",
+        "conformance: {run} random paths, {} model steps checked ({}; {actions} of the requests captures or voids; {} stretches stepped in while another driver was held), {:.1} s",
         steps.len(),
         reach(&steps),
+        STEPPED_IN.load(std::sync::atomic::Ordering::Relaxed),
         started.elapsed().as_secs_f64()
     );
     assert!(run > 0 && !steps.is_empty(), "no path was driven");
@@ -1537,8 +1833,15 @@ async fn the_service_follows_every_mutants_counterexample_with_the_mutation_off(
             orderpay_model::trace::replay(&protocol, &killed.actions).into_iter().map(|r| r.action).collect();
         let steps =
             check_path(&protocol, Source::Given(replayed.iter().copied().collect()), mutation.name()).await;
+        // The first replayed step the harness did not drive as the replay took it.
+        let stop = replayed
+            .iter()
+            .zip(steps.iter().map(Some).chain(std::iter::repeat(None)))
+            .position(|(r, s)| s != Some(r));
+        let stop = stop
+            .map_or("driven whole".to_owned(), |at| format!("stops at step {} {:?}", at + 1, replayed[at]));
         report.push(format!(
-            "{}: {} of {} steps replayed, {} checked ({})",
+            "{}: {} of {} steps replayed, {} checked, {stop} ({})",
             mutation.name(),
             replayed.len(),
             killed.actions.len(),
@@ -1564,13 +1867,25 @@ async fn follow_shortest_paths(
     goals: &[(&str, Goal)],
     stretches: usize,
 ) {
+    follow_shortest_paths_stepping_in(title, config, goals, stretches, false).await
+}
+
+/// [`follow_shortest_paths`]; `step_ins`: a path may have another driver step in while one is
+/// held between two statements.
+async fn follow_shortest_paths_stepping_in(
+    title: &str,
+    config: fn(u8) -> Config,
+    goals: &[(&str, Goal)],
+    stretches: usize,
+    step_ins: bool,
+) {
     let started = Instant::now();
     let mut report = Vec::new();
     for max_attempts in [1, 2] {
         let protocol = Protocol::new(config(max_attempts));
         for (what, goal) in goals {
             let name = format!("{title} {what}, max_attempts {max_attempts}");
-            let path = shortest_drivable_path(&protocol, *goal, stretches)
+            let path = shortest_drivable_path(&protocol, *goal, stretches, step_ins)
                 .unwrap_or_else(|| panic!("no drivable path: {name}"));
             let steps = check_path(&protocol, Source::Given(path.iter().copied().collect()), &name).await;
             assert_eq!(steps, path, "the whole path is driven: {name}");
@@ -1868,4 +2183,119 @@ async fn the_service_follows_the_shortest_paths_to_charge_events_settling_what_w
             && after.payment.as_ref().is_some_and(|p| p.status == PaymentStatus::Canceled)
     })];
     follow_shortest_paths("charge events", manual_clock_config, &goals, STRETCHES).await;
+}
+
+/// A process dying between the statements of a drive (`Crash`: `orderpay serve` or `orderpay
+/// reconcile --once` in a subprocess, aborted at the point the model's step is at), and what
+/// follows its death (`LeaseRunsOut`: `lease_until` passes): for each attempt setting, the
+/// shortest drivable path to a payment's request dying before its send, to one dying after the
+/// provider charged with the answer unread, to one whose send the provider carries out only
+/// after the death, to a retry refused while the dead request's lease holds, to a retry taking
+/// the payment over once it ran out, to the reconciler taking it over, to the reconciler's own
+/// pass dying, and to a refund settled by the reconciler after a process died (the refund's own
+/// request, on the shortest path).
+#[tokio::test]
+async fn the_service_follows_the_shortest_paths_to_a_request_dying() {
+    fn crashed(after: &State) -> bool {
+        after.budgets.crashes == 0
+    }
+    fn dies(steps: &[Action]) -> bool {
+        steps.iter().any(|a| matches!(a, Action::Crash(_)))
+    }
+    fn payment_settled(steps: &[Action], after: &State) -> bool {
+        steps.iter().any(|a| matches!(a, Action::Settle(_)))
+            && after.payment.as_ref().is_some_and(|p| p.status == PaymentStatus::Succeeded)
+    }
+    let goals: [(&str, Goal); 8] = [
+        ("a payment's request dying before its send", |steps, _| {
+            steps == [Action::Request(0), Action::Crash(Proc::Client(0))]
+        }),
+        ("a payment's request dying after the provider charged", |steps, after| {
+            dies(steps)
+                && steps.iter().any(|a| matches!(a, Action::ProviderActs { .. }))
+                && after.provider.charge.is_some()
+        }),
+        ("a dead request's send carried out later", |steps, after| {
+            crashed(after)
+                && matches!(steps, [Action::ProviderActs { .. }])
+                && after.provider.charge.is_some()
+        }),
+        ("a retry refused while the dead request's lease holds", |steps, after| {
+            crashed(after)
+                && steps == [Action::Request(0)]
+                && after
+                    .payment
+                    .as_ref()
+                    .is_some_and(|p| matches!(p.row.lease, orderpay_model::state::Lease::Held(_)))
+        }),
+        ("a retry taking the payment over", |steps, after| {
+            crashed(after) && steps.first() == Some(&Action::Request(0)) && payment_settled(steps, after)
+        }),
+        ("the reconciler taking the payment over", |steps, after| {
+            crashed(after)
+                && steps.first() == Some(&Action::Claim(0, Op::Charge))
+                && payment_settled(steps, after)
+        }),
+        ("the reconciler dying inside its pass over the payment", |steps, _| {
+            steps.first() == Some(&Action::Claim(0, Op::Charge)) && dies(steps)
+        }),
+        ("a refund settled by the reconciler after a process died", |steps, after| {
+            crashed(after)
+                && steps.first() == Some(&Action::Claim(0, Op::Refund(0)))
+                && steps.iter().any(|a| matches!(a, Action::Settle(_)))
+                && after.refunds.first().is_some_and(|r| r.status == OpStatus::Succeeded)
+        }),
+    ];
+    follow_shortest_paths("a request dying", crash_config, &goals, STRETCHES).await;
+}
+
+/// Another driver stepping in while one is held between two statements (`hooks::pause`): for
+/// each attempt setting, the shortest drivable path to the charge's webhook delivered while the
+/// payment's request holds the provider's answer before recording it (a webhook racing phase
+/// 2), the same for a refund, and the provider carrying out a parked send while the
+/// reconciler holds what its lookup found (a slow send landing during the check).
+#[tokio::test]
+async fn the_service_follows_the_shortest_paths_to_drivers_stepping_in() {
+    /// The stretch's own driver was held while `stepped_in` happened, before `then`.
+    fn held_while(steps: &[Action], stepped_in: fn(&Action) -> bool, then: fn(&Action) -> bool) -> bool {
+        let at = steps.iter().skip(1).position(stepped_in);
+        at.is_some_and(|at| steps[at + 1..].iter().any(then))
+    }
+    let goals: [(&str, Goal); 3] = [
+        ("a charge's webhook racing the payment's phase 2", |steps, after| {
+            steps.first() == Some(&Action::Request(0))
+                && held_while(
+                    steps,
+                    |a| matches!(a, Action::Deliver { .. }),
+                    |a| *a == Action::Settle(Proc::Client(0)),
+                )
+                && after.payment.as_ref().is_some_and(|p| p.status == PaymentStatus::Succeeded)
+        }),
+        ("a refund's webhook racing the refund's phase 2", |steps, after| {
+            steps.first() == Some(&Action::Request(1))
+                && held_while(
+                    steps,
+                    |a| matches!(a, Action::Deliver { .. }),
+                    |a| *a == Action::Settle(Proc::Client(1)),
+                )
+                && after.refunds.first().is_some_and(|r| r.status == OpStatus::Succeeded)
+        }),
+        ("a parked send carried out while the reconciler holds its lookup", |steps, _| {
+            steps.first() == Some(&Action::Claim(0, Op::Charge))
+                && held_while(
+                    steps,
+                    |a| matches!(a, Action::ProviderActs { .. }),
+                    |a| {
+                        matches!(
+                            a,
+                            Action::Settle(_)
+                                | Action::GiveUp(_)
+                                | Action::Release(_)
+                                | Action::MarkSending(_)
+                        )
+                    },
+                )
+        }),
+    ];
+    follow_shortest_paths_stepping_in("drivers stepping in", step_in_config, &goals, STRETCHES, true).await;
 }

@@ -599,24 +599,12 @@ impl TestApp {
     /// reconciler settings as `serve` reads them (plus `env`), off the test's runtime (whose tasks
     /// keep running meanwhile).
     pub async fn cli_with(&self, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-        let millis = |duration: Duration| duration.as_millis().to_string();
-        let (provider, reconciler) = (&self.settings.provider, &self.settings.reconciler);
         let mut vars = vec![
             ("DATABASE_URL", self.database_url.clone()),
             ("RUST_LOG", "warn".to_owned()),
-            ("ORDERPAY_PROVIDER_URL", provider.url.clone()),
-            ("ORDERPAY_PROVIDER_TIMEOUT_MS", millis(provider.timeout)),
-            ("ORDERPAY_RECONCILE_MAX_ATTEMPTS", reconciler.max_attempts.to_string()),
-            ("ORDERPAY_RECONCILE_BACKOFF_BASE_MS", millis(reconciler.backoff_base)),
-            ("ORDERPAY_RECONCILE_BACKOFF_CAP_MS", millis(reconciler.backoff_cap)),
-            (
-                "ORDERPAY_GIVE_UP_MARGIN_MS",
-                millis(reconciler.quiet_before_give_up.saturating_sub(provider.timeout)),
-            ),
-            ("ORDERPAY_LATE_CHARGE_WATCH_SECS", reconciler.late_charge_watch.as_secs().to_string()),
-            ("ORDERPAY_LATE_REFUND_WATCH_SECS", reconciler.late_refund_watch.as_secs().to_string()),
+            ("ORDERPAY_PROVIDER_URL", self.settings.provider.url.clone()),
         ];
-        vars.extend(self.wire().env().into_iter().map(|(name, value)| (name, value.to_owned())));
+        vars.extend(self.engine_env());
         vars.extend(env.iter().map(|(name, value)| (*name, (*value).to_owned())));
         let vars: Vec<(String, String)> =
             vars.into_iter().map(|(name, value)| (name.to_owned(), value)).collect();
@@ -630,6 +618,29 @@ impl TestApp {
         })
         .await
         .expect("the command's thread")
+    }
+
+    /// This app's provider, lease and reconciler settings and its wire, as `orderpay` reads them
+    /// from its environment: a subprocess given them drives operations as this app would.
+    pub fn engine_env(&self) -> Vec<(&'static str, String)> {
+        let millis = |duration: Duration| duration.as_millis().to_string();
+        let (provider, reconciler) = (&self.settings.provider, &self.settings.reconciler);
+        let mut vars = vec![
+            ("ORDERPAY_PROVIDER_TIMEOUT_MS", millis(provider.timeout)),
+            ("ORDERPAY_PAYMENT_LEASE_MS", millis(self.settings.timing.lease)),
+            ("ORDERPAY_REPLAY_CACHE_BYTES", self.settings.api.replay_cache_bytes.to_string()),
+            ("ORDERPAY_RECONCILE_MAX_ATTEMPTS", reconciler.max_attempts.to_string()),
+            ("ORDERPAY_RECONCILE_BACKOFF_BASE_MS", millis(reconciler.backoff_base)),
+            ("ORDERPAY_RECONCILE_BACKOFF_CAP_MS", millis(reconciler.backoff_cap)),
+            (
+                "ORDERPAY_GIVE_UP_MARGIN_MS",
+                millis(reconciler.quiet_before_give_up.saturating_sub(provider.timeout)),
+            ),
+            ("ORDERPAY_LATE_CHARGE_WATCH_SECS", reconciler.late_charge_watch.as_secs().to_string()),
+            ("ORDERPAY_LATE_REFUND_WATCH_SECS", reconciler.late_refund_watch.as_secs().to_string()),
+        ];
+        vars.extend(self.wire().env().into_iter().map(|(name, value)| (name, value.to_owned())));
+        vars
     }
 
     pub async fn cli(&self, args: &[&str]) -> std::process::Output {

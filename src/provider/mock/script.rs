@@ -148,6 +148,8 @@ pub(super) async fn act_rendering(
     operation: impl FnOnce(&mut Ledger, bool) -> Reply + Send + 'static,
     render: impl FnOnce(Reply) -> Reply,
 ) -> HttpResponse {
+    // Received, not acted on yet: a test may step in here.
+    crate::hooks::point("mock.before_act").await;
     let reply = match plan(&state).await {
         Scripted::Unavailable => unavailable("injected fault: unavailable"),
         Scripted::Unauthorized => {
@@ -180,6 +182,8 @@ pub(super) async fn act_rendering(
             later.await.unwrap_or_else(|_| unavailable("the scripted act did not finish"))
         }
     };
+    // Acted on (or refused), the answer not sent yet: a test may step in here.
+    crate::hooks::point("mock.before_answer").await;
     if reply.hold {
         tokio::time::sleep(state.settings.timeout_hold).await;
     }
