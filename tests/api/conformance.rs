@@ -164,12 +164,13 @@ fn crash_config(max_attempts: u8) -> Config {
     }
 }
 
-/// [`config`] with the provider late once and no other fault, for the search of paths on which
-/// another driver steps in while one is held (each held point multiplies the stretches).
+/// [`config`] with the provider late once and a lease running out under its live holder once,
+/// and no other fault, for the search of paths on which other drivers step in while one is held
+/// (each held point multiplies the stretches).
 fn step_in_config(max_attempts: u8) -> Config {
     Config {
         name: "conformance: a charge and a refund, webhooks, the provider late once, drivers stepping in",
-        faults: Faults { late: 1, ..Faults::NONE },
+        faults: Faults { late: 1, lease_runs_out: 1, ..Faults::NONE },
         ..config(max_attempts)
     }
 }
@@ -751,6 +752,9 @@ fn stretch_proc(start: Action) -> Option<Proc> {
     }
 }
 
+/// How many stretches a search lets step in, one after the other, where a driver is held.
+const STEP_INS_AT_ONE_POINT: u8 = 2;
+
 /// Every stretch the harness can take from `state` (every driver idle): each as its steps and
 /// the state after them; with `step_ins`, also each with another driver's whole stretch taken
 /// once while the driver is held between two statements.
@@ -767,23 +771,26 @@ fn every_stretch(protocol: &Protocol, state: &State, step_ins: bool) -> Vec<(Vec
             continue;
         };
         // Each of the driver's choices until it is done, depth first.
-        let mut open = vec![(steps, after, false)];
-        while let Some((steps, at, stepped_in)) = open.pop() {
+        // With the stretches stepped in so far, and whether the driver moved on since (more may
+        // step in only at the point where the first did, up to `STEP_INS_AT_ONE_POINT`).
+        let mut open = vec![(steps, after, 0, false)];
+        while let Some((steps, at, stepped_in, moved)) = open.pop() {
             if done(&at, proc) {
                 finished.push((steps, at));
                 continue;
             }
-            if step_ins && !stepped_in && pause_point(&at, proc).is_some() {
+            let may = stepped_in == 0 || (!moved && stepped_in < STEP_INS_AT_ONE_POINT);
+            if step_ins && may && pause_point(&at, proc).is_some() {
                 for (between, after) in every_stretch(protocol, &at, false) {
                     if may_step_in(&between, proc) {
-                        open.push(([steps.clone(), between].concat(), after, true));
+                        open.push(([steps.clone(), between].concat(), after, stepped_in + 1, false));
                     }
                 }
             }
             for choice in enabled(protocol, &at).into_iter().filter(|a| of_stretch(&at, proc, *a)) {
                 let mut longer = steps.clone();
                 longer.push(choice);
-                open.push((longer, protocol.apply(&at, choice), stepped_in));
+                open.push((longer, protocol.apply(&at, choice), stepped_in, stepped_in > 0));
             }
         }
     }
@@ -2261,7 +2268,19 @@ async fn the_service_follows_the_shortest_paths_to_drivers_stepping_in() {
         let at = steps.iter().skip(1).position(stepped_in);
         at.is_some_and(|at| steps[at + 1..].iter().any(then))
     }
-    let goals: [(&str, Goal); 3] = [
+    let goals: [(&str, Goal); 4] = [
+        (
+            "the reconciler taking the payment over from its held request, which records after it",
+            |steps, after| {
+                steps.first() == Some(&Action::Request(0))
+                    && held_while(
+                        steps,
+                        |a| matches!(a, Action::Claim(0, Op::Charge)),
+                        |a| *a == Action::Settle(Proc::Client(0)),
+                    )
+                    && after.payment.as_ref().is_some_and(|p| p.status == PaymentStatus::Succeeded)
+            },
+        ),
         ("a charge's webhook racing the payment's phase 2", |steps, after| {
             steps.first() == Some(&Action::Request(0))
                 && held_while(
