@@ -84,6 +84,9 @@ async fn look(
     watch_until: chrono::DateTime<Utc>,
 ) -> Result<bool, EngineError> {
     let found = engine.provider.find_charge(&payment.charge_lookup(), None).await;
+    // An authorization still holds the customer's money until its void is confirmed: a void
+    // whose answer was lost is looked at again, past the watch's end if need be.
+    let holding = matches!(&found, Ok(Some(charge)) if charge.status == ChargeStatus::RequiresCapture);
     let taken = match found {
         Ok(Some(charge)) => take_back(engine, config, payment, &charge, LANDED_LATE).await?,
         // Nothing (yet): keep looking until the watch ends.
@@ -99,7 +102,7 @@ async fn look(
         Err(error) => TakenBack::Left { reason: error.to_string() },
     };
     if let TakenBack::Left { .. } = taken {
-        schedule(engine, config, payment, watch_until).await?;
+        schedule(engine, config, payment, (!holding).then_some(watch_until)).await?;
         return Ok(false);
     }
     Ok(true)
@@ -168,15 +171,18 @@ pub async fn take_back(
     }
 }
 
+/// The watch's next look, after the backoff: none once it would fall past `watch_until` (no end:
+/// the watch goes on).
 async fn schedule(
     engine: &Engine,
     config: &ReconcilerConfig,
     payment: &Payment,
-    watch_until: chrono::DateTime<Utc>,
+    watch_until: Option<chrono::DateTime<Utc>>,
 ) -> Result<(), EngineError> {
     let next = after(Utc::now(), config.backoff(payment.attempts));
     let mut conn = engine.pool.get().await?;
-    watches::watch_late_again(&mut conn, payment, (next <= watch_until).then_some(next)).await?;
+    let within = watch_until.is_none_or(|until| next <= until);
+    watches::watch_late_again(&mut conn, payment, within.then_some(next)).await?;
     Ok(())
 }
 

@@ -156,6 +156,61 @@ async fn a_charge_that_lands_after_the_give_up_is_refunded_by_the_system() {
     assert_eq!(kept.len(), 1, "the customer is charged once in the end");
 }
 
+/// A late authorization whose void's answer is lost once the watch's window has passed: the
+/// authorization still holds the customer's money, so the watch looks again past its end until
+/// the void is confirmed. (Driving the protocol's model through the service found the watch
+/// ending there, with the authorization left standing.)
+#[tokio::test]
+async fn a_late_authorization_whose_void_is_unconfirmed_is_watched_until_it_is_voided() {
+    let app = impatient_app().await;
+    let order = app.create_order().await;
+    let order_id = order["id"].as_str().unwrap().to_owned();
+    app.provider.set_faults(json!({"error_rate": 1.0})).await;
+    let body = json!({"order_id": order_id, "payment_method": "pm_card_ok", "capture_method": "manual"});
+    let payment = json(app.pay_with(&body, &new_key()).await).await;
+    let payment_id = payment["id"].as_str().unwrap().to_owned();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(app.reconcile_once().await.gave_up, 1);
+    app.provider.set_faults(json!({})).await;
+    // The lost authorization reaches the provider after all.
+    let late = app
+        .client
+        .post(format!("{}/v1/charges", app.provider.address))
+        .header("Idempotency-Key", format!("orderpay_pay_{payment_id}"))
+        .json(&json!({"amount": order["total_amount"], "currency": "USD", "payment_method": "pm_card_ok",
+            "reference": payment_id, "capture": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(late.status(), 201);
+    let charge_status =
+        async || app.provider.charges_for(&payment_id).await[0]["status"].as_str().unwrap().to_owned();
+    assert_eq!(charge_status().await, "requires_capture");
+    let look_now =
+        format!("UPDATE payments SET next_check_at = now() - interval '1 second' WHERE id = '{payment_id}'");
+    let watched = format!(
+        "SELECT count(*) AS count FROM payments WHERE id = '{payment_id}' AND next_check_at IS NOT NULL"
+    );
+
+    // The watch's window has passed, and the void's answer is lost.
+    app.execute(&format!(
+        "UPDATE payments SET late_watch_until = now() - interval '1 second' WHERE id = '{payment_id}'"
+    ))
+    .await;
+    app.execute(&look_now).await;
+    app.provider.script(json!([{"act": "park"}])).await;
+    app.reconcile_once().await;
+    assert_eq!(charge_status().await, "requires_capture");
+    assert_eq!(app.count(&watched).await, 1, "the authorization holds money: the watch goes on");
+
+    // The next look voids it, and the watch ends.
+    app.execute(&look_now).await;
+    app.reconcile_once().await;
+    assert_eq!(charge_status().await, "canceled");
+    assert_eq!(app.count(&watched).await, 0, "voided: nothing more to watch");
+    assert_eq!(app.get_payment(&payment_id).await["status"], "failed");
+}
+
 over_both_wires! {
 /// The provider makes the charge long after our last send (on Stripe, a request it received
 /// late). The reconciler's lookups end their window five minutes after the last send, and
