@@ -25,7 +25,7 @@ pub enum Scripted {
     /// Acts and answers at once (whatever the random faults say).
     Now,
     /// Acts, then holds the answer past the client's timeout (`timeout_hold`): the answer is
-    /// lost, the operation done.
+    /// lost, the operation done (or refused: a refusal's answer is lost the same way).
     Hold,
     /// Acts by declining (a charge, a capture or a refund), whatever its payment method, and
     /// answers at once. A void has no decline: its write acts as for `now`.
@@ -166,7 +166,8 @@ pub(super) async fn act_rendering(
             unavailable("scripted: the provider never acted")
         }
         Scripted::Now => state.with_ledger(|ledger| operation(ledger, false)),
-        Scripted::Hold => state.with_ledger(|ledger| operation(ledger, true)),
+        // Whatever the answer, a refusal too: the act is done and recorded under the key.
+        Scripted::Hold => Reply { hold: true, ..state.with_ledger(|ledger| operation(ledger, true)) },
         Scripted::Decline => forced(&state, Forced::Decline, operation, false),
         Scripted::DeclineAndHold => forced(&state, Forced::Decline, operation, true),
         Scripted::Pend => forced(&state, Forced::Pend, operation, false),
