@@ -69,9 +69,15 @@ impl TestApp {
     /// Pays a new order whose payment the reconciler gives up on (the provider answers 503 to
     /// every send, and the checks find nothing), and returns the order and the failed payment's id.
     async fn given_up_payment(&self) -> (Value, String) {
+        self.given_up_payment_with("automatic").await
+    }
+
+    /// [`TestApp::given_up_payment`], the payment made with `capture_method`.
+    pub(crate) async fn given_up_payment_with(&self, capture_method: &str) -> (Value, String) {
         let order = self.create_order().await;
         self.provider.set_faults(json!({"error_rate": 1.0})).await;
-        let accepted = self.pay(order["id"].as_str().unwrap(), "pm_card_ok", &new_key()).await;
+        let body = json!({"order_id": order["id"], "payment_method": "pm_card_ok", "capture_method": capture_method});
+        let accepted = self.pay_with(&body, &new_key()).await;
         assert_eq!(accepted.status(), 202);
         let payment_id = json(accepted).await["id"].as_str().unwrap().to_owned();
         for _ in 0..self.settings.reconciler.max_attempts {
@@ -88,13 +94,22 @@ impl TestApp {
     /// The charge request of a given-up payment reaches the provider after all, with
     /// `payment_method` (which decides how the provider treats its refunds).
     pub(crate) async fn land_late_charge(&self, order: &Value, payment_id: &str, payment_method: &str) {
+        self.land_late(order, payment_id, payment_method, true).await
+    }
+
+    /// As [`TestApp::land_late_charge`], an authorization (`capture: false`).
+    pub(crate) async fn land_late_authorization(&self, order: &Value, payment_id: &str) {
+        self.land_late(order, payment_id, "pm_card_ok", false).await
+    }
+
+    async fn land_late(&self, order: &Value, payment_id: &str, payment_method: &str, capture: bool) {
         let late = self
             .client
             .post(format!("{}/v1/charges", self.provider.address))
             .header("Idempotency-Key", format!("orderpay_pay_{payment_id}"))
             .json(&json!({
                 "amount": order["total_amount"], "currency": "USD", "payment_method": payment_method,
-                "reference": payment_id, "capture": true,
+                "reference": payment_id, "capture": capture,
             }))
             .send()
             .await

@@ -158,7 +158,7 @@ fn response_config(max_attempts: u8) -> Config {
 /// the provider late once, so that the search for these paths stays short.
 fn crash_config(max_attempts: u8) -> Config {
     Config {
-        name: "conformance: a charge and a refund, a request's process dying, its lease running out",
+        name: "conformance: a charge and a refund, a process dying, its lease running out",
         faults: Faults { crashes: 1, late: 1, ..Faults::NONE },
         ..config(max_attempts)
     }
@@ -274,8 +274,8 @@ struct Stretch {
     sends: Vec<Scripted>,
     /// A watch's look when nothing can land any more: in the service, its window has passed.
     windows_pass: bool,
-    /// The client's process dies here (the model's `Crash`): the point of the service
-    /// (`hooks::point`) at which the request's process aborts.
+    /// The driver's process dies here (the model's `Crash`): the point of the service
+    /// (`hooks::point`) at which its subprocess aborts.
     crash_at: Option<&'static str>,
     /// Other drivers' whole stretches, taken while this one waits between two of its
     /// statements.
@@ -374,11 +374,7 @@ fn of_stretch(state: &State, proc: Proc, action: Action) -> bool {
 fn crash_point(state: &State, proc: Proc) -> Option<&'static str> {
     use orderpay_model::state::{Finding, Mode, Stage};
     let Pc::Drive { stage, mode, .. } = state.pc(proc) else { return None };
-    let recorded = match proc {
-        Proc::Client(_) => "request.before_record",
-        Proc::Reconciler(_) => "reconciler.before_record",
-        Proc::Operator => return None,
-    };
+    let recorded = recorded_at(proc)?;
     match stage {
         // The last check's lookup that found nothing gives up next: its drive has returned.
         Stage::Have(Finding::NotReceived) if mode == Mode::LookupOnly => Some(recorded),
@@ -396,17 +392,25 @@ fn crash_point(state: &State, proc: Proc) -> Option<&'static str> {
 fn pause_point(state: &State, proc: Proc) -> Option<&'static str> {
     use orderpay_model::state::{Finding, Mode, Stage};
     let Pc::Drive { stage, mode, .. } = state.pc(proc) else { return None };
+    let recorded = recorded_at(proc)?;
     let acted = state.provider.requests.iter().any(|r| r.from == Some(proc) && r.reply.is_some());
-    match (proc, stage) {
-        (Proc::Operator, _) => None,
-        (_, Stage::Waiting) => Some(if acted { "mock.before_answer" } else { "mock.before_act" }),
-        (_, Stage::Look) => Some("drive.before_look_up"),
-        (_, Stage::Have(Finding::NotReceived)) if mode != Mode::LookupOnly => {
-            Some("drive.before_mark_sending")
-        }
-        (_, Stage::Marked) => Some("drive.before_send"),
-        (Proc::Client(_), Stage::Have(_)) => Some("request.before_record"),
-        (Proc::Reconciler(_), Stage::Have(_)) => Some("reconciler.before_record"),
+    Some(match stage {
+        Stage::Waiting if acted => "mock.before_answer",
+        Stage::Waiting => "mock.before_act",
+        Stage::Look => "drive.before_look_up",
+        Stage::Have(Finding::NotReceived) if mode != Mode::LookupOnly => "drive.before_mark_sending",
+        Stage::Marked => "drive.before_send",
+        Stage::Have(_) => recorded,
+    })
+}
+
+/// The point after `proc`'s drive, before it records what the drive found: a request's or a
+/// reconciler's pass's (the operator's resolution has none).
+fn recorded_at(proc: Proc) -> Option<&'static str> {
+    match proc {
+        Proc::Client(_) => Some("request.before_record"),
+        Proc::Reconciler(_) => Some("reconciler.before_record"),
+        Proc::Operator => None,
     }
 }
 

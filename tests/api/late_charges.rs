@@ -163,26 +163,9 @@ async fn a_charge_that_lands_after_the_give_up_is_refunded_by_the_system() {
 #[tokio::test]
 async fn a_late_authorization_whose_void_is_unconfirmed_is_watched_until_it_is_voided() {
     let app = impatient_app().await;
-    let order = app.create_order().await;
-    let order_id = order["id"].as_str().unwrap().to_owned();
-    app.provider.set_faults(json!({"error_rate": 1.0})).await;
-    let body = json!({"order_id": order_id, "payment_method": "pm_card_ok", "capture_method": "manual"});
-    let payment = json(app.pay_with(&body, &new_key()).await).await;
-    let payment_id = payment["id"].as_str().unwrap().to_owned();
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    assert_eq!(app.reconcile_once().await.gave_up, 1);
-    app.provider.set_faults(json!({})).await;
+    let (order, payment_id) = app.given_up_payment_with("manual").await;
     // The lost authorization reaches the provider after all.
-    let late = app
-        .client
-        .post(format!("{}/v1/charges", app.provider.address))
-        .header("Idempotency-Key", format!("orderpay_pay_{payment_id}"))
-        .json(&json!({"amount": order["total_amount"], "currency": "USD", "payment_method": "pm_card_ok",
-            "reference": payment_id, "capture": false}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(late.status(), 201);
+    app.land_late_authorization(&order, &payment_id).await;
     let charge_status =
         async || app.provider.charges_for(&payment_id).await[0]["status"].as_str().unwrap().to_owned();
     assert_eq!(charge_status().await, "requires_capture");
