@@ -95,6 +95,7 @@ pub struct ServeArgs {
     pub sweep_interval_ms: u64,
 
     /// How long events are kept for the Events API (days); then they are deleted in batches.
+    /// At least the idempotency keys' lifetime: a key's answer to a new order is its event.
     #[arg(long, env = "ORDERPAY_EVENT_RETENTION_DAYS", default_value_t = 30)]
     pub event_retention_days: u64,
 
@@ -244,6 +245,13 @@ impl ServeArgs {
         anyhow::ensure!(
             self.idempotency_ttl_secs * 1000 > self.payment_lease_ms,
             "ORDERPAY_IDEMPOTENCY_TTL_SECS must be longer than ORDERPAY_PAYMENT_LEASE_MS"
+        );
+        // A new order's key row names its `order.created` event for the answer's body
+        // (idempotency_keys.answer_event_id): the event must outlive every key that names it.
+        anyhow::ensure!(
+            self.event_retention_days.saturating_mul(86_400) >= self.idempotency_ttl_secs,
+            "ORDERPAY_EVENT_RETENTION_DAYS must be at least ORDERPAY_IDEMPOTENCY_TTL_SECS: a key's stored \
+             answer to a new order is read from the order's event"
         );
         let retention = Duration::from_secs(self.idempotency_ttl_secs);
         let workers = self

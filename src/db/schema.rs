@@ -131,6 +131,7 @@ diesel::table! {
         created_at -> Timestamptz,
         expires_at -> Timestamptz,
         resource_kind -> Text,
+        answer_event_id -> Nullable<Uuid>,
     }
 }
 

@@ -19,7 +19,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use uuid::Uuid;
 
 use super::{KeyedRequest, StoredResponse};
-use crate::db::schema::{idempotency_key_audit, idempotency_keys};
+use crate::db::schema::{events, idempotency_key_audit, idempotency_keys};
 use crate::ids::AccountId;
 
 /// Declares [`ResourceKind`]: the resources whose answer is stored with the key, and one per
@@ -65,9 +65,13 @@ pub struct KeyRecord {
     pub resource_id: Uuid,
     pub response_status: Option<i16>,
     pub response_headers: Option<serde_json::Value>,
+    /// The body, read from the event named by `answer_event_id` when the row names one.
     pub response_body: Option<Vec<u8>>,
     pub created_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
+    /// The event whose data is the answer's body (a new order's `order.created`), kept instead
+    /// of a second copy of the bytes on this row.
+    pub answer_event_id: Option<Uuid>,
 }
 
 /// The SQL type of a [`KeyRecord`] as the statements return it (`existing.*` in table order).
@@ -156,6 +160,9 @@ pub struct ClaimParameters<'a> {
     pub answer_body: Option<&'a [u8]>,
     pub now: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
+    /// The event written in the same statement whose data is `answer_body`: the row names it
+    /// and stores no body of its own.
+    pub answer_event_id: Option<Uuid>,
 }
 
 impl<'a> ClaimParameters<'a> {
@@ -181,7 +188,14 @@ impl<'a> ClaimParameters<'a> {
             answer_body: answer.map(|answer| answer.body.as_slice()),
             now,
             expires_at: crate::clock::after(now, retention),
+            answer_event_id: None,
         }
+    }
+
+    /// The same claim, its answer's body being the data of `event`, which the statement writes
+    /// with the key: the key row names the event rather than holding the bytes again.
+    pub fn answered_by_event(self, event: Uuid) -> Self {
+        ClaimParameters { answer_event_id: Some(event), ..self }
     }
 }
 
@@ -199,6 +213,7 @@ crate::parameter_group! {
         10 => answer_body as Nullable<Bytea>,
         11 => now as Timestamptz,
         12 => expires_at as Timestamptz,
+        97 => answer_event_id as Nullable<Uuid>,
     }
 }
 
@@ -246,18 +261,30 @@ pub async fn claim(
     Err(diesel::result::Error::RollbackTransaction)
 }
 
-/// Reads a key row.
+/// Reads a key row, with its answer's body from the event it names, if it names one (one
+/// statement: the event by its primary key).
 pub async fn find(
     conn: &mut AsyncPgConnection,
     account_id: AccountId,
     key: &str,
 ) -> QueryResult<Option<KeyRecord>> {
-    idempotency_keys::table
-        .find((account_id, key))
-        .select(KeyRecord::as_select())
+    let answering_event = events::table.on(events::account_id
+        .eq(idempotency_keys::account_id)
+        .and(events::id.nullable().eq(idempotency_keys::answer_event_id)));
+    let found: Option<(KeyRecord, Option<Vec<u8>>)> = idempotency_keys::table
+        .left_join(answering_event)
+        .filter(idempotency_keys::account_id.eq(account_id))
+        .filter(idempotency_keys::key.eq(key))
+        .select((KeyRecord::as_select(), events::data.nullable()))
         .first(conn)
         .await
-        .optional()
+        .optional()?;
+    Ok(found.map(|(mut record, event_data)| {
+        if record.answer_event_id.is_some() {
+            record.response_body = event_data;
+        }
+        record
+    }))
 }
 
 /// Stores the answer of a transaction that claimed the key for `resource_id` without one, in

@@ -4,7 +4,8 @@
 -- was new, or if there is no key ($2 NULL). A key that exists inserts nothing and returns 0;
 -- the caller then reads the key row (by then committed: ON CONFLICT waited for it).
 -- The `order.created` event goes in with the order (the transactional outbox); its data is the
--- order as created, which is the answer ($10).
+-- order as created, which is the answer ($10). The key row holds the answer's status and
+-- headers and names this event ($97 = $21) for its body, rather than a second copy of it.
 -- Parameters after the claim's: 13 currency, 14 total, 15 customer id, 16 metadata,
 -- 17-20 the items' skus, quantities, unit prices and amounts, 21 the event's id.
 -- bench/run.py runs this same text (with claim_key.sql) under pgbench as the service's ceiling.

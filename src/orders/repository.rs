@@ -125,8 +125,11 @@ pub async fn insert(
     retention: Duration,
 ) -> QueryResult<bool> {
     let resource = (ResourceKind::Order, order.id.as_uuid());
+    // The answer's body is the `order.created` event's data: the key row names the event.
+    let event_id = EventId::generate();
     let claim =
-        ClaimParameters::new(order.account_id, keyed, resource, Some(answer), order.created_at, retention);
+        ClaimParameters::new(order.account_id, keyed, resource, Some(answer), order.created_at, retention)
+            .answered_by_event(event_id.as_uuid());
     let statement = NewOrderStatement {
         claim,
         currency: order.currency,
@@ -137,7 +140,7 @@ pub async fn insert(
         quantities: order.items.iter().map(|item| item.quantity.get() as i32).collect(),
         unit_prices: order.items.iter().map(|item| item.unit_price.value()).collect(),
         amounts: order.items.iter().map(|item| item.amount.value()).collect(),
-        event_id: EventId::generate(),
+        event_id,
     };
     let placed = statement.get_result::<i64>(conn).await? == 1;
     if placed {

@@ -285,12 +285,21 @@ async fn stored_records_hold_no_credentials() {
     app.post_order(&order_body(), Some(&new_key())).await;
     let leaks = app
         .count(&format!(
-            "SELECT count(*) AS count FROM idempotency_keys \
-             WHERE position('{}' in convert_from(response_body, 'UTF8') || response_headers::text) > 0",
+            "SELECT count(*) AS count FROM idempotency_keys AS k \
+             LEFT JOIN events AS e ON e.account_id = k.account_id AND e.id = k.answer_event_id \
+             WHERE position('{}' in convert_from(coalesce(k.response_body, e.data), 'UTF8') \
+                 || k.response_headers::text) > 0",
             app.api_key
         ))
         .await;
     assert_eq!(leaks, 0);
+    let answers = app
+        .count(
+            "SELECT count(*) AS count FROM idempotency_keys AS k \
+             JOIN events AS e ON e.account_id = k.account_id AND e.id = k.answer_event_id",
+        )
+        .await;
+    assert_eq!(answers, 1, "the stored answer looked at is the order's event");
     let key_in_accounts = app
         .count(&format!(
             "SELECT count(*) AS count FROM accounts AS a JOIN api_keys AS k ON k.account_id = a.id \
@@ -316,4 +325,110 @@ async fn replays_are_served_from_memory_and_reuses_still_refused() {
     let mut other = order_body();
     other["currency"] = json!("EUR");
     assert_eq!(app.post_order(&other, Some(&key)).await.status(), 201);
+}
+
+/// A keyed request as sent first, and what it answered.
+struct FirstAnswer {
+    method: reqwest::Method,
+    path: String,
+    body: Option<serde_json::Value>,
+    key: String,
+    status: u16,
+    location: Option<String>,
+    bytes: Vec<u8>,
+}
+
+impl FirstAnswer {
+    async fn send(
+        app: &crate::helpers::TestApp,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Self {
+        let key = new_key();
+        let mut request = app.request(method.clone(), path).header("Idempotency-Key", &key);
+        if let Some(body) = &body {
+            request = request.json(body);
+        }
+        let response = request.send().await.unwrap();
+        assert!(response.status().is_success(), "{method} {path}: {}", response.status());
+        let status = response.status().as_u16();
+        let location = response.headers().get("location").map(|value| value.to_str().unwrap().to_owned());
+        let bytes = response.bytes().await.unwrap().to_vec();
+        FirstAnswer { method, path: path.to_owned(), body, key, status, location, bytes }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.bytes).unwrap()
+    }
+
+    /// Sends the same request again and requires the first answer, byte for byte.
+    async fn replays(&self, app: &crate::helpers::TestApp, after: &str) {
+        let mut request = app.request(self.method.clone(), &self.path).header("Idempotency-Key", &self.key);
+        if let Some(body) = &self.body {
+            request = request.json(body);
+        }
+        let replay = request.send().await.unwrap();
+        let what = format!("{} {} replayed after {after}", self.method, self.path);
+        assert_eq!(replay.status().as_u16(), self.status, "{what}");
+        assert_eq!(replay.headers()["idempotent-replayed"], "true", "{what}");
+        let location = replay.headers().get("location").map(|value| value.to_str().unwrap().to_owned());
+        assert_eq!(location, self.location, "{what}");
+        assert_eq!(replay.bytes().await.unwrap().to_vec(), self.bytes, "{what}: the first answer's bytes");
+    }
+}
+
+/// Every keyed write's first answer comes back byte for byte from the database (the memory's
+/// copy turned off) after each later change of what it made: a new order's answer is read from
+/// its `order.created` event, a payment's, capture's and refund's from their own rows, a
+/// cancellation's from its key row; none of them follows the resource as it is now.
+#[tokio::test]
+async fn a_replay_is_the_first_answer_byte_for_byte_after_every_later_transition() {
+    use reqwest::Method;
+    let app = spawn_app_with(|settings, _| settings.api.replay_cache_bytes = 0).await;
+    let mut answers: Vec<FirstAnswer> = Vec::new();
+    async fn replay_all(app: &crate::helpers::TestApp, answers: &[FirstAnswer], after: &str) {
+        for answer in answers {
+            answer.replays(app, after).await;
+        }
+    }
+
+    let order = FirstAnswer::send(&app, Method::POST, "/orders", Some(order_body())).await;
+    let order_id = order.json()["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        app.count("SELECT count(*) AS count FROM idempotency_keys WHERE response_body IS NULL AND answer_event_id IS NOT NULL")
+            .await,
+        1,
+        "the new order's key row names its event for the body"
+    );
+    answers.push(order);
+    replay_all(&app, &answers, "the order's creation").await;
+
+    let authorize = json!({"order_id": order_id, "payment_method": "pm_card_ok", "capture_method": "manual"});
+    let payment = FirstAnswer::send(&app, Method::POST, "/payments", Some(authorize)).await;
+    let payment_id = payment.json()["id"].as_str().unwrap().to_owned();
+    answers.push(payment);
+    replay_all(&app, &answers, "the authorization").await;
+
+    let capture =
+        FirstAnswer::send(&app, Method::POST, &format!("/payments/{payment_id}/capture"), None).await;
+    answers.push(capture);
+    assert_eq!(app.order_status(&order_id).await, "paid");
+    replay_all(&app, &answers, "the capture (the order paid)").await;
+
+    let partial = json!({"payment_id": payment_id, "amount": "1.00"});
+    answers.push(FirstAnswer::send(&app, Method::POST, "/refunds", Some(partial)).await);
+    replay_all(&app, &answers, "a partial refund").await;
+
+    answers.push(
+        FirstAnswer::send(&app, Method::POST, "/refunds", Some(json!({"payment_id": payment_id}))).await,
+    );
+    assert_eq!(app.order_status(&order_id).await, "refunded");
+    replay_all(&app, &answers, "the refund of the rest (the order refunded)").await;
+
+    let other = FirstAnswer::send(&app, Method::POST, "/orders", Some(order_body())).await;
+    let other_id = other.json()["id"].as_str().unwrap().to_owned();
+    answers.push(other);
+    answers.push(FirstAnswer::send(&app, Method::POST, &format!("/orders/{other_id}/cancel"), None).await);
+    replay_all(&app, &answers, "another order's cancellation").await;
 }
