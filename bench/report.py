@@ -62,7 +62,10 @@ def targets(data):
 
     ratio("new orders / pgbench running the service's statement, at 16", "orders.fresh.16", "pgbench.service.16", 0.85, ["orders"])
     ratio("new orders / pgbench running the service's statement, at 64", "orders.fresh.64", "pgbench.service.64", 0.85, ["orders"])
-    for operation, stage in (("payments", "payments"), ("refunds", "refunds"), ("manual capture pairs", "capture")):
+    for conns in (16, 64):
+        ratio(f"payments / pgbench running the payment's statements, at {conns}", f"payments.{conns}",
+              f"pgbench.payment.{conns}", 0.85, ["payments"])
+    for operation, stage in (("refunds", "refunds"), ("manual capture pairs", "capture")):
         for conns in (16, 64):
             # The ceiling of an operation with a provider exchange between its statements:
             # pgbench running those statements in their order, one transaction each.
@@ -163,6 +166,7 @@ def scenario_table(data):
         "orders.dup.64": ("orders.fresh.64", "fresh keys"),
         "orders.replay.16": ("orders.fresh.16", "new orders"),
         "payments.16": ("orders.fresh.16", "new orders"),
+        "payments.64": ("pgbench.payment.64", "pgbench payment SQL"),
         "refunds.16": ("orders.fresh.16", "new orders"),
         "capture.16": ("orders.fresh.16", "new orders"),
         "relays.with.16": ("relays.without.16", "without relays"),

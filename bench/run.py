@@ -12,7 +12,9 @@ picks some; `orders` is the baseline most targets divide by):
                limit (bench/pgbench/physical_limit.sql: the SQL work of an order on bare tables)
   duplicates   20% of requests repeat a recent key, at 16 and 64
   replays      replays of 1,000 completed keys
-  payments     POST /payments, pm_card_ok, zero provider latency, on preloaded orders
+  payments     POST /payments, pm_card_ok, zero provider latency, on preloaded orders, at 16 and
+               64, alternated run by run with pgbench running the payment's own statements in
+               their order (its ceiling: PaymentCeiling)
   refunds      partial refunds (1.00) of the payments the previous stage made
   capture      authorize (capture_method manual) then capture, as pairs per second
   naive        pgbench: the naive five-statement transaction, at 16 and 64
@@ -433,11 +435,13 @@ class Bench:
                 "cpu": CpuMeter.delta(before, after), "statements": statements,
                 "rss": service.peak_rss_mib() if reset else None}
 
-    def pgbench(self, script, clients, duration, db=DB):
+    def pgbench(self, script, clients, duration, db=DB, account_id=None, defines=None):
         with tempfile.TemporaryDirectory() as logs:
             command = ["pgbench", "-n", "-M", "prepared", "-f", str(script), "-c", str(clients),
-                       "-j", "2", "-T", str(duration), "-D", f"account_id={self.account_id}",
+                       "-j", "2", "-T", str(duration), "-D", f"account_id={account_id or self.account_id}",
                        "--log", "--log-prefix", f"{logs}/tx", self.db_url(db)]
+            for name, value in (defines or {}).items():
+                command += ["-D", f"{name}={value}"]
             meter = CpuMeter(self)
             self.statements(reset_only=True)
             before = meter.snapshot()
@@ -648,14 +652,24 @@ class Bench:
         return max(floor, int(rate * 1.5 * seconds))
 
     def stage_payments(self):
-        count = self.orders_needed()
+        count = 2 * self.orders_needed()
         log(f"payments: preloading {count:,} orders")
         ids = self.preload_orders(count, "payments")
-        result = self.measure("payments at 16",
-                              lambda d: self.wrk(self.service, "payments.lua", 16, self.env, d, ids=ids))
-        if result.get("replayed"):
-            raise SystemExit(f"payments: {result['replayed']} replayed answers: too few preloaded orders")
-        self.add_row("payments.16", "payments, pm_card_ok, zero provider latency", 16, result)
+        ceiling = PaymentCeiling(self)
+        try:
+            for conns in (16, 64):
+                runners = [(f"payments at {conns}",
+                            lambda d, c=conns: self.wrk(self.service, "payments.lua", c, self.env, d, ids=ids), None),
+                           (f"pgbench payment SQL at {conns}", lambda d, c=conns: ceiling.run(c, d), None)]
+                medians = self.alternate(runners)
+                result = medians[runners[0][0]]
+                if result.get("replayed"):
+                    raise SystemExit(f"payments: {result['replayed']} replayed answers: too few preloaded orders")
+                self.add_row(f"payments.{conns}", "payments, pm_card_ok, zero provider latency", conns, result)
+                self.add_row(f"pgbench.payment.{conns}", "pgbench: the service's payment SQL (its statements in order)",
+                             conns, medians[runners[1][0]])
+        finally:
+            ceiling.drop()
         self.check_charges(self.mock)
 
     def stage_refunds(self):
@@ -1438,6 +1452,106 @@ class Bench:
         path.write_text(json.dumps(self.data, indent=1) + "\n")
         render(path)
 
+
+
+class PaymentCeiling:
+    """pgbench running the statements the service runs for one payment through POST /payments,
+    each its own transaction, in their order: phase 1 (the key claim of
+    src/idempotency/claim_key.sql with src/payments/start_payment.sql), the order and its items
+    read for the `order.paid` event, and phase 2 (src/payments/settle_payment.sql), with the
+    payment's real answer and events as the data. The provider exchange between the phases is
+    the part left out. It runs in a database of its own (its payments have no charge at the mock
+    provider), on orders preloaded before each run: client c's n-th order of a run has the id
+    md5('bo' || (c * 10^8 + n)), n counting from the run's base."""
+
+    DB = "orderpay_bench_payment_ceiling"
+    PER_CLIENT = 10 ** 8
+
+    def __init__(self, bench):
+        self.bench = bench
+        self.key, self.account_id = bench.create_account(self.DB)
+        self.url = bench.db_url(self.DB)
+        self.script = None
+        self.base = 0
+
+    def make_script(self):
+        """The statements with each $n bound to a per-transaction value of the same type, and a
+        real succeeded payment's answer and the order's `order.paid` data from the main database."""
+        answer = self.bench.scalar("SELECT encode(answer_body, 'hex') FROM payments WHERE status = 'succeeded' "
+                                   "AND answer_status = 201 LIMIT 1")
+        paid = self.bench.scalar("SELECT encode(data, 'hex') FROM events WHERE type = 'order.paid' LIMIT 1")
+        if not answer or not paid:
+            raise SystemExit("the payment ceiling needs a payment made through the API first")
+
+        def bound(files, values):
+            sql = "".join((ROOT / "src" / f).read_text() for f in files)
+            sql = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
+            used = {int(n) for n in re.findall(r"\$(\d+)", sql)}
+            if used != set(values):
+                raise SystemExit(f"{files} take parameters {sorted(used)}; update bench/run.py's PaymentCeiling")
+            sql = re.sub(r"\$(\d+)", lambda m: f"({values[int(m.group(1))]})", sql)
+            return " ".join(sql.split()) + ";"
+
+        n = f":client_id::bigint * {self.PER_CLIENT} + :n"
+        order = f"md5('bo' || ({n}))::uuid"
+        payment = f"md5('bp' || ({n}))::uuid"
+        lease = f"md5('bl' || ({n}))::uuid"
+        key = f"'pay-' || ({n})::text"
+        charge = f"'ch_ceiling_' || ({n})::text"
+        start = bound(["idempotency/claim_key.sql", "payments/start_payment.sql"], {
+            1: ":account_id::uuid", 2: key, 3: "'POST'", 4: "'/payments'", 5: f"sha256(({n})::text::bytea)",
+            6: "'payment'", 7: payment, 8: "NULL::smallint", 9: "NULL::jsonb", 10: "NULL::bytea",
+            11: "now()", 12: "now() + interval '1 day'", 97: "NULL::uuid",
+            13: order, 14: "NULL::numeric", 15: "'pm_card_ok'", 16: "now() + interval '30 seconds'",
+            17: lease, 18: "'automatic'",
+        })
+        # The order as repository::find reads it (its payments' ids in the same query), then its items.
+        read_order = (f"SELECT o.account_id, o.id, o.status, o.currency, o.total_amount, o.customer_id, o.metadata, "
+                      f"o.created_at, o.updated_at, ARRAY(SELECT p.id FROM payments AS p WHERE p.account_id = "
+                      f"o.account_id AND p.order_id = o.id ORDER BY p.id) FROM orders AS o "
+                      f"WHERE o.account_id = :account_id::uuid AND o.id = {order};")
+        read_items = (f"SELECT order_id, sku, quantity, unit_price, amount FROM order_items WHERE account_id = "
+                      f":account_id::uuid AND order_id = ANY (ARRAY[{order}]) ORDER BY order_id, line_number;")
+        settle = bound(["payments/settle_payment.sql"], {
+            1: ":account_id::uuid", 2: payment, 3: order, 4: "'succeeded'", 5: charge, 6: "NULL::text",
+            7: "NULL::text", 8: "now()", 9: "'request'", 10: charge, 11: "201::smallint",
+            12: f"decode('{answer}', 'hex')", 13: "48.48", 14: "NULL::timestamptz", 15: "NULL::timestamptz",
+            16: "'paid'", 17: "NULL::timestamptz", 18: "NULL::timestamptz", 19: "NULL::uuid",
+            91: f"md5('be' || ({n}))::uuid", 92: "'payment.succeeded'", 93: f"decode('{answer}', 'hex')",
+            94: f"md5('bo-e' || ({n}))::uuid", 95: "'order.paid'", 96: f"decode('{paid}', 'hex')",
+        })
+        self.script = self.bench.temp_file("\\set n :n + 1\n" + "\n".join([start, read_order, read_items, settle])
+                                           + "\n", suffix=".sql")
+
+    def run(self, clients, duration):
+        if self.script is None:
+            self.make_script()
+        # Enough unpaid orders for every transaction of this run at up to 4,000/s.
+        per_client = int(4000 * duration * 1.5 / clients) + 500
+        base, self.base = self.base, self.base + per_client
+        pg.query(self.url, f"""
+            WITH o AS (
+              INSERT INTO orders (account_id, id, status, currency, total_amount, customer_id, metadata,
+                  created_at, updated_at)
+              SELECT '{self.account_id}', md5('bo' || (c::bigint * {self.PER_CLIENT} + n))::uuid, 'pending_payment',
+                  'USD', 48.48, NULL, '{{}}', now(), now()
+              FROM generate_series(0, {clients - 1}) AS c, generate_series({base + 1}, {base + per_client}) AS n
+              RETURNING id)
+            INSERT INTO order_items (account_id, order_id, line_number, sku, quantity, unit_price, amount)
+            SELECT '{self.account_id}', o.id, l.n, l.sku, l.q, l.p, l.a FROM o,
+              (VALUES (0, 'tee-black-m', 2, 19.99, 39.98), (1, 'mug', 1, 8.50, 8.50)) AS l (n, sku, q, p, a)""")
+        pg.query(self.url, "VACUUM ANALYZE orders")
+        paid_before = int(pg.scalar(self.url, "SELECT count(*) FROM payments WHERE status = 'succeeded'"))
+        result = self.bench.pgbench(self.script, clients, duration, db=self.DB, account_id=self.account_id,
+                                    defines={"n": base})
+        paid = int(pg.scalar(self.url, "SELECT count(*) FROM payments WHERE status = 'succeeded'")) - paid_before
+        # Every transaction a whole payment: none met an order missing or already paid.
+        if paid != result["requests"]:
+            raise SystemExit(f"payment ceiling: {result['requests']:,} transactions but {paid:,} payments settled")
+        return result
+
+    def drop(self):
+        pg.query(f"{self.bench.server}/postgres", f'DROP DATABASE IF EXISTS "{self.DB}" WITH (FORCE)')
 
 def render(path):
     """results.md and the charts next to `path` (a last-run.json)."""
