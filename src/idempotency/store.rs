@@ -43,6 +43,19 @@ macro_rules! resource_kinds {
 crate::operations::every_kind!(resource_kinds);
 
 impl ResourceKind {
+    /// The headers of an answer whose body is the creation event of the resource `id` of this
+    /// kind: a JSON body at the resource's address. A key row naming such an event stores no
+    /// headers when the answer's were exactly these (`ClaimParameters::answered_by_event`).
+    fn event_answer_headers(self, id: Uuid) -> Option<Vec<(String, String)>> {
+        let location = match self {
+            ResourceKind::Order => {
+                crate::orders::representation::location(crate::ids::OrderId::from_uuid(id))
+            }
+            _ => return None,
+        };
+        Some(StoredResponse::json(0, Vec::new()).with_header("location", location).headers)
+    }
+
     /// Whether its answer is stored on the resource's own row, once it settles (a provider
     /// operation: some kind of `operations::every_kind!` names it), rather than on the key row
     /// with the change (a local one).
@@ -139,6 +152,9 @@ impl KeyRecord {
         let body = self.response_body.clone()?;
         let headers = match &self.response_headers {
             Some(headers) => serde_json::from_value(headers.clone()).ok()?,
+            None if self.answer_event_id.is_some() => {
+                self.resource_kind.event_answer_headers(self.resource_id)?
+            }
             None => Vec::new(),
         };
         Some(StoredResponse { status, headers, body })
@@ -193,9 +209,15 @@ impl<'a> ClaimParameters<'a> {
     }
 
     /// The same claim, its answer's body being the data of `event`, which the statement writes
-    /// with the key: the key row names the event rather than holding the bytes again.
+    /// with the key: the key row names the event rather than holding the bytes again, and holds
+    /// no headers when they are the ones a replay derives from the resource (its address).
     pub fn answered_by_event(self, event: Uuid) -> Self {
-        ClaimParameters { answer_event_id: Some(event), ..self }
+        let derived = self
+            .resource_kind
+            .event_answer_headers(self.resource_id)
+            .map(|headers| StoredResponse { status: 0, headers, body: Vec::new() }.headers_json());
+        let answer_headers = self.answer_headers.clone().filter(|stored| Some(stored) != derived.as_ref());
+        ClaimParameters { answer_event_id: Some(event), answer_headers, ..self }
     }
 }
 

@@ -288,7 +288,7 @@ async fn stored_records_hold_no_credentials() {
             "SELECT count(*) AS count FROM idempotency_keys AS k \
              LEFT JOIN events AS e ON e.account_id = k.account_id AND e.id = k.answer_event_id \
              WHERE position('{}' in convert_from(coalesce(k.response_body, e.data), 'UTF8') \
-                 || k.response_headers::text) > 0",
+                 || coalesce(k.response_headers::text, '')) > 0",
             app.api_key
         ))
         .await;
@@ -335,6 +335,7 @@ struct FirstAnswer {
     key: String,
     status: u16,
     location: Option<String>,
+    content_type: Option<String>,
     bytes: Vec<u8>,
 }
 
@@ -353,9 +354,11 @@ impl FirstAnswer {
         let response = request.send().await.unwrap();
         assert!(response.status().is_success(), "{method} {path}: {}", response.status());
         let status = response.status().as_u16();
-        let location = response.headers().get("location").map(|value| value.to_str().unwrap().to_owned());
+        let header =
+            |name: &str| response.headers().get(name).map(|value| value.to_str().unwrap().to_owned());
+        let (location, content_type) = (header("location"), header("content-type"));
         let bytes = response.bytes().await.unwrap().to_vec();
-        FirstAnswer { method, path: path.to_owned(), body, key, status, location, bytes }
+        FirstAnswer { method, path: path.to_owned(), body, key, status, location, content_type, bytes }
     }
 
     fn json(&self) -> serde_json::Value {
@@ -372,6 +375,9 @@ impl FirstAnswer {
         let what = format!("{} {} replayed after {after}", self.method, self.path);
         assert_eq!(replay.status().as_u16(), self.status, "{what}");
         assert_eq!(replay.headers()["idempotent-replayed"], "true", "{what}");
+        let content_type =
+            replay.headers().get("content-type").map(|value| value.to_str().unwrap().to_owned());
+        assert_eq!(content_type, self.content_type, "{what}");
         let location = replay.headers().get("location").map(|value| value.to_str().unwrap().to_owned());
         assert_eq!(location, self.location, "{what}");
         assert_eq!(replay.bytes().await.unwrap().to_vec(), self.bytes, "{what}: the first answer's bytes");
@@ -400,6 +406,11 @@ async fn a_replay_is_the_first_answer_byte_for_byte_after_every_later_transition
             .await,
         1,
         "the new order's key row names its event for the body"
+    );
+    assert_eq!(
+        app.count("SELECT count(*) AS count FROM idempotency_keys WHERE response_headers IS NULL").await,
+        1,
+        "and holds no headers: a replay derives them from the order"
     );
     answers.push(order);
     replay_all(&app, &answers, "the order's creation").await;
