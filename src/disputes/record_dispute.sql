@@ -11,6 +11,9 @@
 -- the payment captured beside its refunds ('does_not_fit': a refund reserved the money and is
 -- still in flight), nothing is written and the dispute is recorded on a later look.
 -- The ledger's movements are the trigger's (migration `disputes`).
+-- The dispute is looked up and kept unique within its payment's account (the provider's
+-- dispute names one charge, so one payment and one account): the statement reads and writes
+-- that account's rows alone.
 -- Returns the outcome and the dispute's id (ours).
 -- Lock order (docs/architecture.md): the payment (the caller's), then the dispute.
 -- Parameters: 1 account, 2 a new id, 3 payment, 4 order, 5 the provider's dispute id,
@@ -19,7 +22,7 @@
 WITH existing AS (
     SELECT id, status, closed_reason, evidence_due_by, amount_withdrawn, amount_reinstated
     FROM disputes
-    WHERE provider_dispute_id = $5
+    WHERE provider_dispute_id = $5 AND account_id = $1
     FOR UPDATE
 ), payment AS (
     SELECT amount_captured - amount_refunded - amount_refunding - amount_disputed AS room
@@ -58,7 +61,7 @@ WITH existing AS (
     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $15
     FROM decided
     WHERE decided.outcome = 'created'
-    ON CONFLICT (provider_dispute_id) DO NOTHING
+    ON CONFLICT (provider_dispute_id, account_id) DO NOTHING
     RETURNING id
 ), updated AS (
     -- The row by its key (a scalar subquery: a join with `decided` was planned as a walk over
