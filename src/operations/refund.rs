@@ -233,10 +233,11 @@ async fn settle_at(
     let (partially, fully) = if system || settled.status != RefundStatus::Succeeded {
         (None, None)
     } else {
-        (
-            orders::rendered_after(conn, account_id, order_id, OrderStatus::PartiallyRefunded, now).await?,
-            orders::rendered_after(conn, account_id, order_id, OrderStatus::Refunded, now).await?,
-        )
+        let moves = [OrderStatus::PartiallyRefunded, OrderStatus::Refunded];
+        match orders::rendered_after_each(conn, account_id, order_id, moves, now).await? {
+            Some([partially, fully]) => (Some(partially), Some(fully)),
+            None => (None, None),
+        }
     };
     let late_charge_event = if system && settled.status == RefundStatus::Succeeded {
         crate::payments::repository::find(conn, account_id, refund.payment_id).await?.map(|payment| {

@@ -159,8 +159,6 @@ pub async fn list(
     Ok(repository::list(&mut conn, account_id, limit, starting_after).await?)
 }
 
-/// The order's JSON as it will be once moved to `status` at `now` (for the event a settle
-/// writes with the move: everything but the status and `updated_at` is fixed at creation).
 /// The `order.paid` event of a settle that moves the order to paid, `None` for one that does not.
 pub async fn paid_event(
     conn: &mut diesel_async::AsyncPgConnection,
@@ -177,6 +175,8 @@ pub async fn paid_event(
         .map(|order| crate::events::repository::NewEvent::new(crate::events::EventType::OrderPaid, order)))
 }
 
+/// The order's JSON as it will be once moved to `status` at `now` (for the event a settle
+/// writes with the move: everything but the status and `updated_at` is fixed at creation).
 pub async fn rendered_after(
     conn: &mut diesel_async::AsyncPgConnection,
     account_id: AccountId,
@@ -184,8 +184,23 @@ pub async fn rendered_after(
     status: OrderStatus,
     now: chrono::DateTime<Utc>,
 ) -> diesel::QueryResult<Option<Vec<u8>>> {
+    Ok(rendered_after_each(conn, account_id, order_id, [status], now).await?.map(|[order]| order))
+}
+
+/// The order's JSON as it will be once moved to each of `statuses` at `now`, from one read of
+/// the order (a refund's settle names both moves it may make: partially refunded, refunded).
+pub async fn rendered_after_each<const N: usize>(
+    conn: &mut diesel_async::AsyncPgConnection,
+    account_id: AccountId,
+    order_id: OrderId,
+    statuses: [OrderStatus; N],
+    now: chrono::DateTime<Utc>,
+) -> diesel::QueryResult<Option<[Vec<u8>; N]>> {
     let Some(order) = repository::find(conn, account_id, order_id).await? else {
         return Ok(None);
     };
-    Ok(Some(representation::order_json(&Order { status, updated_at: now, ..order })))
+    Ok(Some(
+        statuses
+            .map(|status| representation::order_json(&Order { status, updated_at: now, ..order.clone() })),
+    ))
 }
