@@ -1315,9 +1315,6 @@ class Bench:
         """The pgbench script of the service's own new-order statement: the key claim
         (src/idempotency/claim_key.sql) and src/orders/new_order.sql, as the service concatenates
         them, with each $n bound to a per-transaction value of the same type."""
-        sql = (ROOT / "src" / "idempotency" / "claim_key.sql").read_text() + \
-            (ROOT / "src" / "orders" / "new_order.sql").read_text()
-        sql = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
         oid = "md5('o' || :client_id::text || '-' || :n::text)::uuid"
         body = self.answer_template()[0]
         values = {
@@ -1325,7 +1322,8 @@ class Bench:
             2: "'svc-' || :client_id::text || '-' || :n::text",
             3: "'POST'", 4: "'/orders'", 5: "sha256(:n::text::bytea)",
             6: "'order'", 7: oid, 8: "201::smallint",
-            9: "'[[\"content-type\",\"application/json\"],[\"location\",\"/orders/x\"]]'::jsonb",
+            # No headers: the service derives a new order's from the key's resource.
+            9: "NULL::jsonb",
             # A real answer of the service (its size matters: it is the event's data).
             10: f"decode('{body}', 'hex')",
             11: "now()", 12: "now() + interval '1 day'",
@@ -1336,11 +1334,8 @@ class Bench:
             # The key row names the event for its body (claim_key.sql).
             97: "md5('e' || :client_id::text || '-' || :n::text)::uuid",
         }
-        used = {int(n) for n in re.findall(r"\$(\d+)", sql)}
-        if used != set(values):
-            raise SystemExit(f"new_order.sql takes parameters {sorted(used)}; update bench/run.py's mapping")
-        sql = re.sub(r"\$(\d+)", lambda m: f"({values[int(m.group(1))]})", sql)
-        return self.temp_file("\\set n random(1, 9000000000000)\n" + " ".join(sql.split()) + ";\n", suffix=".sql")
+        sql = bound_statement(["idempotency/claim_key.sql", "orders/new_order.sql"], values)
+        return self.temp_file("\\set n random(1, 9000000000000)\n" + sql + "\n", suffix=".sql")
 
     # --- the run -------------------------------------------------------------------------
 
@@ -1454,6 +1449,19 @@ class Bench:
 
 
 
+def bound_statement(files, values):
+    """The statement the service runs from `files` (under src/, concatenated as the service does),
+    comments dropped, each $n replaced by `values[n]` (a pgbench expression of the same type), as
+    one line ending in `;`. Stops the bench when the files take other parameters than mapped."""
+    sql = "".join((ROOT / "src" / f).read_text() for f in files)
+    sql = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
+    used = {int(n) for n in re.findall(r"\$(\d+)", sql)}
+    if used != set(values):
+        raise SystemExit(f"{files} take parameters {sorted(used)}; update bench/run.py's mapping")
+    sql = re.sub(r"\$(\d+)", lambda m: f"({values[int(m.group(1))]})", sql)
+    return " ".join(sql.split()) + ";"
+
+
 class PaymentCeiling:
     """pgbench running the statements the service runs for one payment through POST /payments,
     each its own transaction, in their order: phase 1 (the key claim of
@@ -1483,22 +1491,13 @@ class PaymentCeiling:
         if not answer or not paid:
             raise SystemExit("the payment ceiling needs a payment made through the API first")
 
-        def bound(files, values):
-            sql = "".join((ROOT / "src" / f).read_text() for f in files)
-            sql = "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
-            used = {int(n) for n in re.findall(r"\$(\d+)", sql)}
-            if used != set(values):
-                raise SystemExit(f"{files} take parameters {sorted(used)}; update bench/run.py's PaymentCeiling")
-            sql = re.sub(r"\$(\d+)", lambda m: f"({values[int(m.group(1))]})", sql)
-            return " ".join(sql.split()) + ";"
-
         n = f":client_id::bigint * {self.PER_CLIENT} + :n"
         order = f"md5('bo' || ({n}))::uuid"
         payment = f"md5('bp' || ({n}))::uuid"
         lease = f"md5('bl' || ({n}))::uuid"
         key = f"'pay-' || ({n})::text"
         charge = f"'ch_ceiling_' || ({n})::text"
-        start = bound(["idempotency/claim_key.sql", "payments/start_payment.sql"], {
+        start = bound_statement(["idempotency/claim_key.sql", "payments/start_payment.sql"], {
             1: ":account_id::uuid", 2: key, 3: "'POST'", 4: "'/payments'", 5: f"sha256(({n})::text::bytea)",
             6: "'payment'", 7: payment, 8: "NULL::smallint", 9: "NULL::jsonb", 10: "NULL::bytea",
             11: "now()", 12: "now() + interval '1 day'", 97: "NULL::uuid",
@@ -1512,7 +1511,7 @@ class PaymentCeiling:
                       f"WHERE o.account_id = :account_id::uuid AND o.id = {order};")
         read_items = (f"SELECT order_id, sku, quantity, unit_price, amount FROM order_items WHERE account_id = "
                       f":account_id::uuid AND order_id = ANY (ARRAY[{order}]) ORDER BY order_id, line_number;")
-        settle = bound(["payments/settle_payment.sql"], {
+        settle = bound_statement(["payments/settle_payment.sql"], {
             1: ":account_id::uuid", 2: payment, 3: order, 4: "'succeeded'", 5: charge, 6: "NULL::text",
             7: "NULL::text", 8: "now()", 9: "'request'", 10: charge, 11: "201::smallint",
             12: f"decode('{answer}', 'hex')", 13: "48.48", 14: "NULL::timestamptz", 15: "NULL::timestamptz",

@@ -196,11 +196,12 @@ pub async fn rendered_after_each<const N: usize>(
     statuses: [OrderStatus; N],
     now: chrono::DateTime<Utc>,
 ) -> diesel::QueryResult<Option<[Vec<u8>; N]>> {
-    let Some(order) = repository::find(conn, account_id, order_id).await? else {
+    let Some(mut order) = repository::find(conn, account_id, order_id).await? else {
         return Ok(None);
     };
-    Ok(Some(
-        statuses
-            .map(|status| representation::order_json(&Order { status, updated_at: now, ..order.clone() })),
-    ))
+    order.updated_at = now;
+    Ok(Some(statuses.map(|status| {
+        order.status = status;
+        representation::order_json(&order)
+    })))
 }

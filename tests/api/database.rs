@@ -499,15 +499,22 @@ async fn distribution_breaches(client: &tokio_postgres::Client) -> Vec<String> {
     breaches
 }
 
+/// A plain tokio-postgres client on the test's database, for reading the catalog and preparing
+/// statements as text.
+async fn catalog_client(app: &crate::helpers::TestApp) -> tokio_postgres::Client {
+    let (client, connection) =
+        tokio_postgres::connect(&app.database_url, tokio_postgres::NoTls).await.expect("the test database");
+    tokio::spawn(connection);
+    client
+}
+
 /// The schema stays ready to be distributed by account (docs/scaling.md): a table added later
 /// without `account_id`, or a unique index or foreign key that leaves it out, fails here unless
 /// the table is placed in `NOT_BY_ACCOUNT`.
 #[tokio::test]
 async fn every_table_is_ready_to_be_distributed_by_account() {
     let app = spawn_app().await;
-    let (client, connection) =
-        tokio_postgres::connect(&app.database_url, tokio_postgres::NoTls).await.expect("the test database");
-    tokio::spawn(connection);
+    let client = catalog_client(&app).await;
     let breaches = distribution_breaches(&client).await;
     assert!(breaches.is_empty(), "not ready to be distributed by account:\n{}", breaches.join("\n"));
 }
@@ -517,9 +524,7 @@ async fn every_table_is_ready_to_be_distributed_by_account() {
 #[tokio::test]
 async fn the_distribution_check_names_each_breach() {
     let app = spawn_app().await;
-    let (client, connection) =
-        tokio_postgres::connect(&app.database_url, tokio_postgres::NoTls).await.expect("the test database");
-    tokio::spawn(connection);
+    let client = catalog_client(&app).await;
     client
         .batch_execute(
             "CREATE TABLE unkeyed (id uuid PRIMARY KEY);
@@ -561,9 +566,7 @@ async fn the_distribution_check_names_each_breach() {
 #[tokio::test]
 async fn no_statement_is_planned_to_walk_a_whole_account() {
     let app = spawn_app().await;
-    let (client, connection) =
-        tokio_postgres::connect(&app.database_url, tokio_postgres::NoTls).await.expect("the test database");
-    tokio::spawn(connection);
+    let client = catalog_client(&app).await;
     client.batch_execute("SET plan_cache_mode = force_generic_plan").await.unwrap();
     let mut walks = Vec::new();
     let statements = orderpay::db::statement::every_statement();

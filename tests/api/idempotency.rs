@@ -339,6 +339,11 @@ struct FirstAnswer {
     bytes: Vec<u8>,
 }
 
+/// A header's value as text, if the response has it.
+fn header(response: &reqwest::Response, name: &str) -> Option<String> {
+    response.headers().get(name).map(|value| value.to_str().unwrap().to_owned())
+}
+
 impl FirstAnswer {
     async fn send(
         app: &crate::helpers::TestApp,
@@ -346,19 +351,34 @@ impl FirstAnswer {
         path: &str,
         body: Option<serde_json::Value>,
     ) -> Self {
-        let key = new_key();
-        let mut request = app.request(method.clone(), path).header("Idempotency-Key", &key);
-        if let Some(body) = &body {
-            request = request.json(body);
+        let sent = FirstAnswer {
+            method,
+            path: path.to_owned(),
+            body,
+            key: new_key(),
+            status: 0,
+            location: None,
+            content_type: None,
+            bytes: Vec::new(),
+        };
+        let response = sent.request(app).send().await.unwrap();
+        assert!(response.status().is_success(), "{} {path}: {}", sent.method, response.status());
+        FirstAnswer {
+            status: response.status().as_u16(),
+            location: header(&response, "location"),
+            content_type: header(&response, "content-type"),
+            bytes: response.bytes().await.unwrap().to_vec(),
+            ..sent
         }
-        let response = request.send().await.unwrap();
-        assert!(response.status().is_success(), "{method} {path}: {}", response.status());
-        let status = response.status().as_u16();
-        let header =
-            |name: &str| response.headers().get(name).map(|value| value.to_str().unwrap().to_owned());
-        let (location, content_type) = (header("location"), header("content-type"));
-        let bytes = response.bytes().await.unwrap().to_vec();
-        FirstAnswer { method, path: path.to_owned(), body, key, status, location, content_type, bytes }
+    }
+
+    /// The request with its key and body, as sent first and as replayed.
+    fn request(&self, app: &crate::helpers::TestApp) -> reqwest::RequestBuilder {
+        let request = app.request(self.method.clone(), &self.path).header("Idempotency-Key", &self.key);
+        match &self.body {
+            Some(body) => request.json(body),
+            None => request,
+        }
     }
 
     fn json(&self) -> serde_json::Value {
@@ -367,19 +387,12 @@ impl FirstAnswer {
 
     /// Sends the same request again and requires the first answer, byte for byte.
     async fn replays(&self, app: &crate::helpers::TestApp, after: &str) {
-        let mut request = app.request(self.method.clone(), &self.path).header("Idempotency-Key", &self.key);
-        if let Some(body) = &self.body {
-            request = request.json(body);
-        }
-        let replay = request.send().await.unwrap();
+        let replay = self.request(app).send().await.unwrap();
         let what = format!("{} {} replayed after {after}", self.method, self.path);
         assert_eq!(replay.status().as_u16(), self.status, "{what}");
         assert_eq!(replay.headers()["idempotent-replayed"], "true", "{what}");
-        let content_type =
-            replay.headers().get("content-type").map(|value| value.to_str().unwrap().to_owned());
-        assert_eq!(content_type, self.content_type, "{what}");
-        let location = replay.headers().get("location").map(|value| value.to_str().unwrap().to_owned());
-        assert_eq!(location, self.location, "{what}");
+        assert_eq!(header(&replay, "content-type"), self.content_type, "{what}");
+        assert_eq!(header(&replay, "location"), self.location, "{what}");
         assert_eq!(replay.bytes().await.unwrap().to_vec(), self.bytes, "{what}: the first answer's bytes");
     }
 }
