@@ -15,7 +15,9 @@ picks some; `orders` is the baseline most targets divide by):
   payments     POST /payments, pm_card_ok, zero provider latency, on preloaded orders, at 16 and
                64, alternated run by run with pgbench running the payment's own statements in
                their order (its ceiling: PaymentCeiling)
-  refunds      partial refunds (1.00) of the payments the previous stage made
+  refunds      partial refunds (1.00) of the payments the previous stage made, at 16 and 64,
+               alternated run by run with pgbench running the refund's own statements in their
+               order (RefundCeiling)
   capture      authorize (capture_method manual) then capture, as pairs per second
   naive        pgbench: the naive five-statement transaction, at 16 and 64
   connections  new orders and payments at 1, 4, 16, 64 and 256 connections
@@ -675,7 +677,7 @@ class Bench:
     def stage_refunds(self):
         # Each payment gets at most 40 refunds of 1.00 (it is 48.48); the payments stage made
         # them through the API (so that the mock provider holds their charges).
-        needed = max(2000, self.orders_needed(seconds=WARMUP + RUNS * DURATION, floor=0) // 30)
+        needed = max(2000, self.orders_needed(seconds=2 * (WARMUP + RUNS * DURATION), floor=0) // 30)
         have = int(self.scalar("SELECT count(*) FROM payments WHERE status = 'succeeded' AND amount_refunded = 0 "
                                "AND amount_refunding = 0 AND payment_method = 'pm_card_ok'"))
         if have < needed:
@@ -690,9 +692,20 @@ class Bench:
                        f"amount_refunding = 0 AND payment_method = 'pm_card_ok' ORDER BY random() LIMIT {needed}")
         log(f"refunds: partial refunds of 1.00 over {len(ids):,} succeeded payments")
         payments = self.id_list(ids)
-        result = self.measure("refunds at 16",
-                              lambda d: self.wrk(self.service, "refunds.lua", 16, self.env | {"PAYMENT_IDS": payments.path}, d))
-        self.add_row("refunds.16", "refunds, partial (1.00), zero provider latency", 16, result)
+        ceiling = RefundCeiling(self)
+        try:
+            for conns in (16, 64):
+                env = self.env | {"PAYMENT_IDS": payments.path}
+                runners = [(f"refunds at {conns}",
+                            lambda d, c=conns: self.wrk(self.service, "refunds.lua", c, env, d), None),
+                           (f"pgbench refund SQL at {conns}", lambda d, c=conns: ceiling.run(c, d), None)]
+                medians = self.alternate(runners)
+                self.add_row(f"refunds.{conns}", "refunds, partial (1.00), zero provider latency", conns,
+                             medians[runners[0][0]])
+                self.add_row(f"pgbench.refund.{conns}", "pgbench: the service's refund SQL (its statements in order)",
+                             conns, medians[runners[1][0]])
+        finally:
+            ceiling.drop()
         self.check_refunds(self.mock)
 
     def stage_capture(self):
@@ -1462,18 +1475,32 @@ def bound_statement(files, values):
     return " ".join(sql.split()) + ";"
 
 
-class PaymentCeiling:
-    """pgbench running the statements the service runs for one payment through POST /payments,
-    each its own transaction, in their order: phase 1 (the key claim of
-    src/idempotency/claim_key.sql with src/payments/start_payment.sql), the order and its items
-    read for the `order.paid` event, and phase 2 (src/payments/settle_payment.sql), with the
-    payment's real answer and events as the data. The provider exchange between the phases is
-    the part left out. It runs in a database of its own (its payments have no charge at the mock
-    provider), on orders preloaded before each run: client c's n-th order of a run has the id
-    md5('bo' || (c * 10^8 + n)), n counting from the run's base."""
+def order_read(order):
+    """The order read the service runs before a settle that writes an order event
+    (orders::repository::find: the order, its payments' ids and its items in one statement),
+    for the order whose id is the pgbench expression `order`."""
+    return ('SELECT "orders"."account_id", "orders"."id", "orders"."status", "orders"."currency", '
+            '"orders"."total_amount", "orders"."customer_id", "orders"."metadata", "orders"."created_at", '
+            '"orders"."updated_at", ARRAY(SELECT payments.id FROM payments WHERE payments.account_id = '
+            'orders.account_id AND payments.order_id = orders.id ORDER BY payments.id), "order_items"."order_id", '
+            '"order_items"."sku", "order_items"."quantity", "order_items"."unit_price", "order_items"."amount" '
+            'FROM ("orders" LEFT OUTER JOIN "order_items" ON (("order_items"."account_id" = "orders"."account_id") '
+            'AND ("order_items"."order_id" = "orders"."id"))) WHERE (("orders"."account_id" = :account_id::uuid) '
+            f'AND ("orders"."id" = {order})) ORDER BY "order_items"."line_number";')
 
-    DB = "orderpay_bench_payment_ceiling"
+
+class OperationCeiling:
+    """pgbench running the statements the service runs for one operation, each request's own
+    transaction, in their order, with a real answer and events of the main database as the data;
+    the provider exchange between them is the part left out. It runs in a database of its own
+    (nothing in it has a charge at the mock provider), on rows preloaded before each run: client
+    c's n-th operation of a run works on the rows numbered c * 10^8 + n, n counting from the
+    run's base. A subclass gives the database, the script and the preload."""
+
+    DB = None
     PER_CLIENT = 10 ** 8
+    # Enough preloaded rows for every transaction of a run at up to this rate.
+    MAX_RATE = 4000
 
     def __init__(self, bench):
         self.bench = bench
@@ -1482,19 +1509,68 @@ class PaymentCeiling:
         self.script = None
         self.base = 0
 
-    def make_script(self):
-        """The statements with each $n bound to a per-transaction value of the same type, and a
-        real succeeded payment's answer and the order's `order.paid` data from the main database."""
-        answer = self.bench.scalar("SELECT encode(answer_body, 'hex') FROM payments WHERE status = 'succeeded' "
-                                   "AND answer_status = 201 LIMIT 1")
-        paid = self.bench.scalar("SELECT encode(data, 'hex') FROM events WHERE type = 'order.paid' LIMIT 1")
-        if not answer or not paid:
-            raise SystemExit("the payment ceiling needs a payment made through the API first")
+    def run(self, clients, duration):
+        if self.script is None:
+            self.script = self.bench.temp_file("\\set n :n + 1\n" + "\n".join(self.statements()) + "\n",
+                                               suffix=".sql")
+        per_client = int(self.MAX_RATE * duration * 1.5 / clients) + 500
+        base, self.base = self.base, self.base + per_client
+        rows = f"generate_series(0, {clients - 1}) AS c, generate_series({base + 1}, {base + per_client}) AS n"
+        for statement in self.preload(rows):
+            pg.query(self.url, statement)
+        pg.query(self.url, "VACUUM ANALYZE")
+        done_before = int(pg.scalar(self.url, self.DONE))
+        result = self.bench.pgbench(self.script, clients, duration, db=self.DB, account_id=self.account_id,
+                                    defines={"n": base})
+        done = int(pg.scalar(self.url, self.DONE)) - done_before
+        # Every transaction a whole operation: none met its rows missing or already used.
+        if done != result["requests"]:
+            raise SystemExit(f"{type(self).__name__}: {result['requests']:,} transactions but {done:,} settled")
+        return result
 
+    def drop(self):
+        pg.query(f"{self.bench.server}/postgres", f'DROP DATABASE IF EXISTS "{self.DB}" WITH (FORCE)')
+
+    def real(self, query, what):
+        value = self.bench.scalar(query)
+        if not value:
+            raise SystemExit(f"{type(self).__name__} needs {what} made through the API first")
+        return value
+
+    @staticmethod
+    def ids(prefix, n="c::bigint * 100000000 + n"):
+        """The uuid of row `n` (a SQL or pgbench expression) of a kind (`prefix`)."""
+        return f"md5('{prefix}' || ({n}))::uuid"
+
+    def orders(self, rows, status):
+        """Orders of 48.48 with two items, as the bench's new orders make them."""
+        order = self.ids("bo")
+        return f"""
+            WITH o AS (
+              INSERT INTO orders (account_id, id, status, currency, total_amount, customer_id, metadata,
+                  created_at, updated_at)
+              SELECT '{self.account_id}', {order}, '{status}', 'USD', 48.48, NULL, '{{}}', now(), now()
+              FROM {rows}
+              RETURNING id)
+            INSERT INTO order_items (account_id, order_id, line_number, sku, quantity, unit_price, amount)
+            SELECT '{self.account_id}', o.id, l.n, l.sku, l.q, l.p, l.a FROM o,
+              (VALUES (0, 'tee-black-m', 2, 19.99, 39.98), (1, 'mug', 1, 8.50, 8.50)) AS l (n, sku, q, p, a)"""
+
+
+class PaymentCeiling(OperationCeiling):
+    """A payment through POST /payments: phase 1 (the key claim of src/idempotency/claim_key.sql
+    with src/payments/start_payment.sql), the order read for the `order.paid` event, and phase 2
+    (src/payments/settle_payment.sql), on unpaid orders."""
+
+    DB = "orderpay_bench_payment_ceiling"
+    DONE = "SELECT count(*) FROM payments WHERE status = 'succeeded'"
+
+    def statements(self):
+        answer = self.real("SELECT encode(answer_body, 'hex') FROM payments WHERE status = 'succeeded' "
+                           "AND answer_status = 201 LIMIT 1", "a payment")
+        paid = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'order.paid' LIMIT 1", "a paid order")
         n = f":client_id::bigint * {self.PER_CLIENT} + :n"
-        order = f"md5('bo' || ({n}))::uuid"
-        payment = f"md5('bp' || ({n}))::uuid"
-        lease = f"md5('bl' || ({n}))::uuid"
+        order, payment, lease = self.ids("bo", n), self.ids("bp", n), self.ids("bl", n)
         key = f"'pay-' || ({n})::text"
         charge = f"'ch_ceiling_' || ({n})::text"
         start = bound_statement(["idempotency/claim_key.sql", "payments/start_payment.sql"], {
@@ -1504,53 +1580,80 @@ class PaymentCeiling:
             13: order, 14: "NULL::numeric", 15: "'pm_card_ok'", 16: "now() + interval '30 seconds'",
             17: lease, 18: "'automatic'",
         })
-        # The order as repository::find reads it (its payments' ids in the same query), then its items.
-        read_order = (f"SELECT o.account_id, o.id, o.status, o.currency, o.total_amount, o.customer_id, o.metadata, "
-                      f"o.created_at, o.updated_at, ARRAY(SELECT p.id FROM payments AS p WHERE p.account_id = "
-                      f"o.account_id AND p.order_id = o.id ORDER BY p.id) FROM orders AS o "
-                      f"WHERE o.account_id = :account_id::uuid AND o.id = {order};")
-        read_items = (f"SELECT order_id, sku, quantity, unit_price, amount FROM order_items WHERE account_id = "
-                      f":account_id::uuid AND order_id = ANY (ARRAY[{order}]) ORDER BY order_id, line_number;")
         settle = bound_statement(["payments/settle_payment.sql"], {
             1: ":account_id::uuid", 2: payment, 3: order, 4: "'succeeded'", 5: charge, 6: "NULL::text",
             7: "NULL::text", 8: "now()", 9: "'request'", 10: charge, 11: "201::smallint",
             12: f"decode('{answer}', 'hex')", 13: "48.48", 14: "NULL::timestamptz", 15: "NULL::timestamptz",
             16: "'paid'", 17: "NULL::timestamptz", 18: "NULL::timestamptz", 19: "NULL::uuid",
-            91: f"md5('be' || ({n}))::uuid", 92: "'payment.succeeded'", 93: f"decode('{answer}', 'hex')",
-            94: f"md5('bo-e' || ({n}))::uuid", 95: "'order.paid'", 96: f"decode('{paid}', 'hex')",
+            91: self.ids("be", n), 92: "'payment.succeeded'", 93: f"decode('{answer}', 'hex')",
+            94: self.ids("bo-e", n), 95: "'order.paid'", 96: f"decode('{paid}', 'hex')",
         })
-        self.script = self.bench.temp_file("\\set n :n + 1\n" + "\n".join([start, read_order, read_items, settle])
-                                           + "\n", suffix=".sql")
+        return [start, order_read(order), settle]
 
-    def run(self, clients, duration):
-        if self.script is None:
-            self.make_script()
-        # Enough unpaid orders for every transaction of this run at up to 4,000/s.
-        per_client = int(4000 * duration * 1.5 / clients) + 500
-        base, self.base = self.base, self.base + per_client
-        pg.query(self.url, f"""
-            WITH o AS (
-              INSERT INTO orders (account_id, id, status, currency, total_amount, customer_id, metadata,
-                  created_at, updated_at)
-              SELECT '{self.account_id}', md5('bo' || (c::bigint * {self.PER_CLIENT} + n))::uuid, 'pending_payment',
-                  'USD', 48.48, NULL, '{{}}', now(), now()
-              FROM generate_series(0, {clients - 1}) AS c, generate_series({base + 1}, {base + per_client}) AS n
-              RETURNING id)
-            INSERT INTO order_items (account_id, order_id, line_number, sku, quantity, unit_price, amount)
-            SELECT '{self.account_id}', o.id, l.n, l.sku, l.q, l.p, l.a FROM o,
-              (VALUES (0, 'tee-black-m', 2, 19.99, 39.98), (1, 'mug', 1, 8.50, 8.50)) AS l (n, sku, q, p, a)""")
-        pg.query(self.url, "VACUUM ANALYZE orders")
-        paid_before = int(pg.scalar(self.url, "SELECT count(*) FROM payments WHERE status = 'succeeded'"))
-        result = self.bench.pgbench(self.script, clients, duration, db=self.DB, account_id=self.account_id,
-                                    defines={"n": base})
-        paid = int(pg.scalar(self.url, "SELECT count(*) FROM payments WHERE status = 'succeeded'")) - paid_before
-        # Every transaction a whole payment: none met an order missing or already paid.
-        if paid != result["requests"]:
-            raise SystemExit(f"payment ceiling: {result['requests']:,} transactions but {paid:,} payments settled")
-        return result
+    def preload(self, rows):
+        return [self.orders(rows, "pending_payment")]
 
-    def drop(self):
-        pg.query(f"{self.bench.server}/postgres", f'DROP DATABASE IF EXISTS "{self.DB}" WITH (FORCE)')
+
+class RefundCeiling(OperationCeiling):
+    """A partial refund (1.00) through POST /refunds: the payment's currency read to check the
+    amount, the key claim of src/idempotency/claim_key.sql with src/refunds/start_refund.sql, the
+    refund loaded and the payment's charge read for the provider call, then one transaction:
+    the order locked and stamped, read for its event, and src/refunds/settle_refund.sql. Each on
+    a paid order's succeeded payment of its own (the service's refunds go round a list of them)."""
+
+    DB = "orderpay_bench_refund_ceiling"
+    DONE = "SELECT count(*) FROM refunds WHERE status = 'succeeded'"
+
+    def statements(self):
+        answer = self.real("SELECT encode(answer_body, 'hex') FROM refunds WHERE status = 'succeeded' "
+                           "AND answer_status = 201 LIMIT 1", "a refund")
+        moved = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'order.partially_refunded' LIMIT 1",
+                          "a partially refunded order")
+        n = f":client_id::bigint * {self.PER_CLIENT} + :n"
+        order, payment, refund, lease = self.ids("bo", n), self.ids("bp", n), self.ids("br", n), self.ids("bl", n)
+        where_payment = f"WHERE account_id = :account_id::uuid AND id = {payment}"
+        start = bound_statement(["idempotency/claim_key.sql", "refunds/start_refund.sql"], {
+            1: ":account_id::uuid", 2: f"'refund-' || ({n})::text", 3: "'POST'", 4: "'/refunds'",
+            5: f"sha256(({n})::text::bytea)", 6: "'refund'", 7: refund, 8: "NULL::smallint", 9: "NULL::jsonb",
+            10: "NULL::bytea", 11: "now()", 12: "now() + interval '1 day'", 97: "NULL::uuid",
+            13: payment, 14: "1.00", 15: "NULL::text", 16: "now() + interval '30 seconds'", 17: lease,
+            18: "'succeeded'",
+        })
+        settle = bound_statement(["refunds/settle_refund.sql"], {
+            1: ":account_id::uuid", 2: refund, 3: order, 4: payment, 5: "'succeeded'",
+            6: f"'re_ceiling_' || ({n})::text", 7: "NULL::text", 8: "NULL::text", 9: "now()", 10: "'request'",
+            11: "NULL::text", 12: "201::smallint", 13: f"decode('{answer}', 'hex')", 14: "true",
+            15: "NULL::timestamptz", 16: self.ids("bo-e", n), 17: f"decode('{moved}', 'hex')",
+            18: f"decode('{moved}', 'hex')", 19: "NULL::timestamptz", 20: "NULL::timestamptz",
+            21: "NULL::timestamptz", 22: "NULL::uuid",
+            91: self.ids("br-e", n), 92: "'refund.succeeded'", 93: f"decode('{answer}', 'hex')",
+            94: "NULL::uuid", 95: "NULL::text", 96: "NULL::bytea",
+        })
+        return [
+            f"SELECT currency FROM payments {where_payment} LIMIT 1;",
+            start,
+            f"SELECT * FROM refunds WHERE account_id = :account_id::uuid AND id = {refund};",
+            f"SELECT provider_charge_id FROM payments {where_payment} LIMIT 1;",
+            "BEGIN;",
+            f"SELECT clock_timestamp() FROM orders WHERE account_id = :account_id::uuid AND id = {order} "
+            f"LIMIT 1 FOR UPDATE;",
+            order_read(order),
+            settle,
+            "COMMIT;",
+        ]
+
+    def preload(self, rows):
+        # Paid orders, each with its succeeded payment of 48.48, captured.
+        payment, order = self.ids("bp"), self.ids("bo")
+        return [self.orders(rows, "paid"), f"""
+            INSERT INTO payments (account_id, id, order_id, status, amount, currency, payment_method,
+                provider_charge_id, idempotency_key, attempts, created_at, updated_at, capture_method,
+                amount_captured)
+            SELECT '{self.account_id}', {payment}, {order}, 'succeeded', 48.48, 'USD', 'pm_card_ok',
+                'ch_ceiling_' || (c::bigint * {self.PER_CLIENT} + n), 'pay-' || (c::bigint * {self.PER_CLIENT} + n),
+                0, now(), now(), 'automatic', 48.48
+            FROM {rows}"""]
+
 
 def render(path):
     """results.md and the charts next to `path` (a last-run.json)."""
