@@ -248,23 +248,18 @@ impl Application {
         let handle = observability.metrics.clone();
         // The exporter keeps histogram data until upkeep drains it; idle rate-limit buckets are
         // forgotten on the same beat.
-        let upkeep = background::every(
-            Duration::from_secs(5),
-            background::Pace::NONE,
-            shutdown_signal.clone(),
-            move || {
+        let upkeep =
+            background::every(Duration::from_secs(5), Duration::ZERO, shutdown_signal.clone(), move || {
                 handle.run_upkeep();
                 rate_limiter.prune();
                 std::future::ready(false)
-            },
-        );
+            });
         let settlement_provider = provider.clone();
         let reconciler_engine = engine(&settings, background_pool.clone(), provider);
         let events_sweep = crate::events::sweeper::run(
             background_pool.clone(),
             settings.event_retention,
             settings.sweeper.interval,
-            settings.sweeper.pace,
             settings.sweeper.batch_size,
             shutdown_signal.clone(),
         );

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::AccountCache;
-use crate::background::{Pace, Shutdown, every};
+use crate::background::{Shutdown, every};
 use crate::db::Pool;
 
 /// How many poll intervals a confirmation stays good for: one poll may fail or be slow without
@@ -33,7 +33,7 @@ pub async fn run(pool: Pool, cache: Arc<AccountCache>, interval: Duration, shutd
     // Failing polls are logged when they start failing and when they recover, not four times a
     // second.
     let failing = Arc::new(AtomicBool::new(false));
-    every(interval, Pace::NONE, shutdown, move || {
+    every(interval, Duration::ZERO, shutdown, move || {
         let (pool, cache, failing) = (pool.clone(), cache.clone(), failing.clone());
         async move {
             let started = Instant::now();

@@ -29,10 +29,9 @@ pub use provider::{
 pub use settlement::SettlementArgs;
 pub use webhooks::{MerchantWebhookArgs, ProviderWebhookSecrets, WebhookArgs};
 
-use crate::background::Pace;
 use crate::db::DatabaseConfig;
 use crate::events::nats::NatsConfig;
-use crate::idempotency::sweeper::{self, SweeperConfig};
+use crate::idempotency::sweeper::SweeperConfig;
 use crate::merchant_webhooks::WebhookSettings;
 use crate::operations::Timing;
 use crate::operations::reconciler::ReconcilerConfig;
@@ -115,13 +114,6 @@ pub struct ServeArgs {
     #[arg(long, env = "ORDERPAY_SWEEP_BATCH_SIZE", default_value_t = 1_000,
           value_parser = clap::value_parser!(i64).range(1..))]
     pub sweep_batch_size: i64,
-
-    /// The most of its time a sweeper spends on a backlog (percent): after a full batch it rests
-    /// long enough that its batches take no more than this, and at least 100 ms. A batch is
-    /// slower on a busy database, so a backlog is worked off slower beside requests.
-    #[arg(long, env = "ORDERPAY_SWEEP_BUSY_PERCENT", default_value_t = 10,
-          value_parser = clap::value_parser!(u32).range(1..=100))]
-    pub sweep_busy_percent: u32,
 
     /// How long a payment request owns its key while it calls the provider; a retry after that
     /// takes the payment over. Must exceed the provider timeout.
@@ -286,7 +278,6 @@ impl ServeArgs {
             sweeper: SweeperConfig {
                 interval: Duration::from_millis(self.sweep_interval_ms),
                 batch_size: self.sweep_batch_size,
-                pace: Pace { at_least: sweeper::BATCH_PAUSE, busy_percent: self.sweep_busy_percent },
                 audit_retention: Duration::from_secs(self.idempotency_audit_days * 86_400),
             },
             provider,

@@ -18,7 +18,7 @@ use diesel_async::{AsyncConnection, AsyncPgConnection};
 
 use super::Event;
 use super::repository;
-use crate::background::{Pace, Shutdown, every};
+use crate::background::{Shutdown, every};
 use crate::db::Pool;
 
 /// A destination of the outbox's events.
@@ -89,7 +89,7 @@ pub async fn export_lag<R: Relay>(pool: &Pool) {
 /// Errors (the destination or the database away) are logged; the next round tries again, and
 /// events wait in the outbox meanwhile.
 pub async fn run<R: Relay>(pool: Pool, relay: R, interval: Duration, batch_size: i64, shutdown: Shutdown) {
-    every(interval, Pace::NONE, shutdown, || {
+    every(interval, Duration::ZERO, shutdown, || {
         let (pool, relay) = (pool.clone(), &relay);
         async move {
             match round(&pool, relay, batch_size).await {

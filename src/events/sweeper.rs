@@ -8,20 +8,15 @@ use std::time::Duration;
 use chrono::Utc;
 
 use super::repository;
-use crate::background::{Pace, Shutdown, every};
+use crate::background::{Shutdown, every};
 use crate::db::Pool;
 
-/// Sweeps every `interval`, batch after batch while batches come back full (spaced by `pace`, as
-/// the keys' sweeper is), until `shutdown`.
-pub async fn run(
-    pool: Pool,
-    retention: Duration,
-    interval: Duration,
-    pace: Pace,
-    batch_size: i64,
-    shutdown: Shutdown,
-) {
-    every(interval, pace, shutdown, || {
+/// The pause between two full batches, so that a backlog is worked off without a burst.
+const BATCH_PAUSE: Duration = Duration::from_millis(100);
+
+/// Sweeps every `interval`, batch after batch while batches come back full, until `shutdown`.
+pub async fn run(pool: Pool, retention: Duration, interval: Duration, batch_size: i64, shutdown: Shutdown) {
+    every(interval, BATCH_PAUSE, shutdown, || {
         let pool = pool.clone();
         async move {
             let before = crate::clock::before(Utc::now(), retention);

@@ -6,26 +6,22 @@ use std::time::Duration;
 
 use chrono::Utc;
 
-use crate::background::{Pace, Shutdown, every};
+use crate::background::{Shutdown, every};
 use crate::db::Pool;
 
 #[derive(Debug, Clone, Copy)]
 pub struct SweeperConfig {
     pub interval: Duration,
     pub batch_size: i64,
-    /// How the rounds of a backlog are spaced (`ORDERPAY_SWEEP_BUSY_PERCENT`); the events'
-    /// sweeper shares it.
-    pub pace: Pace,
     /// How long an expired key's metadata stays in the audit after it expired
     /// (`ORDERPAY_IDEMPOTENCY_AUDIT_DAYS`).
     pub audit_retention: Duration,
 }
 
-/// The shortest rest between two full batches (`Pace::at_least`): with 1000-row batches an idle
-/// database is swept at up to 10,000 rows a second per instance. Under load the rest is set by
-/// `ORDERPAY_SWEEP_BUSY_PERCENT` instead, so that a backlog (a restart after downtime, a lowered
-/// retention) is not a burst that slows requests.
-pub const BATCH_PAUSE: Duration = Duration::from_millis(100);
+/// The pause between two full batches: with 1000-row batches the sweeper deletes up to about
+/// 10,000 rows a second per instance, far above the rate keys expire at, without a backlog (a
+/// restart after downtime, a lowered retention) turning into a burst that slows requests.
+const BATCH_PAUSE: Duration = Duration::from_millis(100);
 
 /// What one round did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -60,7 +56,7 @@ pub async fn sweep_round(pool: &Pool, config: &SweeperConfig) -> anyhow::Result<
 /// Sweeps every `interval`, round after round while a batch comes back full, until `shutdown`.
 /// Errors (the database away) are logged and the next round tries again.
 pub async fn run(pool: Pool, config: SweeperConfig, shutdown: Shutdown) {
-    every(config.interval, config.pace, shutdown, || {
+    every(config.interval, BATCH_PAUSE, shutdown, || {
         let pool = pool.clone();
         async move {
             match sweep_round(&pool, &config).await {

@@ -29,7 +29,7 @@ use super::leases::{self, Lease, LeaseTarget};
 use super::{
     Actor, DriveMode, Engine, EngineError, Finding, GiveUp, Kind, SendQuiet, drive, late_charge, late_refund,
 };
-use crate::background::{Pace, Shutdown, every};
+use crate::background::{Shutdown, every};
 use crate::clock::after;
 use crate::ids::LeaseId;
 use crate::payments::watches;
@@ -347,7 +347,7 @@ async fn watch_authorizations(engine: &Engine, config: &ReconcilerConfig) -> Res
 /// Runs a pass every `interval` until `shutdown`; a full batch is followed at once by another
 /// pass. Errors (the database away) are logged and the next round tries again.
 pub async fn run(engine: Engine, config: ReconcilerConfig, shutdown: Shutdown) {
-    every(config.interval, Pace::NONE, shutdown, || {
+    every(config.interval, Duration::ZERO, shutdown, || {
         let engine = engine.clone();
         async move {
             match run_pass(&engine, &config).await {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 
 use super::{RunError, RunOptions, Window};
-use crate::background::{self, Pace, Shutdown};
+use crate::background::{self, Shutdown};
 use crate::db::Pool;
 use crate::provider::PaymentProvider;
 
@@ -65,7 +65,7 @@ pub async fn run(
     shutdown: Shutdown,
 ) {
     let options = RunOptions { page_size: config.page_size, scheduled: true, stale_claim: STALE_CLAIM };
-    background::every(config.poll(), Pace::NONE, shutdown, move || {
+    background::every(config.poll(), Duration::ZERO, shutdown, move || {
         let (pool, provider) = (pool.clone(), provider.clone());
         async move {
             let mut conn = match pool.get().await {

@@ -9,7 +9,7 @@ use orderpay::app::Application;
 use orderpay::config::{ApiSettings, ProviderConfig, ProviderWebhookSecrets, Settings, claim_for};
 use orderpay::db::{DatabaseConfig, Server};
 use orderpay::encryption::Keyring;
-use orderpay::idempotency::sweeper::{self, SweeperConfig};
+use orderpay::idempotency::sweeper::SweeperConfig;
 use orderpay::ids::AccountId;
 use orderpay::merchant_webhooks::{DeliveryConfig, WebhookSettings};
 use orderpay::operations::reconciler::{PassReport, ReconcilerConfig};
@@ -351,7 +351,6 @@ async fn spawn_app_on(
         sweeper: SweeperConfig {
             interval: Duration::from_secs(3600),
             batch_size: 1000,
-            pace: orderpay::background::Pace { at_least: sweeper::BATCH_PAUSE, busy_percent: 10 },
             audit_retention: Duration::from_secs(30 * 86_400),
         },
         provider: ProviderConfig {
