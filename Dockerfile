@@ -29,9 +29,9 @@ RUN apt-get update \
     && useradd --system --uid 10001 --no-create-home orderpay
 COPY --from=build /src/target/release/orderpay /usr/local/bin/orderpay
 USER orderpay
-# MIMALLOC_ALLOW_THP=0: no transparent huge pages for the allocator's memory even on a host
-# whose kernel grants them to every process (`always`); a mostly empty 2 MiB page counts whole
-# in the service's memory (docs/operations.md).
+# MIMALLOC_ALLOW_THP=0: mimalloc turns transparent huge pages off for the process, even on a
+# host whose kernel grants them to every process (`always`); a mostly empty 2 MiB page counts
+# whole in the service's memory (docs/operations.md).
 ENV ORDERPAY_LISTEN=0.0.0.0:8080 \
     ORDERPAY_LOG_FORMAT=json \
     MIMALLOC_ALLOW_THP=0

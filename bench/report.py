@@ -177,7 +177,6 @@ def scenario_table(data):
         "growth.orders.16": ("orders.fresh.16", "empty tables"),
         "growth.payments.16": ("payments.16", "empty tables"),
         "sweeper.orders.16": ("growth.orders.16", "grown, idle"),
-        "sweeper.unpaced.orders.16": ("growth.orders.16", "grown, idle"),
         "settings.shared.orders.16": ("settings.private.orders.16", "private tuned"),
         "settings.shared.orders.64": ("settings.private.orders.64", "private tuned"),
         "settings.shared.payments.16": ("settings.private.payments.16", "private tuned"),
@@ -225,7 +224,8 @@ def render(data):
         f"{meta['date']}, {meta['machine']}; {meta['mode']} mode, medians of {meta['runs']} run(s) of "
         f"{meta['duration']} s after a warm-up; {meta['cluster_text']}. The service, PostgreSQL and the load "
         "generators share the machine; quote ratios (each against a figure of the same run), not absolute "
-        f"numbers. Total time {data.get('total_seconds', 0) / 60:.1f} min. Commit {meta.get('commit', '?')}.",
+        f"numbers. Total time {data.get('total_seconds', 0) / 60:.1f} min. Commit {meta.get('commit', '?')}."
+        + (f" {meta['merged']}" if meta.get("merged") else ""),
         "",
         "![throughput of each scenario against its ceiling](throughput.png)",
         "",

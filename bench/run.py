@@ -697,7 +697,7 @@ class Bench:
             for conns in (16, 64):
                 env = self.env | {"PAYMENT_IDS": payments.path}
                 runners = [(f"refunds at {conns}",
-                            lambda d, c=conns: self.wrk(self.service, "refunds.lua", c, env, d), None),
+                            lambda d, c=conns, e=env: self.wrk(self.service, "refunds.lua", c, e, d), None),
                            (f"pgbench refund SQL at {conns}", lambda d, c=conns: ceiling.run(c, d), None)]
                 medians = self.alternate(runners)
                 self.add_row(f"refunds.{conns}", "refunds, partial (1.00), zero provider latency", conns,
@@ -1242,7 +1242,7 @@ class Bench:
             INSERT INTO idempotency_keys (account_id, key, method, route, fingerprint, resource_kind, resource_id,
                 response_status, response_headers, answer_event_id, created_at, expires_at)
             SELECT '{account}', 'old-' || md5(n::text), 'POST', '/orders', sha256(n::text::bytea), 'order', {v7},
-                201, '{headers}'::jsonb, {v7.replace("md5(n::text)", "md5('e' || n)")}, now() - interval '1 hour',
+                201, {"NULL" if headers is None else f"'{headers}'"}::jsonb, {v7.replace("md5(n::text)", "md5('e' || n)")}, now() - interval '1 hour',
                 now() + interval '23 hours'
             FROM generate_series(1, {keys}) n""")
         log(f"growth: keys in {time.time() - started:.0f} s")
@@ -1294,18 +1294,24 @@ class Bench:
             return
         self.service.stop()
         self.service = None
-        log("sweeper: 1 million expired keys, sweeper every 200 ms")
+        log("sweeper: 1 million expired keys")
         self.sql("UPDATE idempotency_keys SET expires_at = now() - interval '1 minute' WHERE key IN "
                  "(SELECT key FROM idempotency_keys WHERE key LIKE 'old-%' LIMIT 1000000)")
         self.sql("VACUUM ANALYZE idempotency_keys")
-        before = int(self.scalar("SELECT count(*) FROM idempotency_keys WHERE expires_at < now()"))
-        self.service = Service(self.db_url(), self.mock, {"ORDERPAY_SWEEP_INTERVAL_MS": "200"})
+        expired = "SELECT count(*) FROM idempotency_keys WHERE expires_at < now()"
+        before = int(self.scalar(expired))
+        # The default interval: the first round starts with the service, and a full batch is
+        # followed by the next after 100 ms.
+        self.service = Service(self.db_url(), self.mock)
+        started = time.time()
         result = self.measure("new orders while the sweeper deletes 1M rows",
                               lambda d: self.wrk(self.service, "orders.lua", 16, self.env, d))
-        after = int(self.scalar("SELECT count(*) FROM idempotency_keys WHERE expires_at < now()"))
-        self.add_row("sweeper.orders.16", "new orders while the sweeper deletes 1M expired keys", 16, result,
-                     swept=before - after)
-        log(f"sweeper deleted {before - after:,} of {before:,} expired rows during the measurement")
+        elapsed = time.time() - started
+        after = int(self.scalar(expired))
+        rate = (before - after) / elapsed
+        self.add_row("sweeper.orders.16", f"new orders while the sweeper deletes 1M expired keys ({rate:,.0f}/s)",
+                     16, result, swept=before - after, swept_per_s=round(rate))
+        log(f"sweeper deleted {before - after:,} of {before:,} expired rows ({rate:,.0f}/s) during the measurement")
 
     # --- the service's own statement under pgbench -------------------------------------------
 
@@ -1490,14 +1496,17 @@ def order_read(order):
 
 
 class OperationCeiling:
-    """pgbench running the statements the service runs for one operation, each request's own
-    transaction, in their order, with a real answer and events of the main database as the data;
-    the provider exchange between them is the part left out. It runs in a database of its own
-    (nothing in it has a charge at the mock provider), on rows preloaded before each run: client
-    c's n-th operation of a run works on the rows numbered c * 10^8 + n, n counting from the
-    run's base. A subclass gives the database, the script and the preload."""
+    """pgbench running the statements the service runs for one operation in their order, one
+    pgbench transaction per request (each statement commits alone, as the service's do, unless
+    the service groups them in a transaction), with a real answer and events of the main database
+    as the data; the provider exchange between them is the part left out. It runs in a database
+    of its own (nothing in it has a charge at the mock provider), on rows preloaded before each
+    run: client c's n-th operation of a run works on the rows numbered c * 10^8 + n, n counting
+    from the run's base. A subclass gives the database (`DB`), the statements, the preload and
+    the query counting settled operations (`DONE`)."""
 
     DB = None
+    DONE = None
     PER_CLIENT = 10 ** 8
     # Enough preloaded rows for every transaction of a run at up to this rate.
     MAX_RATE = 4000
@@ -1531,16 +1540,25 @@ class OperationCeiling:
     def drop(self):
         pg.query(f"{self.bench.server}/postgres", f'DROP DATABASE IF EXISTS "{self.DB}" WITH (FORCE)')
 
+    def statements(self):
+        """The script's statements, each ending in `;`."""
+        raise NotImplementedError
+
+    def preload(self, rows):
+        """The statements that write the rows a run works on, `rows` naming them (c, n)."""
+        raise NotImplementedError
+
     def real(self, query, what):
         value = self.bench.scalar(query)
         if not value:
             raise SystemExit(f"{type(self).__name__} needs {what} made through the API first")
         return value
 
-    @staticmethod
-    def ids(prefix, n="c::bigint * 100000000 + n"):
-        """The uuid of row `n` (a SQL or pgbench expression) of a kind (`prefix`)."""
-        return f"md5('{prefix}' || ({n}))::uuid"
+    @classmethod
+    def ids(cls, prefix, n=None):
+        """The uuid of row `n` (a pgbench expression; the preload's row by default) of a kind
+        (`prefix`)."""
+        return f"md5('{prefix}' || ({n or f'c::bigint * {cls.PER_CLIENT} + n'}))::uuid"
 
     def orders(self, rows, status):
         """Orders of 48.48 with two items, as the bench's new orders make them."""
@@ -1599,7 +1617,9 @@ class RefundCeiling(OperationCeiling):
     amount, the key claim of src/idempotency/claim_key.sql with src/refunds/start_refund.sql, the
     refund loaded and the payment's charge read for the provider call, then one transaction:
     the order locked and stamped, read for its event, and src/refunds/settle_refund.sql. Each on
-    a paid order's succeeded payment of its own (the service's refunds go round a list of them)."""
+    a paid order's succeeded payment of its own. The service's refunds go round a list of payments,
+    up to 40 refunds each, so the ceiling is a little generous: its refunds find no earlier refund
+    of their payment and move their order from paid rather than from partially refunded."""
 
     DB = "orderpay_bench_refund_ceiling"
     DONE = "SELECT count(*) FROM refunds WHERE status = 'succeeded'"
@@ -1622,7 +1642,7 @@ class RefundCeiling(OperationCeiling):
         settle = bound_statement(["refunds/settle_refund.sql"], {
             1: ":account_id::uuid", 2: refund, 3: order, 4: payment, 5: "'succeeded'",
             6: f"'re_ceiling_' || ({n})::text", 7: "NULL::text", 8: "NULL::text", 9: "now()", 10: "'request'",
-            11: "NULL::text", 12: "201::smallint", 13: f"decode('{answer}', 'hex')", 14: "true",
+            11: f"'re_ceiling_' || ({n})::text", 12: "201::smallint", 13: f"decode('{answer}', 'hex')", 14: "true",
             15: "NULL::timestamptz", 16: self.ids("bo-e", n), 17: f"decode('{moved}', 'hex')",
             18: f"decode('{moved}', 'hex')", 19: "NULL::timestamptz", 20: "NULL::timestamptz",
             21: "NULL::timestamptz", 22: "NULL::uuid",
@@ -1632,7 +1652,7 @@ class RefundCeiling(OperationCeiling):
         return [
             f"SELECT currency FROM payments {where_payment} LIMIT 1;",
             start,
-            f"SELECT * FROM refunds WHERE account_id = :account_id::uuid AND id = {refund};",
+            f"SELECT * FROM refunds WHERE account_id = :account_id::uuid AND id = {refund} LIMIT 1;",
             f"SELECT provider_charge_id FROM payments {where_payment} LIMIT 1;",
             "BEGIN;",
             f"SELECT clock_timestamp() FROM orders WHERE account_id = :account_id::uuid AND id = {order} "
