@@ -69,10 +69,8 @@ def targets(data):
         ratio(f"refunds / pgbench running the refund's statements, at {conns}", f"refunds.{conns}",
               f"pgbench.refund.{conns}", 0.85, ["refunds"])
     for conns in (16, 64):
-        # The ceiling of an operation with a provider exchange between its statements:
-        # pgbench running those statements in their order, one transaction each.
-        out.append((f"manual capture pairs / pgbench running the operation's statements, at {conns}", "",
-                    ">= 0.85", "not run: the harness has no pgbench ceiling for this operation yet"))
+        ratio(f"manual capture pairs / pgbench running the pair's statements, at {conns}", f"capture.{conns}",
+              f"pgbench.capture.{conns}", 0.85, ["capture"])
     ratio("new orders / the physical limit (pgbench), at 16", "orders.fresh.16", "pgbench.physical.16", 0.5, ["orders"])
     ratio("20% duplicate keys / fresh keys, at 16", "orders.dup.16", "orders.fresh.16", 0.9, ["duplicates"])
     ratio("20% duplicate keys / fresh keys, at 64", "orders.dup.64", "orders.fresh.64", 0.9, ["duplicates"])
@@ -172,6 +170,7 @@ def scenario_table(data):
         "refunds.16": ("orders.fresh.16", "new orders"),
         "refunds.64": ("pgbench.refund.64", "pgbench refund SQL"),
         "capture.16": ("orders.fresh.16", "new orders"),
+        "capture.64": ("pgbench.capture.64", "pgbench capture SQL"),
         "relays.with.16": ("relays.without.16", "without relays"),
         "relays.with.64": ("relays.without.64", "without relays"),
         "growth.orders.16": ("orders.fresh.16", "empty tables"),

@@ -18,7 +18,9 @@ picks some; `orders` is the baseline most targets divide by):
   refunds      partial refunds (1.00) of the payments the previous stage made, at 16 and 64,
                alternated run by run with pgbench running the refund's own statements in their
                order (RefundCeiling)
-  capture      authorize (capture_method manual) then capture, as pairs per second
+  capture      authorize (capture_method manual) then capture, as pairs per second, at 16 and
+               64, alternated run by run with pgbench running the pair's own statements in their
+               order (CaptureCeiling)
   naive        pgbench: the naive five-statement transaction, at 16 and 64
   connections  new orders and payments at 1, 4, 16, 64 and 256 connections
   idle         1,000 keep-alive connections held open: the service's RSS
@@ -653,25 +655,31 @@ class Bench:
         seconds = seconds or (WARMUP + RUNS * DURATION)
         return max(floor, int(rate * 1.5 * seconds))
 
+    def against_ceiling(self, ceiling, stage, operation, label, run_service):
+        """The service's `stage` scenario (`run_service(connections, seconds)`) at 16 and 64
+        connections, each alternated run by run with pgbench running the operation's own
+        statements (`ceiling`), as rows `{stage}.{conns}` and `pgbench.{operation}.{conns}`."""
+        try:
+            for conns in (16, 64):
+                runners = [(f"{stage} at {conns}", lambda d, c=conns: run_service(c, d), None),
+                           (f"pgbench {operation} SQL at {conns}", lambda d, c=conns: ceiling.run(c, d), None)]
+                medians = self.alternate(runners)
+                result = medians[runners[0][0]]
+                if result.get("replayed"):
+                    raise SystemExit(f"{stage}: {result['replayed']} replayed answers: too few preloaded rows")
+                self.add_row(f"{stage}.{conns}", label, conns, result)
+                self.add_row(f"pgbench.{operation}.{conns}",
+                             f"pgbench: the service's {operation} SQL (its statements in order)", conns,
+                             medians[runners[1][0]])
+        finally:
+            ceiling.drop()
+
     def stage_payments(self):
         count = 2 * self.orders_needed()
         log(f"payments: preloading {count:,} orders")
         ids = self.preload_orders(count, "payments")
-        ceiling = PaymentCeiling(self)
-        try:
-            for conns in (16, 64):
-                runners = [(f"payments at {conns}",
-                            lambda d, c=conns: self.wrk(self.service, "payments.lua", c, self.env, d, ids=ids), None),
-                           (f"pgbench payment SQL at {conns}", lambda d, c=conns: ceiling.run(c, d), None)]
-                medians = self.alternate(runners)
-                result = medians[runners[0][0]]
-                if result.get("replayed"):
-                    raise SystemExit(f"payments: {result['replayed']} replayed answers: too few preloaded orders")
-                self.add_row(f"payments.{conns}", "payments, pm_card_ok, zero provider latency", conns, result)
-                self.add_row(f"pgbench.payment.{conns}", "pgbench: the service's payment SQL (its statements in order)",
-                             conns, medians[runners[1][0]])
-        finally:
-            ceiling.drop()
+        self.against_ceiling(PaymentCeiling(self), "payments", "payment", "payments, pm_card_ok, zero provider latency",
+                             lambda conns, d: self.wrk(self.service, "payments.lua", conns, self.env, d, ids=ids))
         self.check_charges(self.mock)
 
     def stage_refunds(self):
@@ -692,31 +700,18 @@ class Bench:
                        f"amount_refunding = 0 AND payment_method = 'pm_card_ok' ORDER BY random() LIMIT {needed}")
         log(f"refunds: partial refunds of 1.00 over {len(ids):,} succeeded payments")
         payments = self.id_list(ids)
-        ceiling = RefundCeiling(self)
-        try:
-            for conns in (16, 64):
-                env = self.env | {"PAYMENT_IDS": payments.path}
-                runners = [(f"refunds at {conns}",
-                            lambda d, c=conns, e=env: self.wrk(self.service, "refunds.lua", c, e, d), None),
-                           (f"pgbench refund SQL at {conns}", lambda d, c=conns: ceiling.run(c, d), None)]
-                medians = self.alternate(runners)
-                self.add_row(f"refunds.{conns}", "refunds, partial (1.00), zero provider latency", conns,
-                             medians[runners[0][0]])
-                self.add_row(f"pgbench.refund.{conns}", "pgbench: the service's refund SQL (its statements in order)",
-                             conns, medians[runners[1][0]])
-        finally:
-            ceiling.drop()
+        env = self.env | {"PAYMENT_IDS": payments.path}
+        self.against_ceiling(RefundCeiling(self), "refunds", "refund", "refunds, partial (1.00), zero provider latency",
+                             lambda conns, d: self.wrk(self.service, "refunds.lua", conns, env, d))
         self.check_refunds(self.mock)
 
     def stage_capture(self):
-        count = self.orders_needed()
+        count = 2 * self.orders_needed()
         log(f"capture: preloading {count:,} orders")
         ids = self.preload_orders(count, "capture")
-        result = self.measure("authorize + capture pairs at 16",
-                              lambda d: self.wrk(self.service, "capture.lua", 16, self.env, d, ids=ids))
-        if result.get("replayed"):
-            raise SystemExit(f"capture: {result['replayed']} replayed answers: too few preloaded orders")
-        self.add_row("capture.16", "manual capture: authorize + capture pairs (req/s = pairs/s)", 16, result)
+        self.against_ceiling(CaptureCeiling(self), "capture", "capture",
+                             "manual capture: authorize + capture pairs (req/s = pairs/s)",
+                             lambda conns, d: self.wrk(self.service, "capture.lua", conns, self.env, d, ids=ids))
         self.check_charges(self.mock, what="captures")
 
     def stage_naive(self):
@@ -1673,6 +1668,75 @@ class RefundCeiling(OperationCeiling):
                 'ch_ceiling_' || (c::bigint * {self.PER_CLIENT} + n), 'pay-' || (c::bigint * {self.PER_CLIENT} + n),
                 0, now(), now(), 'automatic', 48.48
             FROM {rows}"""]
+
+
+class CaptureCeiling(OperationCeiling):
+    """An authorize + capture pair: the authorization through POST /payments (the key claim with
+    src/payments/start_payment.sql, capture_method manual, then src/payments/settle_payment.sql
+    to `requires_capture`, the order `authorized`), then its capture through
+    POST /payments/{id}/capture (the key claim with src/payments/start_capture_or_void.sql, the
+    payment's load, the order read for its `order.paid` event, and
+    src/payments/settle_capture_or_void.sql), on unpaid orders."""
+
+    DB = "orderpay_bench_capture_ceiling"
+    DONE = "SELECT count(*) FROM payment_operations WHERE kind = 'capture' AND status = 'succeeded'"
+
+    def statements(self):
+        authorized = self.real("SELECT encode(answer_body, 'hex') FROM payments WHERE capture_method = 'manual' "
+                               "AND answer_status = 201 LIMIT 1", "an authorization")
+        authorized_event = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'payment.requires_capture' "
+                                     "LIMIT 1", "an authorization's event")
+        captured = self.real("SELECT encode(answer_body, 'hex') FROM payment_operations WHERE kind = 'capture' "
+                             "AND status = 'succeeded' LIMIT 1", "a capture")
+        captured_event = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'payment.succeeded' LIMIT 1",
+                                   "a captured payment's event")
+        paid = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'order.paid' LIMIT 1", "a paid order")
+        n = f":client_id::bigint * {self.PER_CLIENT} + :n"
+        order, payment, capture = self.ids("bo", n), self.ids("bp", n), self.ids("bc", n)
+        charge = f"'ch_ceiling_' || ({n})::text"
+        authorize = bound_statement(["idempotency/claim_key.sql", "payments/start_payment.sql"], {
+            1: ":account_id::uuid", 2: f"'authorize-' || ({n})::text", 3: "'POST'", 4: "'/payments'",
+            5: f"sha256(({n})::text::bytea)", 6: "'payment'", 7: payment, 8: "NULL::smallint", 9: "NULL::jsonb",
+            10: "NULL::bytea", 11: "now()", 12: "now() + interval '1 day'", 97: "NULL::uuid",
+            13: order, 14: "NULL::numeric", 15: "'pm_card_ok'", 16: "now() + interval '30 seconds'",
+            17: self.ids("bl", n), 18: "'manual'",
+        })
+        settle_authorization = bound_statement(["payments/settle_payment.sql"], {
+            1: ":account_id::uuid", 2: payment, 3: order, 4: "'requires_capture'", 5: charge, 6: "NULL::text",
+            7: "NULL::text", 8: "now()", 9: "'request'", 10: charge, 11: "201::smallint",
+            12: f"decode('{authorized}', 'hex')", 13: "0", 14: "now() + interval '7 days'",
+            15: "now() + interval '7 days'", 16: "'authorized'", 17: "NULL::timestamptz",
+            18: "NULL::timestamptz", 19: "NULL::uuid",
+            91: self.ids("ba-e", n), 92: "'payment.requires_capture'", 93: f"decode('{authorized_event}', 'hex')",
+            94: "NULL::uuid", 95: "NULL::text", 96: "NULL::bytea",
+        })
+        start_capture = bound_statement(["idempotency/claim_key.sql", "payments/start_capture_or_void.sql"], {
+            1: ":account_id::uuid", 2: f"'capture-' || ({n})::text", 3: "'POST'",
+            4: "'/payments/{id}/capture'", 5: f"sha256(('c' || ({n}))::bytea)", 6: "'payment_operation'",
+            7: capture, 8: "NULL::smallint", 9: "NULL::jsonb", 10: "NULL::bytea", 11: "now()",
+            12: "now() + interval '1 day'", 97: "NULL::uuid",
+            13: payment, 14: "'capture'", 15: "NULL::numeric", 16: "now() + interval '30 seconds'",
+            17: self.ids("bk", n),
+        })
+        settle_capture = bound_statement(["payments/settle_capture_or_void.sql"], {
+            1: ":account_id::uuid", 2: capture, 3: order, 4: payment, 5: "'succeeded'", 6: "NULL::text",
+            7: "NULL::text", 8: "now()", 9: "'request'", 10: charge, 11: "200::smallint",
+            12: f"decode('{captured}', 'hex')", 13: "'succeeded'", 14: "48.48", 15: "NULL::text",
+            16: "NULL::text", 17: "NULL::timestamptz", 18: "'paid'", 19: "NULL::timestamptz", 20: "NULL::uuid",
+            91: self.ids("bc-e", n), 92: "'payment.succeeded'", 93: f"decode('{captured_event}', 'hex')",
+            94: self.ids("bo-e", n), 95: "'order.paid'", 96: f"decode('{paid}', 'hex')",
+        })
+        return [
+            authorize,
+            settle_authorization,
+            start_capture,
+            f"SELECT * FROM payments WHERE account_id = :account_id::uuid AND id = {payment} LIMIT 1;",
+            order_read(order),
+            settle_capture,
+        ]
+
+    def preload(self, rows):
+        return [self.orders(rows, "pending_payment")]
 
 
 def render(path):
