@@ -1503,6 +1503,8 @@ class OperationCeiling:
     DB = None
     DONE = None
     PER_CLIENT = 10 ** 8
+    # The script's row number: client c's n-th transaction of the run.
+    ROW = f":client_id::bigint * {PER_CLIENT} + :n"
     # Enough preloaded rows for every transaction of a run at up to this rate.
     MAX_RATE = 4000
 
@@ -1549,6 +1551,14 @@ class OperationCeiling:
             raise SystemExit(f"{type(self).__name__} needs {what} made through the API first")
         return value
 
+    @staticmethod
+    def claim(key, route, kind, resource, fingerprint):
+        """claim_key.sql's parameters for an operation's key: no answer yet (the operation's row
+        will hold it), kept a day."""
+        return {1: ":account_id::uuid", 2: key, 3: "'POST'", 4: route, 5: fingerprint, 6: kind, 7: resource,
+                8: "NULL::smallint", 9: "NULL::jsonb", 10: "NULL::bytea", 11: "now()",
+                12: "now() + interval '1 day'", 97: "NULL::uuid"}
+
     @classmethod
     def ids(cls, prefix, n=None):
         """The uuid of row `n` (a pgbench expression; the preload's row by default) of a kind
@@ -1582,14 +1592,12 @@ class PaymentCeiling(OperationCeiling):
         answer = self.real("SELECT encode(answer_body, 'hex') FROM payments WHERE status = 'succeeded' "
                            "AND answer_status = 201 LIMIT 1", "a payment")
         paid = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'order.paid' LIMIT 1", "a paid order")
-        n = f":client_id::bigint * {self.PER_CLIENT} + :n"
+        n = self.ROW
         order, payment, lease = self.ids("bo", n), self.ids("bp", n), self.ids("bl", n)
         key = f"'pay-' || ({n})::text"
         charge = f"'ch_ceiling_' || ({n})::text"
         start = bound_statement(["idempotency/claim_key.sql", "payments/start_payment.sql"], {
-            1: ":account_id::uuid", 2: key, 3: "'POST'", 4: "'/payments'", 5: f"sha256(({n})::text::bytea)",
-            6: "'payment'", 7: payment, 8: "NULL::smallint", 9: "NULL::jsonb", 10: "NULL::bytea",
-            11: "now()", 12: "now() + interval '1 day'", 97: "NULL::uuid",
+            **self.claim(key, "'/payments'", "'payment'", payment, f"sha256(({n})::text::bytea)"),
             13: order, 14: "NULL::numeric", 15: "'pm_card_ok'", 16: "now() + interval '30 seconds'",
             17: lease, 18: "'automatic'",
         })
@@ -1624,13 +1632,11 @@ class RefundCeiling(OperationCeiling):
                            "AND answer_status = 201 LIMIT 1", "a refund")
         moved = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'order.partially_refunded' LIMIT 1",
                           "a partially refunded order")
-        n = f":client_id::bigint * {self.PER_CLIENT} + :n"
+        n = self.ROW
         order, payment, refund, lease = self.ids("bo", n), self.ids("bp", n), self.ids("br", n), self.ids("bl", n)
         where_payment = f"WHERE account_id = :account_id::uuid AND id = {payment}"
         start = bound_statement(["idempotency/claim_key.sql", "refunds/start_refund.sql"], {
-            1: ":account_id::uuid", 2: f"'refund-' || ({n})::text", 3: "'POST'", 4: "'/refunds'",
-            5: f"sha256(({n})::text::bytea)", 6: "'refund'", 7: refund, 8: "NULL::smallint", 9: "NULL::jsonb",
-            10: "NULL::bytea", 11: "now()", 12: "now() + interval '1 day'", 97: "NULL::uuid",
+            **self.claim(f"'refund-' || ({n})::text", "'/refunds'", "'refund'", refund, f"sha256(({n})::text::bytea)"),
             13: payment, 14: "1.00", 15: "NULL::text", 16: "now() + interval '30 seconds'", 17: lease,
             18: "'succeeded'",
         })
@@ -1691,13 +1697,12 @@ class CaptureCeiling(OperationCeiling):
         captured_event = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'payment.succeeded' LIMIT 1",
                                    "a captured payment's event")
         paid = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'order.paid' LIMIT 1", "a paid order")
-        n = f":client_id::bigint * {self.PER_CLIENT} + :n"
+        n = self.ROW
         order, payment, capture = self.ids("bo", n), self.ids("bp", n), self.ids("bc", n)
         charge = f"'ch_ceiling_' || ({n})::text"
         authorize = bound_statement(["idempotency/claim_key.sql", "payments/start_payment.sql"], {
-            1: ":account_id::uuid", 2: f"'authorize-' || ({n})::text", 3: "'POST'", 4: "'/payments'",
-            5: f"sha256(({n})::text::bytea)", 6: "'payment'", 7: payment, 8: "NULL::smallint", 9: "NULL::jsonb",
-            10: "NULL::bytea", 11: "now()", 12: "now() + interval '1 day'", 97: "NULL::uuid",
+            **self.claim(f"'authorize-' || ({n})::text", "'/payments'", "'payment'", payment,
+                         f"sha256(({n})::text::bytea)"),
             13: order, 14: "NULL::numeric", 15: "'pm_card_ok'", 16: "now() + interval '30 seconds'",
             17: self.ids("bl", n), 18: "'manual'",
         })
@@ -1711,10 +1716,8 @@ class CaptureCeiling(OperationCeiling):
             94: "NULL::uuid", 95: "NULL::text", 96: "NULL::bytea",
         })
         start_capture = bound_statement(["idempotency/claim_key.sql", "payments/start_capture_or_void.sql"], {
-            1: ":account_id::uuid", 2: f"'capture-' || ({n})::text", 3: "'POST'",
-            4: "'/payments/{id}/capture'", 5: f"sha256(('c' || ({n}))::bytea)", 6: "'payment_operation'",
-            7: capture, 8: "NULL::smallint", 9: "NULL::jsonb", 10: "NULL::bytea", 11: "now()",
-            12: "now() + interval '1 day'", 97: "NULL::uuid",
+            **self.claim(f"'capture-' || ({n})::text", "'/payments/{id}/capture'", "'payment_operation'", capture,
+                         f"sha256(('c' || ({n}))::bytea)"),
             13: payment, 14: "'capture'", 15: "NULL::numeric", 16: "now() + interval '30 seconds'",
             17: self.ids("bk", n),
         })
