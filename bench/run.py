@@ -1589,8 +1589,9 @@ class PaymentCeiling(OperationCeiling):
     DONE = "SELECT count(*) FROM payments WHERE status = 'succeeded'"
 
     def statements(self):
-        answer = self.real("SELECT encode(answer_body, 'hex') FROM payments WHERE status = 'succeeded' "
-                           "AND answer_status = 201 LIMIT 1", "a payment")
+        # A succeeded payment's answer is its event's data, byte for byte (its row names the event).
+        answer = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'payment.succeeded' LIMIT 1",
+                           "a payment")
         paid = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'order.paid' LIMIT 1", "a paid order")
         n = self.ROW
         order, payment, lease = self.ids("bo", n), self.ids("bp", n), self.ids("bl", n)
@@ -1628,8 +1629,9 @@ class RefundCeiling(OperationCeiling):
     DONE = "SELECT count(*) FROM refunds WHERE status = 'succeeded'"
 
     def statements(self):
-        answer = self.real("SELECT encode(answer_body, 'hex') FROM refunds WHERE status = 'succeeded' "
-                           "AND answer_status = 201 LIMIT 1", "a refund")
+        # A succeeded refund's answer is its event's data, byte for byte (its row names the event).
+        answer = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'refund.succeeded' LIMIT 1",
+                           "a refund")
         moved = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'order.partially_refunded' LIMIT 1",
                           "a partially refunded order")
         n = self.ROW
@@ -1688,14 +1690,11 @@ class CaptureCeiling(OperationCeiling):
     DONE = "SELECT count(*) FROM payment_operations WHERE kind = 'capture' AND status = 'succeeded'"
 
     def statements(self):
-        authorized = self.real("SELECT encode(answer_body, 'hex') FROM payments WHERE capture_method = 'manual' "
-                               "AND answer_status = 201 LIMIT 1", "an authorization")
-        authorized_event = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'payment.requires_capture' "
-                                     "LIMIT 1", "an authorization's event")
-        captured = self.real("SELECT encode(answer_body, 'hex') FROM payment_operations WHERE kind = 'capture' "
-                             "AND status = 'succeeded' LIMIT 1", "a capture")
-        captured_event = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'payment.succeeded' LIMIT 1",
-                                   "a captured payment's event")
+        # A succeeded operation's answer is its event's data, byte for byte (its row names the event).
+        authorized = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'payment.requires_capture' "
+                               "LIMIT 1", "an authorization")
+        captured = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'payment.succeeded' LIMIT 1",
+                             "a capture")
         paid = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'order.paid' LIMIT 1", "a paid order")
         n = self.ROW
         order, payment, capture = self.ids("bo", n), self.ids("bp", n), self.ids("bc", n)
@@ -1712,7 +1711,7 @@ class CaptureCeiling(OperationCeiling):
             12: f"decode('{authorized}', 'hex')", 13: "0", 14: "now() + interval '7 days'",
             15: "now() + interval '7 days'", 16: "'authorized'", 17: "NULL::timestamptz",
             18: "NULL::timestamptz", 19: "NULL::uuid",
-            91: self.ids("ba-e", n), 92: "'payment.requires_capture'", 93: f"decode('{authorized_event}', 'hex')",
+            91: self.ids("ba-e", n), 92: "'payment.requires_capture'", 93: f"decode('{authorized}', 'hex')",
             94: "NULL::uuid", 95: "NULL::text", 96: "NULL::bytea",
         })
         start_capture = bound_statement(["idempotency/claim_key.sql", "payments/start_capture_or_void.sql"], {
@@ -1726,7 +1725,7 @@ class CaptureCeiling(OperationCeiling):
             7: "NULL::text", 8: "now()", 9: "'request'", 10: charge, 11: "200::smallint",
             12: f"decode('{captured}', 'hex')", 13: "'succeeded'", 14: "48.48", 15: "NULL::text",
             16: "NULL::text", 17: "NULL::timestamptz", 18: "'paid'", 19: "NULL::timestamptz", 20: "NULL::uuid",
-            91: self.ids("bc-e", n), 92: "'payment.succeeded'", 93: f"decode('{captured_event}', 'hex')",
+            91: self.ids("bc-e", n), 92: "'payment.succeeded'", 93: f"decode('{captured}', 'hex')",
             94: self.ids("bo-e", n), 95: "'order.paid'", 96: f"decode('{paid}', 'hex')",
         })
         return [

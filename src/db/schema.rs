@@ -62,6 +62,7 @@ diesel::table! {
         answer_body -> Nullable<Bytea>,
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
+        answer_event_id -> Nullable<Uuid>,
     }
 }
 
@@ -215,6 +216,7 @@ diesel::table! {
         answer_body -> Nullable<Bytea>,
         created_at -> Timestamptz,
         updated_at -> Timestamptz,
+        answer_event_id -> Nullable<Uuid>,
     }
 }
 
@@ -249,6 +251,7 @@ diesel::table! {
         late_watch_until -> Nullable<Timestamptz>,
         late_charge_amount -> Nullable<Numeric>,
         amount_disputed -> Numeric,
+        answer_event_id -> Nullable<Uuid>,
     }
 }
 
@@ -291,6 +294,7 @@ diesel::table! {
         updated_at -> Timestamptz,
         late_watch_until -> Nullable<Timestamptz>,
         absent_since -> Nullable<Timestamptz>,
+        answer_event_id -> Nullable<Uuid>,
     }
 }
 

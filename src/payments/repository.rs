@@ -19,7 +19,7 @@ use diesel_async::{AsyncPgConnection, RunQueryDsl};
 use rust_decimal::Decimal;
 
 use super::{CaptureMethod, Payment, PaymentStatus};
-use crate::db::schema::payments;
+use crate::db::schema::{events, payments};
 use crate::idempotency::store::ClaimParameters;
 use crate::ids::{AccountId, LeaseId, OrderId, PaymentId};
 use crate::money::{Amount, Currency};
@@ -114,24 +114,44 @@ pub async fn find(
     account_id: AccountId,
     id: PaymentId,
 ) -> QueryResult<Option<Payment>> {
-    Ok(find_answered(conn, account_id, id).await?.map(|found| found.payment))
+    let found: Option<PaymentRow> = payments::table
+        .find((account_id, id))
+        .select(PaymentRow::as_select())
+        .first(conn)
+        .await
+        .optional()?;
+    found.map(PaymentRow::into_payment).transpose()
 }
 
-/// The payment and its stored answer.
+/// A payment's row, its answer's status, the body on the row and the data of the event it names.
+type AnsweredRow = (PaymentRow, Option<i16>, Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// The payment and its stored answer: the body on its row, or the data of the event the row
+/// names (one statement: the event by its primary key).
 pub async fn find_answered(
     conn: &mut AsyncPgConnection,
     account_id: AccountId,
     id: PaymentId,
 ) -> QueryResult<Option<Answered>> {
-    let found: Option<(PaymentRow, Option<i16>, Option<Vec<u8>>)> = payments::table
-        .find((account_id, id))
-        .select((PaymentRow::as_select(), payments::answer_status, payments::answer_body))
+    let answering_event = events::table.on(events::account_id
+        .eq(payments::account_id)
+        .and(events::id.nullable().eq(payments::answer_event_id)));
+    let found: Option<AnsweredRow> = payments::table
+        .left_join(answering_event)
+        .filter(payments::account_id.eq(account_id))
+        .filter(payments::id.eq(id))
+        .select((
+            PaymentRow::as_select(),
+            payments::answer_status,
+            payments::answer_body,
+            events::data.nullable(),
+        ))
         .first(conn)
         .await
         .optional()?;
     found
-        .map(|(row, status, body)| {
-            let answer = match (status.and_then(|status| u16::try_from(status).ok()), body) {
+        .map(|(row, status, body, event_data)| {
+            let answer = match (status.and_then(|status| u16::try_from(status).ok()), body.or(event_data)) {
                 (Some(status), Some(body)) => Some((status, body)),
                 _ => None,
             };

@@ -17,18 +17,26 @@
 WITH locked_order AS (
     SELECT id FROM orders WHERE account_id = $1 AND id = $3 FOR UPDATE
 ), locked_payment AS (
-    SELECT id FROM payments
+    SELECT id, status FROM payments
     WHERE account_id = $1 AND id = $4 AND EXISTS (SELECT 1 FROM locked_order)
     FOR UPDATE
 ), settled AS (
     UPDATE payment_operations
     SET status = $5, failure_code = $6, failure_message = $7, next_check_at = NULL,
-        lease_until = NULL, lease_id = NULL, updated_at = $8, answer_status = $11, answer_body = $12
-    WHERE account_id = $1 AND id = $2 AND status = 'processing'
+        lease_until = NULL, lease_id = NULL, updated_at = $8, answer_status = $11,
+        -- The answer by its event when they are the same bytes (see settle_payment.sql) and
+        -- the event is written: only when the payment moves (`moved_payment`, which finds the
+        -- row `locked_payment` holds, in the status read under that lock). A capture declined
+        -- or given up has no event.
+        answer_body = CASE WHEN $12 = $93 AND locked.status = 'processing' THEN NULL ELSE $12 END,
+        answer_event_id = CASE WHEN $12 = $93 AND locked.status = 'processing' THEN $91 END
+    FROM locked_payment AS locked
+    WHERE payment_operations.account_id = $1 AND payment_operations.id = $2
+        AND payment_operations.status = 'processing'
         AND ($19::timestamptz IS NULL
             OR ((last_send_at IS NULL OR last_send_at < $19) AND lease_id = $20))
-        AND EXISTS (SELECT 1 FROM locked_payment)
-    RETURNING account_id, id, payment_id, kind, status
+    RETURNING payment_operations.account_id, payment_operations.id, payment_operations.payment_id,
+        payment_operations.kind, payment_operations.status
 ), moved_payment AS (
     UPDATE payments
     SET status = $13, amount_captured = coalesce($14, payments.amount_captured),

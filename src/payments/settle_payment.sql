@@ -32,7 +32,10 @@ WITH locked_order AS (
     SET status = $4, provider_charge_id = $5, failure_code = $6, failure_message = $7,
         amount_captured = $13, authorization_expires_at = $14, next_check_at = $15,
         late_watch_until = $18, lease_until = NULL, lease_id = NULL, updated_at = $8,
-        answer_status = $11, answer_body = $12
+        answer_status = $11,
+        -- The answer by its event when they are the same bytes (operation_answer_by_its_event).
+        answer_body = CASE WHEN $12 = $93 THEN NULL ELSE $12 END,
+        answer_event_id = CASE WHEN $12 = $93 THEN $91 END
     WHERE account_id = $1 AND id = $2 AND status = 'processing' AND answer_status IS NULL
         AND ($17::timestamptz IS NULL
             OR ((last_send_at IS NULL OR last_send_at < $17) AND lease_id = $19))

@@ -399,8 +399,9 @@ impl FirstAnswer {
 
 /// Every keyed write's first answer comes back byte for byte from the database (the memory's
 /// copy turned off) after each later change of what it made: a new order's answer is read from
-/// its `order.created` event, a payment's, capture's and refund's from their own rows, a
-/// cancellation's from its key row; none of them follows the resource as it is now.
+/// its `order.created` event, a payment's, capture's and refund's from the event their settle
+/// wrote (their rows name it and hold no body), a cancellation's from its key row; none of them
+/// follows the resource as it is now.
 #[tokio::test]
 async fn a_replay_is_the_first_answer_byte_for_byte_after_every_later_transition() {
     use reqwest::Method;
@@ -455,4 +456,16 @@ async fn a_replay_is_the_first_answer_byte_for_byte_after_every_later_transition
     answers.push(other);
     answers.push(FirstAnswer::send(&app, Method::POST, &format!("/orders/{other_id}/cancel"), None).await);
     replay_all(&app, &answers, "another order's cancellation").await;
+
+    for (table, rows) in [("payments", 1), ("payment_operations", 1), ("refunds", 2)] {
+        let by_event = format!(
+            "SELECT count(*) AS count FROM {table} AS o JOIN events AS e \
+             ON e.account_id = o.account_id AND e.id = o.answer_event_id WHERE o.answer_body IS NULL"
+        );
+        assert_eq!(
+            app.count(&by_event).await,
+            rows,
+            "{table}: each answer is named by its event, not copied"
+        );
+    }
 }
