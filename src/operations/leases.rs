@@ -325,7 +325,9 @@ pub struct Standing {
 }
 
 impl Standing {
-    /// Its final answer, once it has one: `(status, body)`.
+    /// Its final answer, once it has one: `(status, body)`. A body read from the settle's event
+    /// is there for as long as any key that started the operation lives (events outlive keys);
+    /// whether the operation is settled at all is [`Standing::answer_status`]'s to tell.
     pub fn answer(&self) -> Option<(u16, Vec<u8>)> {
         let status = u16::try_from(self.answer_status?).ok()?;
         Some((status, self.answer_body.clone()?))

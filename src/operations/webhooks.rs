@@ -401,10 +401,11 @@ async fn apply_charge(
         return Ok(Step::Done(Received::Stale, Some(subject)));
     }
     let ask = Step::Verify { what: verify, why: None };
-    // The payment's own charge (or authorization) in flight: it has no answer yet.
+    // The payment's own charge (or authorization) in flight: it has no answer yet. Its status
+    // tells, not its body: the body may be read from an event the retention sweep has deleted.
     let charge_in_flight = leases::standing(conn, Table::Payments, id)
         .await?
-        .is_some_and(|standing| standing.answer().is_none());
+        .is_some_and(|standing| standing.answer_status().is_none());
     if charge_in_flight {
         return match charge::outcome_of(&payment, Ok(charge.clone())) {
             // Every outcome is the provider's confirmed word, never the event's alone: before

@@ -28,15 +28,15 @@ WITH locked_order AS (
         -- the event is written: only when the payment moves (`moved_payment`, which finds the
         -- row `locked_payment` holds, in the status read under that lock). A capture declined
         -- or given up has no event.
-        answer_body = CASE WHEN $12 = $93 AND locked.status = 'processing' THEN NULL ELSE $12 END,
-        answer_event_id = CASE WHEN $12 = $93 AND locked.status = 'processing' THEN $91 END
-    FROM locked_payment AS locked
-    WHERE payment_operations.account_id = $1 AND payment_operations.id = $2
-        AND payment_operations.status = 'processing'
+        answer_body = CASE WHEN $12 = $93 AND (SELECT status FROM locked_payment) = 'processing'
+            THEN NULL ELSE $12 END,
+        answer_event_id = CASE WHEN $12 = $93 AND (SELECT status FROM locked_payment) = 'processing'
+            THEN $91 END
+    WHERE account_id = $1 AND id = $2 AND status = 'processing'
         AND ($19::timestamptz IS NULL
             OR ((last_send_at IS NULL OR last_send_at < $19) AND lease_id = $20))
-    RETURNING payment_operations.account_id, payment_operations.id, payment_operations.payment_id,
-        payment_operations.kind, payment_operations.status
+        AND EXISTS (SELECT 1 FROM locked_payment)
+    RETURNING account_id, id, payment_id, kind, status
 ), moved_payment AS (
     UPDATE payments
     SET status = $13, amount_captured = coalesce($14, payments.amount_captured),

@@ -27,10 +27,7 @@ WITH locked_order AS (
     UPDATE refunds
     SET status = $5, provider_refund_id = $6, failure_code = $7, failure_message = $8,
         next_check_at = $20, late_watch_until = $19, lease_until = NULL, lease_id = NULL,
-        updated_at = $9, answer_status = $12,
-        -- The answer by its event when they are the same bytes (see settle_payment.sql).
-        answer_body = CASE WHEN $13 = $93 THEN NULL ELSE $13 END,
-        answer_event_id = CASE WHEN $13 = $93 THEN $91 END
+        updated_at = $9, answer_status = $12, answer_body = $13
     WHERE account_id = $1 AND id = $2 AND status = 'processing'
         AND ($15::timestamptz IS NULL
             OR ((last_send_at IS NULL OR last_send_at < $15) AND lease_id = $22))

@@ -617,11 +617,28 @@ async fn a_capture_whose_answer_is_held_is_settled_by_charge_captured(wire: Test
 
 over_both_wires! {
 async fn an_authorization_that_expires_is_ended_by_charge_canceled(wire: TestWire) {
+    authorization_ended_by_charge_canceled(wire, Duration::from_millis(300), false).await;
+}
+}
+
+over_both_wires! {
+/// An authorized payment's row names its `payment.requires_capture` event for its stored answer;
+/// once the events' retention has swept that event, the payment is still settled (its answer's
+/// status says so), and the provider's word on its authorization still ends it.
+async fn an_authorization_whose_answering_event_was_swept_is_still_ended_by_charge_canceled(wire: TestWire) {
+    authorization_ended_by_charge_canceled(wire, Duration::from_millis(600), true).await;
+}
+}
+
+/// Authorizes a payment the provider lets go after `ttl` (with the event its row names for its
+/// answer deleted first, when `sweep_its_event`), and requires `charge.canceled` to end it, the
+/// reconciler idle.
+async fn authorization_ended_by_charge_canceled(wire: TestWire, ttl: Duration, sweep_its_event: bool) {
     let app = spawn_app_with(|settings, mock| {
         wire.configure(settings, mock);
         provider_webhooks_on(settings);
         settings.reconciler.interval = Duration::from_secs(60);
-        mock.auth_ttl = Duration::from_millis(300);
+        mock.auth_ttl = ttl;
     })
     .await;
     let order_id = new_order(&app).await;
@@ -629,6 +646,19 @@ async fn an_authorization_that_expires_is_ended_by_charge_canceled(wire: TestWir
     let authorized = app.pay_with(&body, &new_key()).await;
     assert_eq!(authorized.status(), 201);
     let payment_id = json(authorized).await["id"].as_str().unwrap().to_owned();
+    if sweep_its_event {
+        let named = format!(
+            "SELECT count(*) AS count FROM payments AS p JOIN events AS e ON e.id = p.answer_event_id \
+             WHERE p.id = '{payment_id}' AND p.answer_body IS NULL"
+        );
+        assert_eq!(app.count(&named).await, 1, "the row names its event for the answer");
+        // As the retention sweep deletes it.
+        app.execute(&format!(
+            "DELETE FROM events WHERE id = (SELECT answer_event_id FROM payments WHERE id = '{payment_id}')"
+        ))
+        .await;
+        assert_eq!(app.count(&named).await, 0);
+    }
     let payment = eventually("the authorization ended", || async {
         let payment = app.get_payment(&payment_id).await;
         (payment["status"] == "canceled").then_some(payment)
@@ -637,7 +667,6 @@ async fn an_authorization_that_expires_is_ended_by_charge_canceled(wire: TestWir
     assert_eq!(payment["failure_code"], "authorization_expired");
     assert_eq!(app.order_status(&order_id).await, "pending_payment", "payable again");
     assert_eq!(transitions(&app, &payment_id, "webhook", "canceled").await, 1);
-}
 }
 
 #[tokio::test]
