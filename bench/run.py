@@ -1316,7 +1316,8 @@ class Bench:
         query = ("SELECT encode(coalesce(k.response_body, e.data), 'hex'), k.response_headers::text "
                  "FROM idempotency_keys AS k LEFT JOIN events AS e "
                  "ON e.account_id = k.account_id AND e.id = k.answer_event_id "
-                 "WHERE k.route = '/orders' AND k.response_status = 201 LIMIT 1")
+                 "WHERE k.route = '/orders' AND k.response_status = 201 "
+                 "AND coalesce(k.response_body, e.data) IS NOT NULL LIMIT 1")
         rows = self.sql(query)
         if not rows:
             http("POST", f"{self.service.url}/orders", ORDER_BODY, {
