@@ -247,13 +247,14 @@ impl ServeArgs {
             "ORDERPAY_IDEMPOTENCY_TTL_SECS must be longer than ORDERPAY_PAYMENT_LEASE_MS"
         );
         // A new order's key row names its `order.created` event for the answer's body
-        // (idempotency_keys.answer_event_id), and a settled operation's row the event its settle
-        // wrote (answer_event_id of the operation tables): the event must outlive every key whose
-        // replay reads it. Each such event is written after its key, so keys' lifetime suffices.
+        // (idempotency_keys.answer_event_id), and a settled payment's or capture's row the event
+        // its settle wrote (answer_event_id of the operation tables): the event must outlive
+        // every key whose replay reads it. Each such event is written after its key, so keys'
+        // lifetime suffices.
         anyhow::ensure!(
             self.event_retention_days.saturating_mul(86_400) >= self.idempotency_ttl_secs,
             "ORDERPAY_EVENT_RETENTION_DAYS must be at least ORDERPAY_IDEMPOTENCY_TTL_SECS: a key's stored \
-             answer to a new order, a payment, a capture or a refund is read from its event"
+             answer to a new order, a payment or a capture is read from its event"
         );
         let retention = Duration::from_secs(self.idempotency_ttl_secs);
         let workers = self
