@@ -1552,6 +1552,11 @@ class OperationCeiling:
             raise SystemExit(f"{type(self).__name__} needs {what} made through the API first")
         return value
 
+    def real_event(self, event_type, what):
+        """The data (hex) of a real event of `event_type`: a succeeded operation's answer is its
+        event's data, byte for byte (its row names the event)."""
+        return self.real(f"SELECT encode(data, 'hex') FROM events WHERE type = '{event_type}' LIMIT 1", what)
+
     @staticmethod
     def claim(key, route, kind, resource, fingerprint):
         """claim_key.sql's parameters for an operation's key: no answer yet (the operation's row
@@ -1590,10 +1595,8 @@ class PaymentCeiling(OperationCeiling):
     DONE = "SELECT count(*) FROM payments WHERE status = 'succeeded'"
 
     def statements(self):
-        # A succeeded payment's answer is its event's data, byte for byte (its row names the event).
-        answer = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'payment.succeeded' LIMIT 1",
-                           "a payment")
-        paid = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'order.paid' LIMIT 1", "a paid order")
+        answer = self.real_event("payment.succeeded", "a payment")
+        paid = self.real_event("order.paid", "a paid order")
         n = self.ROW
         order, payment, lease = self.ids("bo", n), self.ids("bp", n), self.ids("bl", n)
         key = f"'pay-' || ({n})::text"
@@ -1630,11 +1633,8 @@ class RefundCeiling(OperationCeiling):
     DONE = "SELECT count(*) FROM refunds WHERE status = 'succeeded'"
 
     def statements(self):
-        # A succeeded refund's answer is its event's data, byte for byte (its row names the event).
-        answer = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'refund.succeeded' LIMIT 1",
-                           "a refund")
-        moved = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'order.partially_refunded' LIMIT 1",
-                          "a partially refunded order")
+        answer = self.real_event("refund.succeeded", "a refund")
+        moved = self.real_event("order.partially_refunded", "a partially refunded order")
         n = self.ROW
         order, payment, refund, lease = self.ids("bo", n), self.ids("bp", n), self.ids("br", n), self.ids("bl", n)
         where_payment = f"WHERE account_id = :account_id::uuid AND id = {payment}"
@@ -1691,12 +1691,9 @@ class CaptureCeiling(OperationCeiling):
     DONE = "SELECT count(*) FROM payment_operations WHERE kind = 'capture' AND status = 'succeeded'"
 
     def statements(self):
-        # A succeeded operation's answer is its event's data, byte for byte (its row names the event).
-        authorized = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'payment.requires_capture' "
-                               "LIMIT 1", "an authorization")
-        captured = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'payment.succeeded' LIMIT 1",
-                             "a capture")
-        paid = self.real("SELECT encode(data, 'hex') FROM events WHERE type = 'order.paid' LIMIT 1", "a paid order")
+        authorized = self.real_event("payment.requires_capture", "an authorization")
+        captured = self.real_event("payment.succeeded", "a capture")
+        paid = self.real_event("order.paid", "a paid order")
         n = self.ROW
         order, payment, capture = self.ids("bo", n), self.ids("bp", n), self.ids("bc", n)
         charge = f"'ch_ceiling_' || ({n})::text"
